@@ -1,0 +1,235 @@
+"""Reading checkpoints safely and loading them into the InLine backbones.
+
+Accepted inputs (all through ``init_cfg=dict(type='Pretrained', checkpoint=PATH)``):
+
+* the official classification files (``{'model': state_dict, ...}``; CSwin also has
+  ``state_dict_ema``; the training script pickled a yacs config object into them),
+* a plain state dict,
+* an OpenMMLab checkpoint (``state_dict`` with ``backbone.`` prefixes),
+* the project's own converted file (``.safetensors``, tensors only).
+
+Nothing here unpickles arbitrary objects.  ``torch.load(weights_only=True)`` is
+used throughout; the one kind of foreign object the official files are known to
+carry (the yacs ``CfgNode`` holding the training config) is read as an inert
+dict that executes no code of yacs.  Anything else is refused with an error
+naming it, unless the caller passes ``allow_pickle=True`` (or sets
+``INLINE_MM_ALLOW_PICKLE=1``) for a file they trust.
+"""
+import logging
+import os
+import pickle
+import zipfile
+from collections import OrderedDict
+from typing import Dict, Optional
+
+import torch
+from mmengine.logging import print_log
+
+__all__ = ['CheckpointError', 'read_checkpoint', 'extract_state_dict', 'load_pretrained',
+           'save_converted', 'detect_family', 'convert_official']
+
+#: foreign globals the official checkpoints are known to hold (metadata, no tensors).
+KNOWN_METADATA_GLOBALS = ('yacs.config.CfgNode', 'argparse.Namespace')
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used: unreadable, unsafe, or of another model."""
+
+
+class _InertDict(dict):
+    """Stands in for a pickled metadata object (e.g. yacs ``CfgNode``).
+
+    It keeps the pickled fields as plain data and has no behaviour, so reading a
+    file never runs code from the class the file names.
+    """
+
+    def __setstate__(self, state):
+        self.__dict__['_pickled_state'] = state
+
+
+def _inert_globals():
+    out = []
+    for name in KNOWN_METADATA_GLOBALS:
+        module, qualname = name.rsplit('.', 1)
+        cls = type(qualname, (_InertDict,), {'__module__': __name__})
+        out.append((cls, name))
+    return out
+
+
+def _allow_pickle_default() -> bool:
+    return os.environ.get('INLINE_MM_ALLOW_PICKLE', '') in ('1', 'true', 'yes')
+
+
+def read_checkpoint(path: str, allow_pickle: Optional[bool] = None,
+                    map_location='cpu') -> dict:
+    """Read a checkpoint file into a dict without running foreign code.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        CheckpointError: corrupt/truncated file, or it holds pickled objects other
+            than known metadata and ``allow_pickle`` is not set.
+    """
+    path = os.fspath(path)
+    if allow_pickle is None:
+        allow_pickle = _allow_pickle_default()
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f'checkpoint not found: {path!r}. Put the file there (see checkpoints/README.md '
+            'for the official download links) or fix the path in the config.')
+    if path.endswith('.safetensors'):
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+        try:
+            return dict(load_file(path, device=str(map_location)))
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(f'{path}: not a readable safetensors file ({e}); the file is '
+                                  'corrupt or truncated: convert or download it again.') from e
+    if allow_pickle:
+        print_log(f'Loading {path} with full unpickling (allow_pickle=True): only do this for '
+                  'files you trust.', logger='current', level=logging.WARNING)
+        return _torch_load(path, map_location, weights_only=False)
+    with torch.serialization.safe_globals(_inert_globals()):
+        return _torch_load(path, map_location, weights_only=True)
+
+
+def _torch_load(path, map_location, weights_only):
+    try:
+        return torch.load(path, map_location=map_location, weights_only=weights_only)
+    except pickle.UnpicklingError as e:
+        msg = str(e)
+        if 'Unsupported global' in msg or 'GLOBAL' in msg or 'weights_only' in msg:
+            found = _unsafe_globals(path)
+            raise CheckpointError(
+                f'{path} contains pickled Python objects that inline_mm will not unpickle '
+                f'({", ".join(found) or "unknown"}): unpickling can run arbitrary code. If you '
+                'trust this file, pass allow_pickle=True in the init_cfg (or set '
+                'INLINE_MM_ALLOW_PICKLE=1), or convert it once with tools/convert_checkpoint.py '
+                '--allow-pickle into a tensors-only .safetensors file.') from None
+        raise CheckpointError(f'{path}: cannot unpickle ({msg}); the file is corrupt or '
+                              'truncated: download it again.') from e
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
+        raise CheckpointError(f'{path}: not a readable PyTorch checkpoint ({e}); the file is '
+                              'corrupt or truncated: download it again.') from e
+
+
+def _unsafe_globals(path) -> list:
+    try:
+        return [g for g in torch.serialization.get_unsafe_globals_in_checkpoint(path)
+                if g not in KNOWN_METADATA_GLOBALS]
+    except Exception:  # the file may be unreadable in other ways too
+        return []
+
+
+def extract_state_dict(ckpt: dict, checkpoint_key: Optional[str] = None) -> Dict[str, torch.Tensor]:
+    """The backbone's tensors from any accepted checkpoint layout.
+
+    ``checkpoint_key`` picks a sub-dict explicitly (e.g. ``'state_dict_ema'``);
+    otherwise ``state_dict`` (OpenMMLab), then ``model`` (official), then the dict
+    itself.  OpenMMLab ``backbone.`` and DDP ``module.`` prefixes are removed; when
+    a checkpoint holds a whole detector/segmentor only its backbone is kept.
+    """
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f'expected a dict of tensors, got {type(ckpt).__name__}')
+    if checkpoint_key is not None:
+        if checkpoint_key not in ckpt:
+            raise CheckpointError(f'checkpoint has no {checkpoint_key!r} entry; it has '
+                                  f'{sorted(ckpt)[:10]}')
+        sd = ckpt[checkpoint_key]
+    else:
+        sd = next((ckpt[k] for k in ('state_dict', 'model') if isinstance(ckpt.get(k), dict)),
+                  ckpt)
+    sd = OrderedDict((k, v) for k, v in sd.items() if isinstance(v, torch.Tensor))
+    if not sd:
+        raise CheckpointError('checkpoint contains no tensors')
+    if any(k.startswith('module.') for k in sd):
+        sd = OrderedDict((k[len('module.'):] if k.startswith('module.') else k, v)
+                         for k, v in sd.items())
+    if any(k.startswith('backbone.') for k in sd):
+        sd = OrderedDict((k[len('backbone.'):], v) for k, v in sd.items()
+                         if k.startswith('backbone.'))
+    return sd
+
+
+def load_pretrained(model: torch.nn.Module, checkpoint: str, prefix: Optional[str] = None,
+                    allow_pickle: Optional[bool] = None, checkpoint_key: Optional[str] = None,
+                    min_match: float = 0.9, map_location='cpu') -> dict:
+    """Load ``checkpoint`` into an InLine backbone, checking that it fits.
+
+    The state dict is unwrapped (:func:`extract_state_dict`), converted from the
+    official layout by ``model.convert_checkpoint`` (idempotent), then compared
+    with the model: any tensor with another shape, or fewer than ``min_match`` of
+    the backbone's loadable tensors found, is an error (another variant, another
+    backbone).  Counts of matched / missing / ignored tensors are logged.
+
+    Returns:
+        dict: ``matched``, ``missing`` and ``unexpected`` key lists.
+    """
+    name = type(model).__name__
+    ckpt = read_checkpoint(checkpoint, allow_pickle=allow_pickle, map_location=map_location)
+    if prefix:
+        inner = extract_state_dict(ckpt, checkpoint_key) if 'state_dict' in ckpt else ckpt
+        if not prefix.endswith('.'):
+            prefix += '.'
+        ckpt = {k[len(prefix):]: v for k, v in inner.items() if k.startswith(prefix)}
+    state = model.convert_checkpoint(extract_state_dict(ckpt, checkpoint_key))
+
+    own = model.state_dict()
+    fresh = set(model.fresh_keys())
+    mismatched = [(k, tuple(v.shape), tuple(own[k].shape)) for k, v in state.items()
+                  if k in own and own[k].shape != v.shape]
+    if mismatched:
+        examples = '; '.join(f'{k}: checkpoint {a} vs model {b}' for k, a, b in mismatched[:3])
+        raise CheckpointError(
+            f'{checkpoint} does not fit this {name} ({model.arch_name}): {len(mismatched)} '
+            f'tensor(s) have other shapes, e.g. {examples}. It is probably a checkpoint of '
+            'another variant or backbone: pick the matching arch or file.')
+    matched = [k for k in state if k in own]
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    expected = [k for k in own if k not in fresh]
+    found = sum(k in state for k in expected)
+    if found < min_match * len(expected):
+        raise CheckpointError(
+            f'{checkpoint} provides only {found} of the {len(expected)} tensors of this {name} '
+            f'({model.arch_name}) (needs {min_match:.0%}); first unknown keys: '
+            f'{unexpected[:5]}. It is probably a checkpoint of another model.')
+    model.load_state_dict(state, strict=False)
+    print_log(f'{name}: loaded {len(matched)} tensors from {checkpoint}; '
+              f'{len(missing)} missing ({_short(missing)}), '
+              f'{len(unexpected)} ignored ({_short(unexpected)})', logger='current')
+    return dict(matched=matched, missing=missing, unexpected=unexpected)
+
+
+def _short(keys, n=4):
+    return ', '.join(keys[:n]) + (', ...' if len(keys) > n else '') if keys else 'none'
+
+
+def save_converted(state: Dict[str, torch.Tensor], path: str, metadata: Optional[dict] = None):
+    """Write a tensors-only checkpoint (``.safetensors``; ``.pth`` gets a plain dict)."""
+    state = {k: v.detach().contiguous().cpu() for k, v in state.items()}
+    if path.endswith('.safetensors'):
+        from safetensors.torch import save_file
+        save_file(state, path, metadata={k: str(v) for k, v in (metadata or {}).items()})
+    else:
+        torch.save({'state_dict': state, 'meta': dict(metadata or {})}, path)
+
+
+def detect_family(state: Dict[str, torch.Tensor]) -> str:
+    """Which InLine backbone a state dict (official or converted) belongs to."""
+    keys = list(state)
+    if any(k.startswith('layers.0.blocks.') for k in keys):
+        return 'InLineSwin'
+    if any(k.startswith(('block1.', 'pos_embed1', 'stages.0.blocks.')) for k in keys) and \
+            any('pos_embed' in k for k in keys):
+        return 'InLinePVT'
+    if any(k.startswith(('stage1_conv_embed', 'stem.')) for k in keys) and \
+            any('merge' in k for k in keys):
+        return 'InLineCSwin'
+    raise CheckpointError(f'not an InLine-Swin/PVT/CSwin checkpoint (first keys: {keys[:5]})')
+
+
+def convert_official(state: Dict[str, torch.Tensor]):
+    """Detect the backbone family and convert; returns ``(family, state)``."""
+    from .models.backbones import CONVERTERS  # late: backbones import this module
+    family = detect_family(state)
+    return family, CONVERTERS[family](state)

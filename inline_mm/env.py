@@ -1,0 +1,51 @@
+"""Print what a bug report needs: ``python -m inline_mm.env``."""
+import importlib
+import platform
+import sys
+
+
+def collect_env() -> dict:
+    info = {'Python': sys.version.replace('\n', ' '), 'Platform': platform.platform()}
+    try:
+        import torch
+        info['torch'] = torch.__version__
+        info['torch CUDA'] = torch.version.cuda or 'none (CPU build)'
+        info['CUDA available'] = torch.cuda.is_available()
+        if torch.cuda.is_available():
+            info['GPUs'] = ', '.join(torch.cuda.get_device_name(i)
+                                     for i in range(torch.cuda.device_count()))
+        info['torch threads'] = torch.get_num_threads()
+    except ImportError as e:
+        info['torch'] = f'not importable ({e})'
+    for name in ('torchvision', 'numpy', 'mmengine', 'mmcv', 'mmdet', 'mmseg', 'timm',
+                 'pycocotools', 'safetensors'):
+        try:
+            info[name] = importlib.import_module(name).__version__
+        except Exception as e:  # report, never fail: this runs on broken set-ups
+            info[name] = f'not importable ({type(e).__name__}: {e})'
+    try:
+        from mmcv.ops import nms  # noqa: F401  (compiled extension)
+        import torch
+        from mmcv.ops import get_compiling_cuda_version, get_compiler_version
+        info['mmcv ops'] = (f'OK (compiler {get_compiler_version()}, '
+                            f'CUDA {get_compiling_cuda_version()})')
+    except Exception as e:
+        info['mmcv ops'] = f'NOT available ({type(e).__name__}: {e})'
+    try:
+        import inline_mm
+        from mmdet.registry import MODELS as DET
+        from mmseg.registry import MODELS as SEG
+        names = [n for n in ('InLineSwin', 'InLinePVT', 'InLineCSwin') if DET.get(n) and SEG.get(n)]
+        info['inline_mm'] = f'{inline_mm.__version__} (registered: {", ".join(names)})'
+    except Exception as e:
+        info['inline_mm'] = f'not importable ({type(e).__name__}: {e})'
+    return info
+
+
+def main():
+    for k, v in collect_env().items():
+        print(f'{k:>16}: {v}')
+
+
+if __name__ == '__main__':
+    main()
