@@ -18,6 +18,7 @@ naming it, unless the caller passes ``allow_pickle=True`` (or sets
 import logging
 import os
 import pickle
+import re
 import zipfile
 from collections import OrderedDict
 from typing import Dict, Optional
@@ -26,7 +27,7 @@ import torch
 from mmengine.logging import print_log
 
 __all__ = ['CheckpointError', 'read_checkpoint', 'extract_state_dict', 'load_pretrained',
-           'save_converted', 'detect_family', 'convert_official']
+           'save_converted', 'detect_family', 'check_layout', 'convert_official']
 
 #: foreign globals the official checkpoints are known to hold (metadata, no tensors).
 KNOWN_METADATA_GLOBALS = ('yacs.config.CfgNode', 'argparse.Namespace')
@@ -226,6 +227,43 @@ def detect_family(state: Dict[str, torch.Tensor]) -> str:
             any('merge' in k for k in keys):
         return 'InLineCSwin'
     raise CheckpointError(f'not an InLine-Swin/PVT/CSwin checkpoint (first keys: {keys[:5]})')
+
+
+def check_layout(model: torch.nn.Module, state: Dict[str, torch.Tensor],
+                 presets: Optional[dict] = None,
+                 block_key: str = r'stages\.(\d+)\.blocks\.(\d+)\.') -> None:
+    """Refuse a converted state dict of another backbone family or other stage depths.
+
+    ``load_pretrained`` catches other widths (shapes) and too little coverage; what
+    it cannot see is a deeper variant of the same widths (InLine-PVT-S loaded into
+    PVT-T would fill every tensor and silently drop the extra blocks). ``model``
+    needs ``depths``; ``presets`` (name -> dict with ``depths``) names the variant
+    the checkpoint is probably of. A state dict of no known family passes: the
+    coverage check reports it.
+    """
+    name = type(model).__name__
+    try:
+        family = detect_family(state)
+    except CheckpointError:
+        return
+    if family != name:
+        raise CheckpointError(f'this is an {family} checkpoint, but the model is a {name}: '
+                              f'build {family} or load a {name} checkpoint.')
+    found = {}
+    for k in state:
+        m = re.match(block_key, k)
+        if m:
+            found[int(m[1])] = max(found.get(int(m[1]), 0), int(m[2]) + 1)
+    if not found:
+        return
+    depths = tuple(found.get(i, 0) for i in range(max(max(found) + 1, len(model.depths))))
+    if depths != tuple(model.depths):
+        guess = [a for a, p in (presets or {}).items() if tuple(p['depths']) == depths]
+        hint = f" (arch={guess[0]!r})" if guess else ''
+        raise CheckpointError(
+            f'checkpoint of a {name} with depths {depths}{hint}, but this {name} '
+            f'({getattr(model, "arch_name", "custom")}) has depths {tuple(model.depths)}: it is '
+            'another variant. Build the model with the matching arch or load the matching file.')
 
 
 def convert_official(state: Dict[str, torch.Tensor]):

@@ -1,0 +1,349 @@
+"""InLine-PVT: Pyramid Vision Transformer whose blocks use global InLine attention."""
+import re
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.checkpoint as cp
+from timm.layers import DropPath, Mlp, trunc_normal_
+
+from ...checkpoint import check_layout
+from ...registry import register_backbone
+from ..inline_attention import InLineAttention
+from .base import INLINE, InLineBackbone, parse_stage_types, to_nchw
+from .inline_swin import PatchEmbed
+
+__all__ = ['InLinePVT', 'SpatialReductionAttention', 'convert_pvt_checkpoint']
+
+_PVT_COMMON = dict(embed_dims=(64, 128, 320, 512), num_heads=(2, 4, 10, 16),
+                   mlp_ratios=(8, 8, 4, 4), stage_types=('inline',) * 4)
+ARCH_SETTINGS = {
+    'tiny': dict(_PVT_COMMON, depths=(2, 2, 2, 2)),
+    'small': dict(_PVT_COMMON, depths=(3, 4, 6, 3)),
+    'medium': dict(_PVT_COMMON, depths=(3, 4, 18, 3)),
+    'large': dict(_PVT_COMMON, depths=(3, 8, 27, 3)),
+}
+
+#: LayerNorm eps of the blocks (and of our output norms); patch embeddings use 1e-5.
+BLOCK_NORM_EPS = 1e-6
+
+
+class PositionEmbedding(nn.Module):
+    """Absolute position table stored at the pretraining grid, resized on the fly.
+
+    The table is kept at its pretraining size (56x56, 28x28, 14x14, 7x7 for 224
+    input) so that official weights load unchanged; at any other map size it is
+    resized with ``F.interpolate(mode='bilinear', align_corners=False)``, which is
+    what the official model does at run time.
+
+    Args:
+        dim (int): Channels.
+        grid (tuple[int, int]): Stored ``(H, W)`` grid.
+    """
+
+    def __init__(self, dim: int, grid: Tuple[int, int]):
+        super().__init__()
+        self.grid = tuple(grid)
+        self.weight = nn.Parameter(torch.zeros(1, self.grid[0] * self.grid[1], dim))
+        trunc_normal_(self.weight, std=.02)
+
+    def extra_repr(self) -> str:
+        return f'dim={self.weight.shape[-1]}, grid={self.grid}'
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+        pos = self.weight
+        if tuple(hw) != self.grid:
+            gh, gw = self.grid
+            pos = pos.reshape(1, gh, gw, -1).permute(0, 3, 1, 2)
+            pos = F.interpolate(pos, size=tuple(hw), mode='bilinear', align_corners=False)
+            pos = pos.flatten(2).transpose(1, 2)
+        return x + pos
+
+
+class SpatialReductionAttention(nn.Module):
+    """PVT v1 softmax attention; keys and values come from a map reduced ``sr_ratio``x.
+
+    Parameter names are the official ones (``q``, ``kv``, ``sr``, ``norm``,
+    ``proj``). The reduction is a strided convolution without padding, so on sides
+    that are not a multiple of ``sr_ratio`` the last partial cells give no keys (as
+    in mmdet's PVT).
+
+    Args:
+        dim (int): Channels.
+        num_heads (int): Heads.
+        sr_ratio (int): Spatial reduction of keys/values; 1 for none. Default: 1.
+        qkv_bias (bool): Default: True.
+        attn_drop (float): Dropout on attention weights. Default: 0.
+        proj_drop (float): Dropout after the projection. Default: 0.
+    """
+
+    def __init__(self, dim: int, num_heads: int, sr_ratio: int = 1, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0.):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f'dim ({dim}) must be divisible by num_heads ({num_heads})')
+        self.dim, self.num_heads, self.sr_ratio = dim, num_heads, sr_ratio
+        self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        self.kv = nn.Linear(dim, dim * 2, bias=qkv_bias)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        if sr_ratio > 1:
+            self.sr = nn.Conv2d(dim, dim, kernel_size=sr_ratio, stride=sr_ratio)
+            self.norm = nn.LayerNorm(dim)
+
+    def extra_repr(self) -> str:
+        return f'dim={self.dim}, num_heads={self.num_heads}, sr_ratio={self.sr_ratio}'
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+        b, n, c = x.shape
+        heads, d = self.num_heads, c // self.num_heads
+        q = self.q(x).view(b, n, heads, d).transpose(1, 2)
+        if self.sr_ratio > 1:
+            x = self.norm(self.sr(to_nchw(x, hw)).flatten(2).transpose(1, 2))
+        k, v = self.kv(x).view(b, -1, 2, heads, d).permute(2, 0, 3, 1, 4)
+        out = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.attn_drop if self.training else 0.)
+        out = out.transpose(1, 2).reshape(b, n, c)
+        return self.proj_drop(self.proj(out))
+
+
+class PVTBlock(nn.Module):
+    """Pre-norm transformer block with global InLine or spatial-reduction softmax attention."""
+
+    def __init__(self, dim: int, num_heads: int, attn_type: str, sr_ratio: int, mlp_ratio: float,
+                 qkv_bias: bool, drop: float, attn_drop: float, drop_path: float):
+        super().__init__()
+        self.attn_type = attn_type
+        self.norm1 = nn.LayerNorm(dim, eps=BLOCK_NORM_EPS)
+        if attn_type == INLINE:
+            self.attn = InLineAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                                        proj_drop=drop)
+        else:
+            self.attn = SpatialReductionAttention(dim, num_heads, sr_ratio, qkv_bias=qkv_bias,
+                                                  attn_drop=attn_drop, proj_drop=drop)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=BLOCK_NORM_EPS)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), hw))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class PVTStage(nn.Module):
+    """Patch embedding (stride 4 or 2, padded), position embedding, blocks."""
+
+    def __init__(self, patch_embed: PatchEmbed, pos_embed: PositionEmbedding, drop: float,
+                 blocks: List[PVTBlock]):
+        super().__init__()
+        self.patch_embed = patch_embed
+        self.pos_embed = pos_embed
+        self.pos_drop = nn.Dropout(drop)
+        self.blocks = nn.ModuleList(blocks)
+        self.with_cp = False
+
+    def forward(self, x: torch.Tensor):
+        """``(B, C_in, H, W)`` -> ``(B, H' * W', C)`` tokens and ``(H', W')``."""
+        x, hw = self.patch_embed(x)
+        x = self.pos_drop(self.pos_embed(x, hw))
+        for blk in self.blocks:
+            if self.with_cp and x.requires_grad:
+                x = cp.checkpoint(blk, x, hw, use_reentrant=False)
+            else:
+                x = blk(x, hw)
+        return x, hw
+
+
+@register_backbone
+class InLinePVT(InLineBackbone):
+    """InLine-PVT backbone.
+
+    The Pyramid Vision Transformer (v1) of Han et al., "Bridging the Divide:
+    Reconsidering Softmax and Linear Attention", NeurIPS 2024 (arXiv 2412.06590):
+    every block uses InLine attention over the whole feature map, without the
+    spatial reduction of PVT's softmax attention (the released models were
+    trained so, ``la_sr_ratios='1111'``), at linear cost in the number of pixels.
+    Stages may instead be set to ``'softmax'`` (PVT v1 spatial-reduction
+    attention with ``sr_ratios``) for mixed layouts; the released weights are
+    all-InLine. Any input of at least 32x32 works, square or not: the patch
+    embeddings pad to their stride, and the position embeddings, stored at the
+    224-pixel pretraining grid, are resized bilinearly to the map at every forward.
+
+    Args:
+        arch (str): Preset, ``'tiny'``, ``'small'``, ``'medium'`` or ``'large'`` (the
+            released layouts, see ``ARCH_SETTINGS``). The explicit arguments below,
+            when given, override the preset. Default: ``'tiny'``.
+        embed_dims (Sequence[int], optional): Channels per stage.
+        depths (Sequence[int], optional): Blocks per stage.
+        num_heads (Sequence[int], optional): Heads per stage.
+        mlp_ratios (Sequence[float], optional): MLP hidden / embedding channels per
+            stage.
+        stage_types (Sequence, optional): Attention per stage: ``'inline'`` or
+            ``'softmax'`` for the whole stage, or a sequence with one type per block.
+        sr_ratios (Sequence[int]): Key/value spatial reduction of softmax blocks per
+            stage (InLine blocks never reduce). Default: (8, 4, 2, 1).
+        in_channels (int): Input channels. Default: 3.
+        patch_size (int): Stride of the first patch embedding (later ones: 2).
+            Default: 4.
+        pretrain_img_size (int): Image side the position tables were trained at;
+            sets their stored grids (``pretrain_img_size // (patch_size * 2**i)``).
+            Default: 224.
+        qkv_bias (bool): Bias of the q/k/v projections. Default: True.
+        drop_rate (float): Dropout after position embeddings, projections and in the
+            MLP. Default: 0.
+        attn_drop_rate (float): Attention dropout. Default: 0.
+        drop_path_rate (float): Stochastic depth, linearly increasing over blocks.
+            Default: 0.1.
+        out_indices (Sequence[int]): Stages whose outputs are returned, each through
+            its own LayerNorm ``norm{i}`` (eps 1e-6; all fresh, the official model has
+            no final norm). Default: (0, 1, 2, 3).
+        frozen_stages (int): Freeze the first patch and position embeddings (0) and
+            stages ``< i`` (with their output norms); -1 freezes nothing. Default: -1.
+        with_cp (bool): Gradient checkpointing per block (non-reentrant) while
+            training. Default: False.
+        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
+            an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
+            converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
+            file), ``checkpoint_key``, ``min_match`` (fraction of tensors that must be
+            found, default 0.9). Default: None.
+
+    Returns (forward):
+        tuple[Tensor]: ``(B, C_i, H_i, W_i)`` for each ``i`` in ``out_indices``, with
+        ``H_i = ceil(H / (patch_size * 2**i))`` (likewise ``W_i``).
+    """
+
+    def __init__(self, arch: str = 'tiny', embed_dims: Optional[Sequence[int]] = None,
+                 depths: Optional[Sequence[int]] = None,
+                 num_heads: Optional[Sequence[int]] = None,
+                 mlp_ratios: Optional[Sequence[float]] = None,
+                 stage_types: Optional[Sequence[Union[str, Sequence[str]]]] = None,
+                 sr_ratios: Sequence[int] = (8, 4, 2, 1), in_channels: int = 3,
+                 patch_size: int = 4, pretrain_img_size: int = 224, qkv_bias: bool = True,
+                 drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.1,
+                 out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
+                 with_cp: bool = False, init_cfg: Optional[dict] = None):
+        if arch not in ARCH_SETTINGS:
+            raise ValueError(f'unknown InLinePVT arch {arch!r}; choose one of '
+                             f'{sorted(ARCH_SETTINGS)} or override embed_dims/depths/'
+                             'num_heads/mlp_ratios/stage_types')
+        preset = ARCH_SETTINGS[arch]
+        embed_dims = tuple(preset['embed_dims'] if embed_dims is None else embed_dims)
+        depths = tuple(preset['depths'] if depths is None else depths)
+        num_heads = tuple(preset['num_heads'] if num_heads is None else num_heads)
+        mlp_ratios = tuple(preset['mlp_ratios'] if mlp_ratios is None else mlp_ratios)
+        stage_types = preset['stage_types'] if stage_types is None else stage_types
+        sr_ratios = tuple(sr_ratios)
+        n = len(depths)
+        for name, value in (('embed_dims', embed_dims), ('num_heads', num_heads),
+                            ('mlp_ratios', mlp_ratios), ('sr_ratios', sr_ratios)):
+            if len(value) != n:
+                raise ValueError(f'{name} {value} must have one entry per stage '
+                                 f'(depths={depths})')
+        if any(r < 1 for r in sr_ratios):
+            raise ValueError(f'sr_ratios {sr_ratios} must be >= 1')
+        super().__init__(out_indices, frozen_stages, n, init_cfg=init_cfg)
+        self.arch_name = arch if (embed_dims, depths, num_heads, mlp_ratios) == (
+            preset['embed_dims'], preset['depths'], preset['num_heads'],
+            preset['mlp_ratios']) else 'custom'
+        block_types = parse_stage_types(stage_types, depths)
+        for i, (d, h) in enumerate(zip(embed_dims, num_heads)):
+            if d % h:
+                raise ValueError(f'stage {i}: {d} channels are not divisible by {h} heads')
+        self.dims = list(embed_dims)
+        self.depths = depths
+        self.in_channels = in_channels
+        self.min_input_size = patch_size * 2 ** (n - 1)
+
+        dpr = torch.linspace(0, drop_path_rate, sum(depths), device='cpu').tolist()
+        self.stages = nn.ModuleList()
+        for i, depth in enumerate(depths):
+            stride = patch_size if i == 0 else 2
+            grid = pretrain_img_size // (patch_size * 2 ** i)
+            start = sum(depths[:i])
+            blocks = [PVTBlock(embed_dims[i], num_heads[i], block_types[i][j], sr_ratios[i],
+                               mlp_ratios[i], qkv_bias, drop_rate, attn_drop_rate, dpr[start + j])
+                      for j in range(depth)]
+            self.stages.append(PVTStage(
+                PatchEmbed(in_channels if i == 0 else embed_dims[i - 1], embed_dims[i], stride),
+                PositionEmbedding(embed_dims[i], (grid, grid)), drop_rate, blocks))
+        self._add_output_norms(self.dims, eps=BLOCK_NORM_EPS)
+        self.with_cp = with_cp
+        self._freeze_stages()
+
+    @property
+    def with_cp(self) -> bool:
+        return self._with_cp
+
+    @with_cp.setter
+    def with_cp(self, value: bool):
+        self._with_cp = bool(value)
+        for stage in self.stages:
+            stage.with_cp = self._with_cp
+
+    def _stem_modules(self):
+        return [self.stages[0].patch_embed, self.stages[0].pos_embed]
+
+    def _stage_modules(self, i):
+        return [self.stages[i]]
+
+    def _init_extra(self):
+        for stage in self.stages:
+            trunc_normal_(stage.pos_embed.weight, std=.02)
+
+    def fresh_keys(self) -> List[str]:
+        # The official model has no final norm: every output norm starts fresh.
+        return [k for k in self.state_dict() if re.match(r'norm\d+\.', k)]
+
+    def convert_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        state = convert_pvt_checkpoint(state)
+        check_layout(self, state, ARCH_SETTINGS)
+        return state
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        self.check_input(x)
+        outs = []
+        for i, stage in enumerate(self.stages):
+            tokens, hw = stage(x)
+            if i in self.out_indices:
+                outs.append(to_nchw(getattr(self, f'norm{i}')(tokens), hw))
+            if i + 1 < len(self.stages):
+                x = to_nchw(tokens, hw)
+        return tuple(outs)
+
+
+_PVT_RENAMES = [
+    (re.compile(r'^pos_embed(\d+)$'), lambda m: f'stages.{int(m[1]) - 1}.pos_embed.weight'),
+    (re.compile(r'^patch_embed(\d+)\.'), lambda m: f'stages.{int(m[1]) - 1}.patch_embed.'),
+    (re.compile(r'^block(\d+)\.(\d+)\.'), lambda m: f'stages.{int(m[1]) - 1}.blocks.{m[2]}.'),
+]
+
+
+def convert_pvt_checkpoint(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """Official InLine-PVT state dict -> :class:`InLinePVT` keys (pure, idempotent).
+
+    ``patch_embed{i}``/``pos_embed{i}``/``block{i}`` become ``stages.{i-1}.…``; in
+    InLine blocks (those with ``attn.residual``) the official ``attn.q`` and
+    ``attn.kv`` Linears are concatenated into one ``attn.qkv`` (rows q, k, v), the
+    layout of the shared InLine attention module. Softmax blocks keep ``q``/``kv``.
+    The classifier goes. Position tables are kept at their stored grid.
+    """
+    out = OrderedDict()
+    for k, v in state.items():
+        if k.startswith('head.'):
+            continue
+        for pattern, repl in _PVT_RENAMES:
+            k, hit = pattern.subn(repl, k, count=1)
+            if hit:
+                break
+        out[k] = v
+    inline_attn = [k[:-len('residual.0.weight')] for k in out
+                   if k.endswith('.attn.residual.0.weight')]
+    for prefix in inline_attn:
+        for p in ('weight', 'bias'):
+            q, kv = f'{prefix}q.{p}', f'{prefix}kv.{p}'
+            if q in out and kv in out:
+                out[f'{prefix}qkv.{p}'] = torch.cat([out.pop(q), out.pop(kv)], dim=0)
+    return out
