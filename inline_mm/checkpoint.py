@@ -48,13 +48,36 @@ class _InertDict(dict):
         self.__dict__['_pickled_state'] = state
 
 
-def _inert_globals():
-    out = []
-    for name in KNOWN_METADATA_GLOBALS:
-        module, qualname = name.rsplit('.', 1)
-        cls = type(qualname, (_InertDict,), {'__module__': __name__})
-        out.append((cls, name))
-    return out
+_INERT_CLASSES = {name: type(name.rsplit('.', 1)[1], (_InertDict,), {'__module__': __name__})
+                  for name in KNOWN_METADATA_GLOBALS}
+
+
+def _weights_only_globals() -> dict:
+    """What torch's ``weights_only`` loader allows (its own list plus user additions)."""
+    from torch import _weights_only_unpickler as wou
+    allowed = dict(wou._get_allowed_globals())
+    allowed.update(wou._get_user_allowed_globals())
+    return allowed
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Resolves only what ``weights_only`` allows, plus inert stand-ins for the known
+    metadata classes; every other global is refused before anything is called."""
+
+    def find_class(self, module, name):
+        full = f'{module}.{name}'
+        if full in _INERT_CLASSES:
+            return _INERT_CLASSES[full]
+        allowed = _weights_only_globals()
+        if full in allowed:
+            return allowed[full]
+        raise pickle.UnpicklingError(f'Unsupported global: {full}')
+
+
+class _restricted_pickle:  # noqa: N801  (a stand-in for the ``pickle`` module)
+    Unpickler = _RestrictedUnpickler
+    load = staticmethod(lambda f, **kw: _RestrictedUnpickler(f, **kw).load())
+    __name__ = 'inline_mm.checkpoint._restricted_pickle'
 
 
 def _allow_pickle_default() -> bool:
@@ -89,35 +112,47 @@ def read_checkpoint(path: str, allow_pickle: Optional[bool] = None,
         print_log(f'Loading {path} with full unpickling (allow_pickle=True): only do this for '
                   'files you trust.', logger='current', level=logging.WARNING)
         return _torch_load(path, map_location, weights_only=False)
-    with torch.serialization.safe_globals(_inert_globals()):
-        return _torch_load(path, map_location, weights_only=True)
-
-
-def _torch_load(path, map_location, weights_only):
     try:
-        return torch.load(path, map_location=map_location, weights_only=weights_only)
+        return _torch_load(path, map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        pass
+    # The file names globals beyond plain tensors: allowed only if they are known metadata.
+    foreign = [g for g in _unsafe_globals(path) if g not in KNOWN_METADATA_GLOBALS]
+    if foreign:
+        raise CheckpointError(
+            f'{path} contains pickled Python objects that inline_mm will not unpickle '
+            f'({", ".join(foreign)}): unpickling can run arbitrary code. If you trust this file, '
+            'pass allow_pickle=True in the init_cfg (or set INLINE_MM_ALLOW_PICKLE=1), or '
+            'convert it once with tools/convert_checkpoint.py --allow-pickle into a '
+            'tensors-only .safetensors file.')
+    try:
+        return _torch_load(path, map_location, weights_only=False,
+                           pickle_module=_restricted_pickle)
     except pickle.UnpicklingError as e:
-        msg = str(e)
-        if 'Unsupported global' in msg or 'GLOBAL' in msg or 'weights_only' in msg:
-            found = _unsafe_globals(path)
-            raise CheckpointError(
-                f'{path} contains pickled Python objects that inline_mm will not unpickle '
-                f'({", ".join(found) or "unknown"}): unpickling can run arbitrary code. If you '
-                'trust this file, pass allow_pickle=True in the init_cfg (or set '
-                'INLINE_MM_ALLOW_PICKLE=1), or convert it once with tools/convert_checkpoint.py '
-                '--allow-pickle into a tensors-only .safetensors file.') from None
-        raise CheckpointError(f'{path}: cannot unpickle ({msg}); the file is corrupt or '
+        raise CheckpointError(f'{path}: cannot unpickle ({e}); the file is corrupt or '
                               'truncated: download it again.') from e
+
+
+def _torch_load(path, map_location, weights_only, **kwargs):
+    """``torch.load``; unreadable files become :class:`CheckpointError`. A refused global
+    stays an ``UnpicklingError`` for the caller to handle."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=weights_only, **kwargs)
+    except pickle.UnpicklingError as e:
+        if weights_only and _unsafe_globals(path):
+            raise
+        raise CheckpointError(f'{path}: cannot unpickle ({str(e).splitlines()[0]}); the file '
+                              'is corrupt or truncated: download it again.') from e
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
         raise CheckpointError(f'{path}: not a readable PyTorch checkpoint ({e}); the file is '
                               'corrupt or truncated: download it again.') from e
 
 
 def _unsafe_globals(path) -> list:
+    """Globals the file names that plain ``weights_only`` loading refuses ([] if unreadable)."""
     try:
-        return [g for g in torch.serialization.get_unsafe_globals_in_checkpoint(path)
-                if g not in KNOWN_METADATA_GLOBALS]
-    except Exception:  # the file may be unreadable in other ways too
+        return torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # an unreadable file names nothing we could allow
         return []
 
 
@@ -247,8 +282,8 @@ def check_layout(model: torch.nn.Module, state: Dict[str, torch.Tensor],
     except CheckpointError:
         return
     if family != name:
-        raise CheckpointError(f'this is an {family} checkpoint, but the model is a {name}: '
-                              f'build {family} or load a {name} checkpoint.')
+        raise CheckpointError(f'this is a checkpoint of {family}, not of {name}: build '
+                              f'type={family!r} or load a {name} checkpoint.')
     found = {}
     for k in state:
         m = re.match(block_key, k)
@@ -261,7 +296,7 @@ def check_layout(model: torch.nn.Module, state: Dict[str, torch.Tensor],
         guess = [a for a, p in (presets or {}).items() if tuple(p['depths']) == depths]
         hint = f" (arch={guess[0]!r})" if guess else ''
         raise CheckpointError(
-            f'checkpoint of a {name} with depths {depths}{hint}, but this {name} '
+            f'checkpoint of {name} with depths {depths}{hint}, but this {name} '
             f'({getattr(model, "arch_name", "custom")}) has depths {tuple(model.depths)}: it is '
             'another variant. Build the model with the matching arch or load the matching file.')
 

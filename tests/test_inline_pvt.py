@@ -1,0 +1,299 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import rel_err
+
+from inline_mm.checkpoint import CheckpointError, convert_official, save_converted
+from inline_mm.models import InLinePVT
+from inline_mm.models.backbones.inline_pvt import PositionEmbedding, SpatialReductionAttention
+
+# The architecture of the golden case (cases.json: inline_pvt_tiny_224).
+TINY_GOLDEN = dict(embed_dims=(16, 32, 80, 128), depths=(1, 1, 1, 1), num_heads=(1, 2, 5, 8))
+# Small enough for CPU tests, with the optional spatial-reduction softmax blocks
+# (sr 8 in stage 0 needs the 32-pixel minimum input exactly, sr 1 in stage 3).
+SMALL = dict(embed_dims=(16, 32, 48, 64), depths=(1, 2, 2, 1), num_heads=(1, 2, 3, 4),
+             mlp_ratios=(2, 2, 2, 2), drop_path_rate=0.,
+             stage_types=(('softmax',), 'inline', ('inline', 'softmax'), 'softmax'))
+
+
+def stage_taps(model, x):
+    """Tokens leaving each stage's last block (before the output norm)."""
+    taps = {}
+    hooks = [stage.register_forward_hook(lambda m, i, o, k=k: taps.__setitem__(k, o[0]))
+             for k, stage in enumerate(model.stages)]
+    with torch.no_grad():
+        outs = model(x)
+    for h in hooks:
+        h.remove()
+    return taps, outs
+
+
+def load_golden_model(path, **kw):
+    model = InLinePVT(**{**TINY_GOLDEN, **kw}, drop_path_rate=0.,
+                      init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model.init_weights()
+    return model.eval()
+
+
+@pytest.mark.parametrize('case', ['inline_pvt_tiny_224', 'inline_pvt_tiny_320x480'])
+def test_golden(golden, case):
+    path, exp = golden(case, weights='inline_pvt_tiny_224')
+    model = load_golden_model(path)
+    taps, outs = stage_taps(model, exp['input'])
+    for i in range(4):
+        assert rel_err(taps[i], exp[f'stage{i}']) <= 1e-5, i
+        assert outs[i].shape[-2:] == (exp['input'].shape[-2] // 2 ** (i + 2),
+                                      exp['input'].shape[-1] // 2 ** (i + 2))
+    # Loaded tables keep their 224 grid: resizing happens per forward only.
+    assert model.stages[0].pos_embed.weight.shape == (1, 56 * 56, 16)
+
+
+def test_position_table_is_resized_whenever_the_grid_differs():
+    """Same area, other shape (4x4 vs 2x8): still resized, never reused as is."""
+    pe = PositionEmbedding(3, (4, 4))
+    x = torch.zeros(1, 16, 3)
+    assert torch.equal(pe(x, (4, 4)), pe.weight)
+    table = pe.weight.detach().reshape(1, 4, 4, 3).permute(0, 3, 1, 2)
+    expected = F.interpolate(table, size=(2, 8), mode='bilinear', align_corners=False)
+    assert torch.allclose(pe(x, (2, 8)), expected.flatten(2).transpose(1, 2))
+
+
+@pytest.mark.parametrize('arch,official_without_head', [
+    ('tiny', 11_519_232), ('small', 21_043_136), ('medium', 37_105_856),
+    ('large', 50_641_280)])
+def test_param_counts(arch, official_without_head):
+    with torch.device('meta'):
+        model = InLinePVT(arch=arch)
+    output_norms = 2 * sum(model.dims)   # norm0..3, all added (no official final norm)
+    expected = {'tiny': 11_521_280, 'small': 21_045_184, 'medium': 37_107_904,
+                'large': 50_643_328}[arch]
+    assert official_without_head + output_norms == expected
+    assert sum(p.numel() for p in model.parameters()) == expected
+    assert model.arch_name == arch
+
+
+def test_released_layout_is_all_inline_without_reduction():
+    with torch.device('meta'):
+        model = InLinePVT(arch='small')
+    assert [len(s.blocks) for s in model.stages] == [3, 4, 6, 3]
+    assert all(b.attn_type == 'inline' for s in model.stages for b in s.blocks)
+    assert not any(n.endswith('.sr') for n, _ in model.named_modules())
+    assert model.norm0.eps == model.stages[0].blocks[0].norm1.eps == 1e-6
+    assert model.stages[0].patch_embed.norm.eps == 1e-5
+
+
+@pytest.mark.parametrize('size', [(224, 224), (255, 255), (112, 137), (800, 1216), (32, 33)])
+def test_shapes(size):
+    model = InLinePVT(**SMALL).eval()
+    h, w = size
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, h, w))
+    for i, o in enumerate(outs):
+        s = 4 * 2 ** i
+        assert o.shape == (1, SMALL['embed_dims'][i], -(-h // s), -(-w // s))
+        assert torch.isfinite(o).all()
+
+
+def test_batch_independent():
+    model = InLinePVT(**SMALL).eval()
+    x = torch.randn(3, 3, 96, 120)
+    with torch.no_grad():
+        together = model(x)
+        alone = [model(x[i:i + 1]) for i in range(3)]
+    for i, o in enumerate(together):
+        for b in range(3):
+            assert torch.allclose(o[b], alone[b][i][0], atol=1e-5, rtol=1e-4)
+
+
+def test_spatial_reduction_attention_matches_plain_softmax():
+    torch.manual_seed(1)
+    attn = SpatialReductionAttention(16, 2, sr_ratio=4).eval()
+    h, w = 9, 14                      # not multiples of 4: the last partial cells give no keys
+    x = torch.randn(2, h * w, 16)
+    with torch.no_grad():
+        ours = attn(x, (h, w))
+        q = attn.q(x).view(2, h * w, 2, 8).transpose(1, 2)
+        red = attn.sr(x.transpose(1, 2).reshape(2, 16, h, w))       # (2, 16, 2, 3)
+        red = attn.norm(red.flatten(2).transpose(1, 2))
+        k, v = attn.kv(red).view(2, 6, 2, 2, 8).permute(2, 0, 3, 1, 4)
+        a = (q @ k.transpose(-2, -1) * 8 ** -0.5).softmax(-1)
+        ref = attn.proj((a @ v).transpose(1, 2).reshape(2, h * w, 16))
+    assert rel_err(ours, ref) < 1e-5
+
+
+def test_output_indices_and_norms():
+    model = InLinePVT(**SMALL, out_indices=(1, 3)).eval()
+    outs = model(torch.randn(1, 3, 64, 64))
+    assert [o.shape[1] for o in outs] == [32, 64]
+    assert hasattr(model, 'norm1') and hasattr(model, 'norm3') and not hasattr(model, 'norm0')
+
+
+def test_frozen_stages():
+    model = InLinePVT(**SMALL, frozen_stages=2)
+    model.train()
+    for m in (model.stages[0], model.stages[1], model.norm0, model.norm1):
+        assert not m.training
+        assert all(not p.requires_grad for p in m.parameters())
+    for m in (model.stages[2], model.stages[3], model.norm2, model.norm3):
+        assert m.training
+        assert all(p.requires_grad for p in m.parameters())
+    model.train()          # re-applied on every train()
+    assert not model.stages[1].training
+    stem_only = InLinePVT(**SMALL, frozen_stages=0).train()
+    assert not stem_only.stages[0].pos_embed.weight.requires_grad
+    assert not stem_only.stages[0].patch_embed.training
+    assert stem_only.stages[0].blocks[0].training
+
+
+def test_with_cp_same_outputs_and_grads():
+    ref = InLinePVT(**SMALL)
+    cpm = InLinePVT(**SMALL, with_cp=True)
+    cpm.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 3, 70, 90)
+    outs = [m(x) for m in (ref, cpm)]
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+    for o in outs:
+        sum(t.square().mean() for t in o).backward()
+    for (n, p), (_, q) in zip(ref.named_parameters(), cpm.named_parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-5, atol=1e-7), n
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(arch='huge'), 'unknown InLinePVT arch'),
+    (dict(depths=(2, 2, 2)), 'embed_dims .* one entry per stage'),
+    (dict(num_heads=(2, 4, 10)), 'num_heads'),
+    (dict(mlp_ratios=(8, 8, 4)), 'mlp_ratios'),
+    (dict(sr_ratios=(8, 4, 0, 1)), 'sr_ratios'),
+    (dict(num_heads=(3, 4, 10, 16)), 'not divisible by 3 heads'),
+    (dict(stage_types=('inline', 'linear', 'inline', 'inline')), "unknown attention type 'linear'"),
+    (dict(stage_types=('inline', ('inline',) * 3, 'inline', 'inline')), 'lists 3 block types'),
+    (dict(out_indices=(4,)), 'out_indices'),
+    (dict(frozen_stages=5), 'frozen_stages'),
+])
+def test_invalid_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        InLinePVT(**kwargs)
+
+
+@pytest.mark.parametrize('shape,message', [
+    ((1, 3, 31, 64), 'smaller than the backbone'),
+    ((1, 1, 64, 64), '3-channel input but got 1'),
+])
+def test_bad_input_is_explained(shape, message):
+    with pytest.raises(ValueError, match=message):
+        InLinePVT(**SMALL)(torch.randn(*shape))
+
+
+def test_bf16_autocast_close_to_fp32():
+    model = InLinePVT(**SMALL).eval()
+    x = torch.randn(1, 3, 96, 128) * 100
+    with torch.no_grad():
+        ref = model(x)
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            low = model(x)
+    for a, b in zip(low, ref):
+        assert torch.isfinite(a).all()
+        assert rel_err(a, b) <= 2e-2
+
+
+def test_converter_merges_q_and_kv_in_order(golden):
+    path, _ = golden('inline_pvt_tiny_224')
+    sd = torch.load(path, weights_only=True)['model']
+    once = InLinePVT(**TINY_GOLDEN).convert_checkpoint(sd)
+    qkv = once['stages.2.blocks.0.attn.qkv.weight']
+    assert torch.equal(qkv[:80], sd['block3.0.attn.q.weight'])
+    assert torch.equal(qkv[80:], sd['block3.0.attn.kv.weight'])
+    assert torch.equal(once['stages.0.pos_embed.weight'], sd['pos_embed1'])
+    assert not any(k.startswith('head.') or '.q.' in k or '.kv.' in k for k in once)
+    assert convert_official(sd)[0] == 'InLinePVT'
+    twice = InLinePVT(**TINY_GOLDEN).convert_checkpoint(once)
+    assert once.keys() == twice.keys()
+    assert all(torch.equal(once[k], twice[k]) for k in once)
+
+
+def _to_official(state):
+    """Our keys -> the official layout (the inverse of the converter), for layouts
+    the golden file does not cover (softmax blocks)."""
+    out = {}
+    for k, v in state.items():
+        if k.startswith('norm'):
+            continue
+        i, rest = int(k.split('.')[1]), k.split('.', 2)[2]
+        if rest == 'pos_embed.weight':
+            out[f'pos_embed{i + 1}'] = v
+        elif rest.startswith('patch_embed.'):
+            out[f'patch_embed{i + 1}.' + rest[len('patch_embed.'):]] = v
+        else:
+            rest = rest[len('blocks.'):]
+            if '.attn.qkv.' in rest:
+                c = v.shape[0] // 3
+                out[f'block{i + 1}.' + rest.replace('qkv', 'q')] = v[:c]
+                out[f'block{i + 1}.' + rest.replace('qkv', 'kv')] = v[c:]
+            else:
+                out[f'block{i + 1}.' + rest] = v
+    return out
+
+
+def test_softmax_blocks_load_from_official_layout(tmp_path):
+    src = InLinePVT(**SMALL)
+    path = tmp_path / 'official.pth'
+    torch.save({'model': _to_official(src.state_dict())}, path)
+    assert any(k.endswith('attn.sr.weight') for k in torch.load(path)['model'])
+    dst = InLinePVT(**SMALL, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    dst.init_weights()
+    for k, v in src.state_dict().items():
+        if not k.startswith('norm'):
+            assert torch.equal(dst.state_dict()[k], v), k
+
+
+def test_loads_every_accepted_layout(tmp_path, golden):
+    path, _ = golden('inline_pvt_tiny_224')
+    ref = load_golden_model(path).state_dict()
+    sd = torch.load(path, weights_only=True)['model']
+    mm = {'meta': {}, 'state_dict': {f'backbone.{k}': v for k, v in sd.items()}}
+    mm['state_dict']['decode_head.conv_seg.weight'] = torch.zeros(3)
+    paths = {'official': path, 'plain': tmp_path / 'plain.pth', 'mm': tmp_path / 'mm.pth',
+             'converted': tmp_path / 'converted.safetensors'}
+    torch.save(sd, paths['plain'])
+    torch.save(mm, paths['mm'])
+    save_converted(convert_official(sd)[1], str(paths['converted']))
+    for name, p in paths.items():
+        got = load_golden_model(p).state_dict()
+        for k, v in ref.items():
+            if not k.startswith('norm'):      # output norms are all fresh
+                assert torch.equal(got[k], v), (name, k)
+
+
+def test_wrong_variant_checkpoints_are_refused(tmp_path, golden):
+    pvt_path, _ = golden('inline_pvt_tiny_224')
+    cswin_path, _ = golden('inline_cswin_tiny_224')
+    with pytest.raises(CheckpointError, match='checkpoint of InLineCSwin, not of InLinePVT'):
+        load_golden_model(cswin_path)
+    # Deeper model of the same widths: every tensor of the file fits, yet it is another variant.
+    with pytest.raises(CheckpointError, match=r'depths \(1, 1, 1, 1\).*has depths \(1, 2, 1, 1\)'):
+        load_golden_model(pvt_path, depths=(1, 2, 1, 1))
+    # Shallower model from a deeper file (PVT-S into PVT-T would fill every tensor).
+    deep = InLinePVT(**{**TINY_GOLDEN, 'depths': (2, 2, 2, 2)})
+    deep_path = tmp_path / 'deep.pth'
+    torch.save({'model': _to_official(deep.state_dict())}, deep_path)
+    with pytest.raises(CheckpointError, match=r"depths \(2, 2, 2, 2\) \(arch='tiny'\)"):
+        load_golden_model(deep_path)
+    wide = InLinePVT(**{**TINY_GOLDEN, 'embed_dims': (32, 64, 160, 256)},
+                     init_cfg=dict(type='Pretrained', checkpoint=pvt_path))
+    with pytest.raises(CheckpointError, match='other shapes.*another variant'):
+        wide.init_weights()
+
+
+def test_missing_checkpoint_names_the_path(tmp_path):
+    model = InLinePVT(**SMALL, init_cfg=dict(type='Pretrained',
+                                             checkpoint=str(tmp_path / 'nope.pth')))
+    with pytest.raises(FileNotFoundError, match='nope.pth'):
+        model.init_weights()
+
+
+def test_registered_in_both_frameworks():
+    from mmdet.registry import MODELS as DET
+    from mmseg.registry import MODELS as SEG
+    for reg in (DET, SEG):
+        assert isinstance(reg.build(dict(type='InLinePVT', **SMALL)), InLinePVT)
