@@ -1,6 +1,5 @@
 import pytest
 import torch
-import torch.nn.functional as F
 from conftest import rel_err
 
 from inline_mm.checkpoint import CheckpointError, convert_official, save_converted
@@ -168,7 +167,8 @@ def test_with_cp_same_outputs_and_grads():
     (dict(num_heads=(2, 4, 7, 16), embed_dims=14), 'num_heads must be even'),
     (dict(split_sizes=(1, 2, 7, 7)), 'split_sizes'),
     (dict(split_sizes=(1, 0, 7)), 'split_sizes'),
-    (dict(stage_types=('inline', 'inline', 'stripe', 'softmax')), "unknown attention type 'stripe'"),
+    (dict(stage_types=('inline', 'inline', 'stripe', 'softmax')),
+     "unknown attention type 'stripe'"),
     (dict(out_indices=()), 'out_indices'),
     (dict(frozen_stages=-2), 'frozen_stages'),
 ])
