@@ -4,6 +4,14 @@ import platform
 import sys
 
 
+def _dist_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return 'unknown'
+
+
 def collect_env() -> dict:
     info = {'Python': sys.version.replace('\n', ' '), 'Platform': platform.platform()}
     try:
@@ -20,7 +28,8 @@ def collect_env() -> dict:
     for name in ('torchvision', 'numpy', 'mmengine', 'mmcv', 'mmdet', 'mmseg', 'timm',
                  'pycocotools', 'safetensors'):
         try:
-            info[name] = importlib.import_module(name).__version__
+            mod = importlib.import_module(name)
+            info[name] = getattr(mod, '__version__', None) or _dist_version(name)
         except Exception as e:  # report, never fail: this runs on broken set-ups
             info[name] = f'not importable ({type(e).__name__}: {e})'
     try:

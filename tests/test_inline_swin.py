@@ -199,7 +199,9 @@ def test_with_cp_same_outputs_and_grads():
 
 @pytest.mark.parametrize('kwargs,message', [
     (dict(arch='huge'), 'unknown InLineSwin arch'),
-    (dict(depths=(2, 2, 2)), 'stage_types has 4 entries'),
+    (dict(depths=(2, 2, 2), num_heads=(3, 6, 12), out_indices=(0, 1, 2)),
+     'stage_types has 4 entries'),
+    (dict(depths=(2, 2, 2)), 'must have one entry per stage'),
     (dict(num_heads=(3, 6, 12)), 'num_heads'),
     (dict(num_heads=(5, 6, 12, 24)), 'not divisible by 5 heads'),
     (dict(stage_types=('inline', 'inline', 'window', 'softmax')), "unknown attention type 'window'"),
@@ -290,7 +292,21 @@ def test_missing_checkpoint_names_the_path(tmp_path):
 
 def test_registered_in_both_frameworks():
     from mmdet.registry import MODELS as DET
+    from mmengine.registry import DefaultScope
     from mmseg.registry import MODELS as SEG
-    for reg in (DET, SEG):
-        m = reg.build(dict(type='InLineSwin', **SMALL))
+    for scope, reg in (('mmdet', DET), ('mmseg', SEG)):
+        with DefaultScope.overwrite_default_scope(scope):
+            m = reg.build(dict(type='InLineSwin', **SMALL))
         assert isinstance(m, InLineSwin)
+
+
+@pytest.mark.parametrize('shape,message', [
+    ((1, 3, 20, 64), 'smaller than the backbone'),
+    ((1, 1, 64, 64), '3-channel input but got 1'),
+    ((1, 4, 64, 64), 'grayscale/RGBA'),
+    ((3, 64, 64), r'\(B, C, H, W\)'),
+])
+def test_bad_input_is_explained(shape, message):
+    model = InLineSwin(**SMALL)
+    with pytest.raises(ValueError, match=message):
+        model(torch.randn(*shape))

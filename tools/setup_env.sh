@@ -61,8 +61,7 @@ for name in ("torch", "torchvision"):
 EOF
 PIP+=(-c "$CONSTRAINTS")
 
-# Build tools for mmcv: its setup.py imports pkg_resources, removed from setuptools >= 70.
-"${PIP[@]}" "setuptools<70" wheel ninja "mmengine==0.10.7"
+"${PIP[@]}" wheel ninja "mmengine==0.10.7"
 
 # --- mmcv with compiled ops, built once per (mmcv, torch, CUDA, Python) and cached -----------------
 read -r TORCH_VER TORCH_CUDA PY_TAG HAVE_GPU < <("$PY" - <<'EOF'
@@ -92,6 +91,8 @@ else
         BUILD="$(mktemp -d)"
         trap 'rm -rf "$BUILD"' EXIT
         log "building mmcv $MMCV_VERSION from source ($FLAVOUR ops) - once per machine; ~15 min on 2 cores"
+        # mmcv 2.1.0's setup.py needs the pkg_resources of setuptools < 70 (restored below).
+        "${PIP[@]}" "setuptools<70"
         "$PY" -m pip download --no-deps --no-binary :all: -d "$BUILD" "mmcv==$MMCV_VERSION" >/dev/null
         tar -xzf "$BUILD"/mmcv-$MMCV_VERSION.tar.gz -C "$BUILD"
         SRC="$BUILD/mmcv-$MMCV_VERSION"
@@ -136,6 +137,8 @@ fi
 
 # --- the rest, and inline_mm in editable mode ------------------------------------------------------
 log "installing mmdet, mmsegmentation, timm and inline_mm (editable)"
+# setuptools: torch >= 2.10 asks for >= 77; mmengine still imports pkg_resources (gone in 81).
+"${PIP[@]}" "setuptools<81"
 "${PIP[@]}" -e "$ROOT[dev]"
 
 "$PY" -c "import inline_mm, mmcv.ops, mmdet, mmseg, timm" >/dev/null

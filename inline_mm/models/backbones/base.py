@@ -72,6 +72,25 @@ class InLineBackbone(BaseModule):
         self.frozen_stages = frozen_stages
         self.num_stages = num_stages
 
+    #: total stride of the last stage; smaller inputs are refused (see ``check_input``).
+    min_input_size = 32
+
+    def check_input(self, x: torch.Tensor):
+        """Refuse input the backbone cannot use, saying what to do about it."""
+        if x.dim() != 4:
+            raise ValueError(f'{type(self).__name__} expects a (B, C, H, W) batch, got shape '
+                             f'{tuple(x.shape)}')
+        if x.shape[1] != getattr(self, 'in_channels', x.shape[1]):
+            raise ValueError(f'{type(self).__name__} was built for {self.in_channels}-channel '
+                             f'input but got {x.shape[1]} channels: convert grayscale/RGBA images '
+                             "to RGB (LoadImageFromFile(color_type='color') does) or set "
+                             'in_channels')
+        h, w = x.shape[-2:]
+        if min(h, w) < self.min_input_size:
+            raise ValueError(f'input of {h}x{w} pixels is smaller than the backbone\'s total '
+                             f'stride ({self.min_input_size}); resize or pad images to at least '
+                             f'{self.min_input_size} px per side (e.g. a Resize or Pad transform)')
+
     def _add_output_norms(self, dims: Sequence[int], eps: float = 1e-5):
         for i in self.out_indices:
             self.add_module(f'norm{i}', nn.LayerNorm(dims[i], eps=eps))

@@ -318,6 +318,7 @@ class InLineSwin(InLineBackbone):
             if d % h:
                 raise ValueError(f'stage {i}: {d} channels are not divisible by {h} heads')
         self.dims = dims
+        self.in_channels = in_channels
 
         self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size)
         self.drop_after_pos = nn.Dropout(drop_rate)
@@ -361,6 +362,7 @@ class InLineSwin(InLineBackbone):
         return convert_swin_checkpoint(state, last_stage=len(self.dims) - 1)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        self.check_input(x)
         x, hw = self.patch_embed(x)
         x = self.drop_after_pos(x)
         outs = []
