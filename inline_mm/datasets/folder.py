@@ -1,0 +1,165 @@
+"""A semantic-segmentation dataset for the folder layout people actually have."""
+import json
+import os
+import os.path as osp
+from typing import List, Optional, Sequence, Union
+
+from mmseg.datasets import BaseSegDataset
+
+__all__ = ['SegFolderDataset', 'IMAGE_SUFFIXES', 'load_meta']
+
+#: image extensions looked for by default (matched case-insensitively)
+IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp')
+
+
+def load_meta(path: str) -> dict:
+    """Read and validate a dataset metadata file.
+
+    The file is JSON: ``{"classes": [names...], "palette": [[r, g, b], ...]}``; the
+    palette is optional (one colour per class, used for predicted masks and plots).
+
+    Raises:
+        FileNotFoundError: when ``path`` does not exist.
+        ValueError: when the file is not valid JSON or its entries are malformed.
+    """
+    if not osp.isfile(path):
+        raise FileNotFoundError(
+            f'dataset metadata file {path} not found. Write it as JSON, e.g. '
+            '{"classes": ["background", "road"], "palette": [[0, 0, 0], [128, 64, 128]]}')
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f'{path} is not valid JSON: {e}') from None
+    if not isinstance(meta, dict) or 'classes' not in meta:
+        raise ValueError(f'{path} must be a JSON object with a "classes" list '
+                         '(and optionally a "palette" list of [r, g, b])')
+    classes = meta['classes']
+    if (not isinstance(classes, list) or len(classes) < 2
+            or not all(isinstance(c, str) and c for c in classes)):
+        raise ValueError(f'{path}: "classes" must list at least two non-empty names, '
+                         f'got {classes!r}')
+    if len(set(classes)) != len(classes):
+        raise ValueError(f'{path}: class names must be unique, got {classes}')
+    palette = meta.get('palette')
+    if palette is not None:
+        ok = isinstance(palette, list) and all(
+            isinstance(p, list) and len(p) == 3
+            and all(isinstance(v, int) and 0 <= v <= 255 for v in p) for p in palette)
+        if not ok:
+            raise ValueError(f'{path}: "palette" must be a list of [r, g, b] with integers '
+                             '0..255')
+        if len(palette) != len(classes):
+            raise ValueError(f'{path}: "palette" has {len(palette)} colours for '
+                             f'{len(classes)} classes; give one colour per class')
+    return meta
+
+
+class SegFolderDataset(BaseSegDataset):
+    """Semantic segmentation from a folder of images and a folder of masks.
+
+    Layout (names pair up by file stem; images may mix formats)::
+
+        data_root/meta.json                    {"classes": [...], "palette": [[r,g,b], ...]}
+        data_root/images/train/a.jpg, b.png    images
+        data_root/masks/train/a.png, b.png     one class index per pixel (uint8 PNG,
+                                               grey or palette mode; not RGB colours)
+        data_root/images/val/..., masks/val/...
+
+    Classes come from ``metainfo['classes']`` (the config) and/or the metadata file;
+    when both are given they must be identical, so a config cannot silently train
+    on a relabelled dataset. The palette comes from the metadata file (or is
+    generated). Run ``tools/check_dataset.py`` before training: it reports every
+    problem of a dataset at once; this class only refuses what would break training.
+
+    Args:
+        meta_file (str, optional): Metadata file, relative to ``data_root``.
+            ``None`` or a missing file is allowed when ``metainfo`` gives the classes.
+            Default: ``'meta.json'``.
+        img_suffix (str | Sequence[str]): Image extension(s), case-insensitive.
+            Default: ``IMAGE_SUFFIXES``.
+        seg_map_suffix (str): Mask extension. Default: ``'.png'``.
+        with_masks (bool): ``False`` for images without masks (prediction only);
+            the pipeline must then not contain ``LoadAnnotations``. Default: True.
+        **kwargs: Arguments of mmseg's ``BaseSegDataset`` (``data_root``,
+            ``data_prefix=dict(img_path=..., seg_map_path=...)``, ``metainfo``,
+            ``pipeline``, ``reduce_zero_label``, ``ignore_index``, ...).
+    """
+
+    METAINFO = dict()
+
+    def __init__(self, meta_file: Optional[str] = 'meta.json',
+                 img_suffix: Union[str, Sequence[str]] = IMAGE_SUFFIXES,
+                 seg_map_suffix: str = '.png', with_masks: bool = True, **kwargs):
+        data_root = kwargs.get('data_root')
+        self.meta_file = (osp.join(data_root or '', meta_file) if meta_file else None)
+        self.with_masks = with_masks
+        kwargs['metainfo'] = self._merge_metainfo(kwargs.get('metainfo'))
+        ignore_index = kwargs.get('ignore_index', 255)
+        if kwargs.get('reduce_zero_label') and ignore_index != 255:
+            raise ValueError(
+                'reduce_zero_label=True maps label 0 to 255 (mmseg fixes that value), so '
+                f'ignore_index must be 255, got {ignore_index}')
+        suffixes = (img_suffix,) if isinstance(img_suffix, str) else tuple(img_suffix)
+        super().__init__(img_suffix=tuple(s.lower() for s in suffixes),
+                         seg_map_suffix=seg_map_suffix, **kwargs)
+
+    def _merge_metainfo(self, metainfo: Optional[dict]) -> dict:
+        metainfo = dict(metainfo or {})
+        if self.meta_file and osp.isfile(self.meta_file):
+            meta = load_meta(self.meta_file)
+            given = metainfo.get('classes')
+            if given is not None and list(given) != meta['classes']:
+                raise ValueError(
+                    f'classes in the config {list(given)} differ from those in '
+                    f'{self.meta_file} {meta["classes"]}: mask value i means class '
+                    f'classes[i], so both must list the same names in the same order')
+            metainfo['classes'] = tuple(meta['classes'])
+            if meta.get('palette') and 'palette' not in metainfo:
+                metainfo['palette'] = [list(p) for p in meta['palette']]
+        elif metainfo.get('classes') is None:
+            where = self.meta_file or '(meta_file=None)'
+            raise FileNotFoundError(
+                f'no classes for SegFolderDataset: {where} does not exist and the config '
+                'gives no metainfo=dict(classes=...). Write the metadata file '
+                '(see tools/make_toy_dataset.py folder) or pass the classes')
+        return metainfo
+
+    def load_data_list(self) -> List[dict]:
+        img_dir = self.data_prefix.get('img_path', '')
+        ann_dir = self.data_prefix.get('seg_map_path', '')
+        if not osp.isdir(img_dir):
+            raise FileNotFoundError(f'image folder {img_dir} not found (data_root + '
+                                    "data_prefix['img_path'])")
+        if self.with_masks and not osp.isdir(ann_dir):
+            raise FileNotFoundError(f'mask folder {ann_dir} not found (data_root + '
+                                    "data_prefix['seg_map_path']); for images without "
+                                    'masks use with_masks=False')
+        data_list, missing, seen = [], [], {}
+        for dirpath, _, files in os.walk(img_dir):
+            for name in sorted(files):
+                stem, ext = osp.splitext(name)
+                if ext.lower() not in self.img_suffix:
+                    continue
+                rel = osp.relpath(osp.join(dirpath, stem), img_dir)
+                if rel in seen:
+                    raise ValueError(f'two images share the name {rel}: {seen[rel]} and '
+                                     f'{name}; they would share one mask, rename one')
+                seen[rel] = name
+                info = dict(img_path=osp.join(dirpath, name), label_map=self.label_map,
+                            reduce_zero_label=self.reduce_zero_label, seg_fields=[])
+                if self.with_masks:
+                    info['seg_map_path'] = osp.join(ann_dir, rel + self.seg_map_suffix)
+                    if not osp.isfile(info['seg_map_path']):
+                        missing.append(info['seg_map_path'])
+                data_list.append(info)
+        if missing:
+            shown = ', '.join(missing[:5]) + (f' and {len(missing) - 5} more'
+                                              if len(missing) > 5 else '')
+            raise FileNotFoundError(f'{len(missing)} image(s) in {img_dir} have no mask: '
+                                    f'{shown}. Run tools/check_dataset.py for a full report')
+        if not data_list:
+            raise FileNotFoundError(
+                f'no images ({", ".join(self.img_suffix)}) in {img_dir}: an empty split '
+                'cannot be trained or evaluated')
+        return sorted(data_list, key=lambda x: x['img_path'])
