@@ -8,9 +8,13 @@ hub's ``HistoryBuffer`` of numpy arrays, numpy scalars in the runtime info).
 We do *not* switch safe loading off (``weights_only=False`` everywhere, or
 ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``): that would let any checkpoint run code.
 Instead the few types that mmengine's checkpoints are made of are added to
-torch's allowlist.  Each is plain data with no side effects on load.  Any other
+torch's allowlist.  Each is plain data with no side effects on load; the one
+function among them, ``getattr``, is replaced by a version that only returns
+``HistoryBuffer``'s statistics methods.  Any other
 object in a checkpoint is still refused by torch with its usual message.
 """
+import pickle
+
 import numpy as np
 import torch
 
@@ -31,9 +35,26 @@ def _numpy_globals():
     return out
 
 
+def _history_buffer_getattr(obj, name):
+    """``getattr`` limited to what mmengine's ``HistoryBuffer`` pickles.
+
+    ``HistoryBuffer.__getstate__`` stores its statistics methods, which pickle as
+    ``getattr(HistoryBuffer, 'mean')``.  A general ``getattr`` in the allowlist would
+    let a crafted file walk from any allowed object to ``os.system``; this one only
+    returns HistoryBuffer's registered statistics methods.
+    """
+    from mmengine.logging.history_buffer import HistoryBuffer
+    if obj is HistoryBuffer and name in HistoryBuffer._statistics_methods | {
+            'min': 0, 'max': 0, 'current': 0, 'mean': 0}:
+        return getattr(obj, name)
+    raise pickle.UnpicklingError(
+        f'refusing getattr({obj!r}, {name!r}) while loading a checkpoint: only '
+        'HistoryBuffer statistics methods are allowed')
+
+
 def _mmengine_globals():
     from mmengine.logging.history_buffer import HistoryBuffer
-    return [HistoryBuffer]
+    return [HistoryBuffer, (_history_buffer_getattr, 'builtins.getattr')]
 
 
 MMENGINE_CHECKPOINT_GLOBALS = None

@@ -170,3 +170,18 @@ def test_safe_loading_is_still_on_for_other_objects(tmp_path):
     torch.save({'x': torch.zeros(1), 'obj': copy.copy}, path)   # a callable: must be refused
     with pytest.raises(Exception, match='Weights only load failed'):
         torch.load(path)
+
+
+class _SneakyGetattr:
+    """Pickles as getattr(HistoryBuffer, '__init__'): the first step of a gadget chain."""
+
+    def __reduce__(self):
+        from mmengine.logging.history_buffer import HistoryBuffer
+        return getattr, (HistoryBuffer, '__init__')
+
+
+def test_getattr_allowlist_is_limited_to_history_buffer_statistics(tmp_path):
+    path = tmp_path / 'sneaky.pth'
+    torch.save({'x': _SneakyGetattr()}, path)
+    with pytest.raises(Exception, match="refusing getattr"):
+        torch.load(path)
