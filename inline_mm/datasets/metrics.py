@@ -3,8 +3,11 @@ import os
 import os.path as osp
 from typing import Sequence
 
+from collections import OrderedDict
+
 import numpy as np
 from mmengine.dist import is_main_process
+from mmengine.logging import MMLogger
 from mmseg.evaluation import IoUMetric
 from PIL import Image
 
@@ -55,6 +58,8 @@ class PaletteIoUMetric(IoUMetric):
         if output_dir is None:
             return
         for sample in data_samples:
+            if self.format_only:
+                self.results.append(None)           # counts saved masks
             pred = sample['pred_sem_seg']['data'].squeeze().cpu().numpy()
             reduce_zero_label = bool(sample.get('reduce_zero_label', False))
             if reduce_zero_label:
@@ -63,3 +68,17 @@ class PaletteIoUMetric(IoUMetric):
             im.putpalette(self._flat_palette(reduce_zero_label))
             stem = osp.splitext(osp.basename(sample['img_path']))[0]
             im.save(osp.join(output_dir, stem + '.png'))
+
+    def compute_metrics(self, results: list) -> dict:
+        logger = MMLogger.get_current_instance()
+        if self.format_only:
+            if self.output_dir:
+                logger.info(f'{len(results)} predicted masks saved to {self.output_dir}')
+            else:
+                logger.warning('format_only=True but no output_dir: nothing was saved '
+                               '(tools/test.py CONFIG CHECKPOINT --out DIR sets it)')
+            return OrderedDict()
+        metrics = super().compute_metrics(results)
+        if self.output_dir:
+            logger.info(f'predicted masks saved to {self.output_dir}')
+        return metrics

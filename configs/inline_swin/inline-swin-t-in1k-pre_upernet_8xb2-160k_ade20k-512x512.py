@@ -1,0 +1,52 @@
+# UperNet with an InLine-Swin-T backbone (ImageNet-1k weights) on ADE20K: 512x512 crops,
+# 160k iterations, 16 images per step (8 GPUs x 2). Recipe of the InLine authors' sibling
+# linear-attention segmenters (Agent-Attention, MLLA): AdamW lr 6e-5, wd 0.01, linear
+# warm-up over 1500 iterations, then poly decay (power 1) to 0. Every other
+# *_upernet_* config in this folder is a short child of this file.
+_base_ = [
+    'mmseg::_base_/models/upernet_swin.py',
+    'mmseg::_base_/datasets/ade20k.py',
+    'mmseg::_base_/default_runtime.py',
+    'mmseg::_base_/schedules/schedule_160k.py',
+]
+custom_imports = dict(imports=['inline_mm'], allow_failed_imports=False)
+
+crop_size = (512, 512)
+data_preprocessor = dict(size=crop_size)
+# The heads keep the base's SyncBN: with one process (tools/train.py, CPU or one GPU)
+# mmengine turns it into plain BN; several CPU processes (gloo) need
+# --cfg-options model.decode_head.norm_cfg.type=BN model.auxiliary_head.norm_cfg.type=BN
+model = dict(
+    data_preprocessor=data_preprocessor,
+    backbone=dict(
+        _delete_=True,
+        type='InLineSwin',
+        arch='tiny',
+        drop_path_rate=0.3,
+        out_indices=(0, 1, 2, 3),
+        with_cp=False,
+        # Official ImageNet weights, file name as in checkpoints/README.md.
+        init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_swin_t.pth')),
+    decode_head=dict(in_channels=[96, 192, 384, 768], num_classes=150),
+    auxiliary_head=dict(in_channels=384, num_classes=150))
+
+optim_wrapper = dict(
+    _delete_=True,
+    type='OptimWrapper',
+    optimizer=dict(type='AdamW', lr=6e-5, betas=(0.9, 0.999), weight_decay=0.01),
+    # No decay on LayerNorm gains/biases and on the relative position bias tables of the
+    # softmax blocks: they set scales, offsets and positional preferences rather than
+    # capacity, and pulling them toward zero only fights the normalisation (Swin recipe).
+    paramwise_cfg=dict(custom_keys={
+        'norm': dict(decay_mult=0.),
+        'relative_position_bias_table': dict(decay_mult=0.),
+    }))
+
+param_scheduler = [
+    dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
+    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=1500, end=160000, by_epoch=False),
+]
+
+train_dataloader = dict(batch_size=2)
+val_dataloader = dict(batch_size=1)
+test_dataloader = val_dataloader
