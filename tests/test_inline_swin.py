@@ -268,19 +268,29 @@ def test_conversion_is_idempotent(golden):
 def test_wrong_variant_checkpoints_are_refused(golden):
     swin_path, _ = golden('inline_swin_tiny_224')
     pvt_path, _ = golden('inline_pvt_tiny_224')
-    with pytest.raises(CheckpointError, match='provides only 0 of'):
+    with pytest.raises(CheckpointError, match='checkpoint of InLinePVT, not of InLineSwin'):
         load_golden_model(pvt_path)
     # Wider model: every tensor has another shape.
     wide = InLineSwin(**{**TINY_GOLDEN, 'embed_dims': 32, 'num_heads': (2, 4, 8, 16)},
                       init_cfg=dict(type='Pretrained', checkpoint=swin_path))
     with pytest.raises(CheckpointError, match='other shapes.*another variant'):
         wide.init_weights()
-    # A deeper, S-like layout (more blocks, stage 2 softmax): too little of it is covered.
+    # A deeper, S-like layout (more blocks, stage 2 softmax): another variant.
     deep = InLineSwin(**{**TINY_GOLDEN, 'depths': (2, 2, 6, 2),
                          'stage_types': ('inline', 'inline', 'softmax', 'softmax')},
                       init_cfg=dict(type='Pretrained', checkpoint=swin_path))
-    with pytest.raises(CheckpointError, match='provides only'):
+    with pytest.raises(CheckpointError, match=r'depths \(2, 2, 2, 2\).*another variant'):
         deep.init_weights()
+
+
+def test_deeper_checkpoint_is_not_silently_truncated(tmp_path, golden):
+    """An -S checkpoint (stage 2 deeper) in a -T model would fill every tensor; refuse it."""
+    deeper = InLineSwin(**{**TINY_GOLDEN, 'depths': (2, 2, 6, 2)})
+    path = tmp_path / 'deeper.pth'
+    torch.save({'model': deeper.state_dict()}, path)
+    model = InLineSwin(**TINY_GOLDEN, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    with pytest.raises(CheckpointError, match=r'depths \(2, 2, 6, 2\).*another variant'):
+        model.init_weights()
 
 
 def test_missing_checkpoint_names_the_path(tmp_path):

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as cp
 from timm.layers import DropPath, Mlp, trunc_normal_
 
+from ...checkpoint import check_layout
 from ...registry import register_backbone
 from ..inline_attention import InLineAttention
 from .base import INLINE, InLineBackbone, parse_stage_types, to_nchw
@@ -318,6 +319,7 @@ class InLineSwin(InLineBackbone):
             if d % h:
                 raise ValueError(f'stage {i}: {d} channels are not divisible by {h} heads')
         self.dims = dims
+        self.depths = depths
         self.in_channels = in_channels
 
         self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size)
@@ -359,7 +361,9 @@ class InLineSwin(InLineBackbone):
                 if re.match(r'norm\d+\.', k) and not k.startswith(f'norm{last}.')]
 
     def convert_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        return convert_swin_checkpoint(state, last_stage=len(self.dims) - 1)
+        state = convert_swin_checkpoint(state, last_stage=len(self.dims) - 1)
+        check_layout(self, state, ARCH_SETTINGS, block_key=r'layers\.(\d+)\.blocks\.(\d+)\.')
+        return state
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         self.check_input(x)
