@@ -1,0 +1,271 @@
+"""Every segmentation config parses, follows its recipe, builds (shrunken) and trains a step."""
+import copy
+import functools
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import init_default_scope
+from mmengine.structures import PixelData
+from mmseg.registry import MODELS
+from mmseg.structures import SegDataSample
+
+import inline_mm  # noqa: F401
+from inline_mm.models.backbones import inline_pvt, inline_swin
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / 'configs'
+SEG_CONFIGS = sorted(
+    [p for d in ('inline_swin', 'inline_pvt', 'inline_cswin') for p in (CONFIGS / d).glob('*.py')
+     if 'ade20k' in p.name] + list((CONFIGS / 'custom').glob('*.py')))
+IDS = [p.name for p in SEG_CONFIGS]
+SIZE = 64
+
+
+def _expected_names():
+    names = []
+    for v in 'tsb':
+        for amp in ('', 'amp-'):
+            names.append(f'inline-swin-{v}-in1k-pre_upernet_8xb2-{amp}160k_ade20k-512x512.py')
+    names.append('inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512-slide.py')
+    for v in 'tsml':
+        for amp in ('', 'amp-'):
+            names.append(f'fpn_inline-pvt-{v}_4xb4-{amp}40k_ade20k-512x512.py')
+    names += ['inline-swin-t-in1k-pre_upernet_1xb4-20k_custom-512x512.py',
+              'inline-swin-t-in1k-pre_upernet_1xb4-20k_custom-512x512_predict.py']
+    return names
+
+
+def test_every_recipe_has_its_configs():
+    missing = set(_expected_names()) - set(IDS)
+    assert not missing, f'segmentation configs missing: {sorted(missing)}'
+
+
+def _tiny_stage_types(arch_types):
+    """One block per whole-type stage; a mixed stage keeps its first and last type."""
+    types, depths = [], []
+    for t in arch_types:
+        if isinstance(t, str):
+            types.append(t)
+            depths.append(1)
+        else:
+            types.append((t[0], t[-1]))
+            depths.append(2)
+    return tuple(types), tuple(depths)
+
+
+def shrink(cfg: Config) -> Config:
+    """Narrow, shallow backbone and heads, 64-pixel inputs, no pretrained file."""
+    model = cfg.model
+    bb = model.backbone
+    bb.init_cfg = None
+    if bb.type == 'InLineSwin':
+        types, depths = _tiny_stage_types(
+            inline_swin.ARCH_SETTINGS[bb.get('arch', 'tiny')]['stage_types'])
+        bb.update(embed_dims=16, depths=depths, num_heads=(1, 1, 2, 2), stage_types=types)
+        chans = [16, 32, 64, 128]
+    elif bb.type == 'InLinePVT':
+        chans = [16, 32, 40, 64]
+        bb.update(embed_dims=chans, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 2))
+    else:
+        raise AssertionError(f'no shrink rule for backbone {bb.type}')
+    model.data_preprocessor.size = (SIZE, SIZE)
+    if model.get('neck'):
+        model.neck.update(in_channels=chans, out_channels=16)
+        model.decode_head.update(in_channels=[16] * 4, channels=16)
+    else:
+        model.decode_head.update(in_channels=chans, channels=16)
+    if model.get('auxiliary_head'):
+        model.auxiliary_head.update(in_channels=chans[model.auxiliary_head.in_index],
+                                    channels=8)
+    if model.test_cfg.get('mode') == 'slide':
+        model.test_cfg.update(crop_size=(48, 48), stride=(32, 32))
+    return cfg
+
+
+def _batch(num_classes: int, ignore_index: int = 255):
+    samples = []
+    for _ in range(2):
+        gt = torch.randint(0, num_classes, (1, SIZE, SIZE))
+        gt[:, :4] = ignore_index
+        s = SegDataSample(gt_sem_seg=PixelData(data=gt))
+        s.set_metainfo(dict(img_shape=(SIZE, SIZE), ori_shape=(SIZE, SIZE),
+                            pad_shape=(SIZE, SIZE)))
+        samples.append(s)
+    inputs = [torch.randint(0, 256, (3, SIZE, SIZE), dtype=torch.uint8) for _ in range(2)]
+    return dict(inputs=inputs, data_samples=samples)
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(path: str) -> Config:
+    return Config.fromfile(path)
+
+
+def _load(path) -> Config:
+    """A fresh copy of a parsed config (parsing resolves mmseg:: bases, which is slow)."""
+    cfg = copy.deepcopy(_parse(str(path)))
+    init_default_scope(cfg.get('default_scope', 'mmseg'))
+    return cfg
+
+
+@pytest.mark.parametrize('path', SEG_CONFIGS, ids=IDS)
+def test_config_builds_and_trains_a_step(path):
+    cfg = _load(path)
+    assert cfg.default_scope == 'mmseg'
+    assert cfg.custom_imports == dict(imports=['inline_mm'], allow_failed_imports=False)
+    ckpt = cfg.model.backbone.init_cfg.checkpoint
+    assert ckpt.startswith('checkpoints/inline_') and ckpt.endswith('.pth')
+    num_classes = cfg.model.decode_head.num_classes
+    model = MODELS.build(shrink(cfg).model)
+    # The heads keep SyncBN as in mmseg; one process without torch.distributed must
+    # still train (torch falls back to plain batch norm, the Runner reverts it).
+    assert any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules())
+    assert not torch.distributed.is_initialized()
+    model.train()
+    amp = cfg.optim_wrapper.type == 'AmpOptimWrapper'
+    if amp:     # AmpOptimWrapper needs CUDA: same model/optimizer, CPU bf16 autocast
+        cfg.optim_wrapper.type = 'OptimWrapper'
+        cfg.optim_wrapper.pop('loss_scale')
+    optim = build_optim_wrapper(model, cfg.optim_wrapper)
+    before = [p.detach().clone() for p in model.backbone.parameters()]
+    with torch.autocast('cpu', dtype=torch.bfloat16, enabled=amp):
+        log = model.train_step(_batch(num_classes), optim)
+    assert torch.isfinite(log['loss'])
+    assert 'decode.loss_ce' in log
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.backbone.parameters()))
+    if cfg.model.test_cfg.get('mode') == 'slide':
+        model.eval()
+        with torch.no_grad():
+            out = model.test_step(_batch(num_classes))
+        assert out[0].pred_sem_seg.data.shape == (1, SIZE, SIZE)
+
+
+SWIN = {'t': ('tiny', 0.3, 96), 's': ('small', 0.3, 96), 'b': ('base', 0.5, 128)}
+PVT = {'t': 'tiny', 's': 'small', 'm': 'medium', 'l': 'large'}
+
+
+@pytest.mark.parametrize('v', SWIN)
+def test_upernet_recipe(v):
+    arch, dpr, c = SWIN[v]
+    cfg = _load(CONFIGS / 'inline_swin' / f'inline-swin-{v}-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py')
+    bb = cfg.model.backbone
+    assert (bb.type, bb.arch, bb.drop_path_rate) == ('InLineSwin', arch, dpr)
+    assert bb.init_cfg.checkpoint == f'checkpoints/inline_swin_{v}.pth'
+    assert cfg.model.decode_head.in_channels == [c, 2 * c, 4 * c, 8 * c]
+    assert cfg.model.auxiliary_head.in_channels == 4 * c
+    assert cfg.model.decode_head.num_classes == cfg.model.auxiliary_head.num_classes == 150
+    opt = cfg.optim_wrapper.optimizer
+    assert (opt.type, opt.lr, opt.weight_decay) == ('AdamW', 6e-5, 0.01)
+    warm, poly = cfg.param_scheduler
+    assert (warm.type, warm.end) == ('LinearLR', 1500)
+    assert (poly.type, poly.power, poly.eta_min, poly.begin, poly.end) == \
+        ('PolyLR', 1.0, 0.0, 1500, 160000)
+    assert cfg.train_cfg.max_iters == 160000
+    assert cfg.train_dataloader.batch_size == 2                  # x 8 GPUs = 16
+    crop = [t for t in cfg.train_dataloader.dataset.pipeline if t.type == 'RandomCrop']
+    assert crop[0].crop_size == (512, 512) == cfg.model.data_preprocessor.size
+
+
+@pytest.mark.parametrize('v', PVT)
+def test_semantic_fpn_recipe(v):
+    cfg = _load(CONFIGS / 'inline_pvt' / f'fpn_inline-pvt-{v}_4xb4-40k_ade20k-512x512.py')
+    bb = cfg.model.backbone
+    assert (bb.type, bb.arch, bb.drop_path_rate) == ('InLinePVT', PVT[v], 0.1)
+    assert bb.init_cfg.checkpoint == f'checkpoints/inline_pvt_{v}.pth'
+    assert cfg.model.pretrained is None
+    assert cfg.model.neck.in_channels == [64, 128, 320, 512]
+    assert cfg.model.decode_head.num_classes == 150
+    opt = cfg.optim_wrapper.optimizer
+    assert (opt.type, opt.lr, opt.weight_decay) == ('AdamW', 2e-4, 1e-4)
+    (poly,) = cfg.param_scheduler
+    assert (poly.type, poly.power, poly.eta_min, poly.end) == ('PolyLR', 0.9, 0.0, 40000)
+    assert cfg.train_cfg.max_iters == 40000
+    assert cfg.train_dataloader.batch_size == 4                  # x 4 GPUs = 16
+
+
+@pytest.mark.parametrize('path', [p for p in SEG_CONFIGS if '-amp-' in p.name],
+                         ids=lambda p: p.name)
+def test_amp_variant_only_changes_the_optim_wrapper(path):
+    amp = _load(path)
+    plain = _load(path.with_name(path.name.replace('amp-', '')))
+    assert amp.optim_wrapper.type == 'AmpOptimWrapper'
+    assert amp.optim_wrapper.loss_scale == 'dynamic'
+    a = amp.to_dict()
+    p = plain.to_dict()
+    for d in (a, p):
+        d['optim_wrapper'].pop('type')
+        d['optim_wrapper'].pop('loss_scale', None)
+    assert a == p
+
+
+def test_slide_variant_only_changes_testing():
+    base = 'inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512'
+    slide = _load(CONFIGS / 'inline_swin' / f'{base}-slide.py').to_dict()
+    whole = _load(CONFIGS / 'inline_swin' / f'{base}.py').to_dict()
+    assert slide['model'].pop('test_cfg') == dict(mode='slide', crop_size=(512, 512),
+                                                  stride=(341, 341))
+    whole['model'].pop('test_cfg')
+    assert slide == whole
+
+
+@pytest.mark.parametrize('name,keys', [
+    ('inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
+     ('relative_position_bias_table',)),
+    ('inline_pvt/fpn_inline-pvt-t_4xb4-40k_ade20k-512x512.py', ('pos_embed',)),
+])
+def test_no_weight_decay_on_norms_and_position_tables(name, keys):
+    cfg = shrink(_load(CONFIGS / name))
+    model = MODELS.build(cfg.model)
+    optim = build_optim_wrapper(model, cfg.optim_wrapper)
+    wd = cfg.optim_wrapper.optimizer.weight_decay
+    decay = {id(p): g['weight_decay'] for g in optim.optimizer.param_groups for p in g['params']}
+    seen = set()
+    for name, p in model.backbone.named_parameters():
+        exempt = 'norm' in name or any(k in name for k in keys)
+        assert decay[id(p)] == (0. if exempt else wd), name
+        seen.update(k for k in keys if k in name)
+    assert seen == set(keys), 'a position-table key matches no parameter'
+    qkv = [p for n, p in model.backbone.named_parameters() if n.endswith('qkv.weight')]
+    assert qkv and all(decay[id(p)] == wd for p in qkv)
+
+
+def test_sync_bn_heads_on_cpu():
+    """One process: SyncBN trains; the override for multi-process CPU runs removes it."""
+    cfg = shrink(_load(CONFIGS / 'inline_swin' /
+                       'inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'))
+    from mmengine.model import revert_sync_batchnorm
+    model = revert_sync_batchnorm(MODELS.build(cfg.model))      # what the Runner does
+    assert not any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules())
+    cfg.merge_from_dict({'model.decode_head.norm_cfg.type': 'BN',
+                         'model.auxiliary_head.norm_cfg.type': 'BN'})
+    model = MODELS.build(cfg.model)
+    assert not any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules())
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+
+
+def test_custom_template_heads_follow_the_classes():
+    cfg = _load(CONFIGS / 'custom' / 'inline-swin-t-in1k-pre_upernet_1xb4-20k_custom-512x512.py')
+    n = len(cfg.classes)
+    assert cfg.num_classes == n
+    assert cfg.model.decode_head.num_classes == cfg.model.auxiliary_head.num_classes == n
+    ignore = cfg.ignore_index
+    assert cfg.model.decode_head.ignore_index == cfg.model.auxiliary_head.ignore_index == ignore
+    assert cfg.model.data_preprocessor.seg_pad_val == ignore
+    for loader in (cfg.train_dataloader, cfg.val_dataloader):
+        ds = loader.dataset
+        assert ds.type == 'SegFolderDataset'
+        assert ds.metainfo.classes == cfg.classes
+        assert (ds.ignore_index, ds.reduce_zero_label) == (ignore, cfg.reduce_zero_label)
+        assert ds.data_root == cfg.data_root
+    assert cfg.val_evaluator.type == 'PaletteIoUMetric'
+    assert cfg.val_evaluator.ignore_index == ignore
+    assert cfg.train_dataloader.batch_size >= 2      # batch norm in the heads
+    predict = _load(CONFIGS / 'custom' /
+                    'inline-swin-t-in1k-pre_upernet_1xb4-20k_custom-512x512_predict.py')
+    assert predict.test_dataloader.dataset.with_masks is False
+    assert predict.test_dataloader.dataset.data_prefix == dict(img_path='images/test')
+    assert predict.test_evaluator.format_only is True
+    assert not any(t.type == 'LoadAnnotations' for t in predict.test_dataloader.dataset.pipeline)
+    assert predict.val_dataloader.dataset.get('with_masks', True) is True
