@@ -288,7 +288,9 @@ def class_summary(stats: dict, classes: Optional[Sequence[str]], num_classes: in
                 absent.append(label)
         print(f'{split}: {len(hists)} image/mask pairs; class pixels: ' + ', '.join(shares))
         if absent:
-            report.warning('class-absent', '', f'{split} split: classes never present: {absent}')
+            more = f' and {len(absent) - 20} more' if len(absent) > 20 else ''
+            report.warning('class-absent', '', f'{split} split: {len(absent)} class(es) never '
+                                               f'present: {", ".join(absent[:20])}{more}')
 
 
 def splits_from_config(config: str):
