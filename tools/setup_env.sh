@@ -33,8 +33,16 @@ if [[ -z "${PYTHON:-}" ]]; then
     if command -v python3.11 >/dev/null; then PYTHON=python3.11; else PYTHON=python3; fi
 fi
 if [[ ! -x "$VENV/bin/python" ]]; then
-    log "creating $VENV with $($PYTHON --version 2>&1)"
-    "$PYTHON" -m venv "$VENV"
+    if "$PYTHON" -c "import torch" 2>/dev/null; then
+        # Reuse the interpreter's torch (e.g. a CUDA build the user installed) instead of
+        # pulling a second multi-GB copy into the venv.
+        log "creating $VENV on $($PYTHON --version 2>&1), reusing its torch" \
+            "$("$PYTHON" -c 'import torch; print(torch.__version__)')"
+        "$PYTHON" -m venv --system-site-packages "$VENV"
+    else
+        log "creating $VENV with $($PYTHON --version 2>&1)"
+        "$PYTHON" -m venv "$VENV"
+    fi
 fi
 PY="$VENV/bin/python"
 PIP=("$PY" -m pip install --progress-bar off)
@@ -107,6 +115,10 @@ else
                 TORCH_CUDA_ARCH_LIST="$("$PY" -c 'import torch; print(";".join(sorted({"%d.%d" % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})))')"
                 export TORCH_CUDA_ARCH_LIST
             fi
+            # Some toolkits lack headers (cusparse) that torch's headers include; pip's CUDA
+            # wheels carry them. The toolkit's own include dir stays first.
+            NV_INC="$(ls -d "$VENV"/lib/python*/site-packages/nvidia/*/include 2>/dev/null | paste -sd: -)"
+            export CPATH="$CUDA_HOME/include${NV_INC:+:$NV_INC}${CPATH:+:$CPATH}"
             log "CUDA_HOME=$CUDA_HOME TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
         else
             export FORCE_CUDA=0 MMCV_WITH_CUDA=0 CUDA_HOME=/nonexistent-no-cuda-build
