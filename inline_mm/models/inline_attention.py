@@ -18,11 +18,12 @@ Implementation notes (why it looks the way it does):
 * Everything runs in one autograd function, :class:`_InLineFunction`, with a
   hand-written backward.  Its gradient has a closed form in the same ``d x d``
   statistics (``dM = Q^T dO``; ``dK = (V - mean V) dCov^T / n``;
-  ``dV = (K - mean K) dCov / n + colsum(dO) / n``), so the backward saves only the
-  packed ``qkv`` (alive anyway), the ``d x d`` matrix and the copy of V that the
-  convolution needs, and writes ``dq``, ``dk``, ``dv`` straight into one buffer in
-  the layout of the ``qkv`` projection's output: no head-major copies, no
-  zero-filled slice gradients summed afterwards.
+  ``dV = (K - mean K) dCov / n + colsum(dO) / n``), so the backward keeps only the
+  packed ``qkv`` (alive anyway) and ``d x d`` matrices, makes the image copy of V
+  again for the convolution instead of holding it through the forward, and writes
+  ``dq``, ``dk``, ``dv`` straight into one buffer in the layout of the ``qkv``
+  projection's output: no head-major copies, no zero-filled slice gradients summed
+  afterwards.
 * The per-head products read ``q``, ``k``, ``v`` as strided views of the packed
   projection output (BLAS takes the row stride), and write the output in token
   layout ``(B, N, C)`` that the output projection consumes.
@@ -65,6 +66,13 @@ def _conv_cl(x: torch.Tensor) -> torch.Tensor:
     return x.permute(0, 3, 1, 2)
 
 
+def _v_image(v: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+    """``(B, heads, N, d)`` view of V -> contiguous ``(B, H, W, C)`` copy, returned as
+    its channels-last ``(B, C, H, W)`` view."""
+    b, heads, n, d = v.shape
+    return _conv_cl(v.transpose(1, 2).reshape(b, hw[0], hw[1], heads * d))
+
+
 class _InLineFunction(torch.autograd.Function):
     """InLine attention of a packed ``qkv`` view, optionally with the local term.
 
@@ -94,33 +102,31 @@ class _InLineFunction(torch.autograd.Function):
 
             out = qkv.new_empty((b, n, c))
             out_h = out.view(b, n, heads, d).transpose(1, 2)                # (B, heads, N, d)
-            v_img = None
             if kernels is None:
                 for i in range(b):
                     torch.baddbmm(v_mean[i].to(dt), q[i], m[i], out=out_h[i])
             else:
-                h, w = hw
                 for i in range(b):
                     torch.bmm(q[i], m[i], out=out_h[i])
-                v_img = v.transpose(1, 2).reshape(b, h, w, c)                # the one copy of V
                 kernels = kernels.to(dt).reshape(b, c, 1, 3, 3)
                 # mean(V) (and the LePE bias) ride along as the convolution bias.
                 conv_bias = v_mean.reshape(b, c)
                 if bias is not None:
                     conv_bias = conv_bias + bias.to(_F32)
                 conv_bias = conv_bias.to(dt)
-                x_img = _conv_cl(v_img)
+                x_img = _v_image(v, hw)
                 for i in range(b):
                     local = F.conv2d(x_img[i:i + 1], kernels[i], conv_bias[i], padding=1, groups=c)
                     out[i].add_(local.permute(0, 2, 3, 1).reshape(n, c))
-        ctx.save_for_backward(qkv, m, means, kernels, v_img)
-        ctx.scale = scale
-        ctx.has_bias = bias is not None
+        # The image copy of V is not kept: the backward makes it again (one copy)
+        # rather than holding N x C per block for the whole forward pass.
+        ctx.save_for_backward(qkv, m, means, kernels)
+        ctx.scale, ctx.hw, ctx.has_bias = scale, hw, bias is not None
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        qkv, m, means, kernels, v_img = ctx.saved_tensors
+        qkv, m, means, kernels = ctx.saved_tensors
         need_qkv, need_kernels, need_bias = ctx.needs_input_grad[:3]
         scale = ctx.scale
         with _autocast_off(qkv):
@@ -129,12 +135,31 @@ class _InLineFunction(torch.autograd.Function):
             dt = qkv.dtype
             grad = grad.contiguous()
             q, k, v = qkv.unbind(1)
-            k_mean, v_mean = means.unbind(1)
-            grad_h = grad.view(b, n, heads, d).transpose(1, 2)              # (B, heads, N, d)
             grad_sum = grad.sum(dim=1, dtype=_F32)                          # (B, C)
-
             grad_qkv = grad_kernels = grad_bias = None
+
+            # Local term first, so that its N x C temporaries are gone before the
+            # 3 N x C gradient buffer exists.
+            grad_local = None
+            if kernels is not None and (need_qkv or need_kernels):
+                h, w = ctx.hw
+                grad_img = _conv_cl(grad.view(b, h, w, c))
+                x_img = _v_image(v, ctx.hw)
+                grad_local, dk_list = [], []
+                for i in range(b):
+                    dx, dw, _ = torch.ops.aten.convolution_backward(
+                        grad_img[i:i + 1], x_img[i:i + 1], kernels[i], None, [1, 1], [1, 1],
+                        [1, 1], False, [0, 0], c, [need_qkv, need_kernels, False])
+                    grad_local.append(dx)
+                    if need_kernels:
+                        dk_list.append(dw.view(c, 3, 3))
+                del x_img
+                if need_kernels:
+                    grad_kernels = torch.stack(dk_list)
+
             if need_qkv:
+                k_mean, v_mean = means.unbind(1)
+                grad_h = grad.view(b, n, heads, d).transpose(1, 2)          # (B, heads, N, d)
                 # dM = Q^T dO and dCov = s dM, per sample in fp32.
                 dcov = qkv.new_empty((b, heads, d, d), dtype=_F32)
                 for i in range(b):
@@ -154,22 +179,10 @@ class _InLineFunction(torch.autograd.Function):
                     torch.bmm(grad_h[i], m[i].transpose(1, 2), out=dq[i])
                     torch.baddbmm(off_k[i], v[i], dcov_n[i].transpose(1, 2), out=dk[i])
                     torch.baddbmm(off_v[i], k[i], dcov_n[i], out=dv[i])
-
-            if kernels is not None and (need_qkv or need_kernels):
-                h, w = hw = v_img.shape[1:3]
-                grad_img = _conv_cl(grad.view(b, h, w, c))
-                x_img = _conv_cl(v_img)
-                dk_list = []
-                for i in range(b):
-                    dx, dw, _ = torch.ops.aten.convolution_backward(
-                        grad_img[i:i + 1], x_img[i:i + 1], kernels[i], None, [1, 1], [1, 1],
-                        [1, 1], False, [0, 0], c, [need_qkv, need_kernels, False])
-                    if need_qkv:
+                    if grad_local is not None:
+                        dx = grad_local[i]
+                        grad_local[i] = None
                         grad_tok[i, :, 2].view(n, c).add_(dx.permute(0, 2, 3, 1).reshape(n, c))
-                    if need_kernels:
-                        dk_list.append(dw.view(c, 3, 3))
-                if need_kernels:
-                    grad_kernels = torch.stack(dk_list)
             if need_bias and ctx.has_bias:
                 grad_bias = grad_sum.sum(0)
         return grad_qkv, grad_kernels, grad_bias, None, None
