@@ -1,0 +1,159 @@
+"""Checkpoints that survive a training process killed at any moment.
+
+What mmengine 0.10.7 already gets right (verified by ``tests/test_reliability_resume.py``,
+which kills a run with SIGKILL in the middle of writing a checkpoint): it writes
+``work_dir/last_checkpoint`` only after the checkpoint file is complete, so
+``--resume`` never picks a half-written file.
+
+What it gets wrong, and :func:`install` fixes:
+
+* With ``max_keep_ckpts`` set, ``CheckpointHook`` deletes the oldest kept checkpoint
+  *before* writing the new one.  With ``max_keep_ckpts=1`` (popular for saving disk) a
+  kill during the save leaves only a truncated file while ``last_checkpoint`` still
+  names the deleted one: every iteration of the run is lost.  The fix defers the
+  deletion until the new checkpoint and ``last_checkpoint`` are written; the hook's
+  bookkeeping (which steps are kept, as stored in the checkpoint) is unchanged.
+* ``last_checkpoint`` is rewritten in place (truncate, then write), and a work dir
+  may hold a checkpoint that was cut short (disk full, a copy interrupted).  When
+  ``--resume`` finds ``last_checkpoint`` empty, or naming a missing or incomplete
+  file, it now falls back to the newest complete ``iter_*.pth`` / ``epoch_*.pth`` in
+  the work dir, with a warning naming both; with none it fails with a clear message
+  instead of starting over or crashing on an empty path.
+"""
+import functools
+import logging
+import os
+import os.path as osp
+import re
+import zipfile
+from typing import List, Optional
+
+__all__ = ['install', 'is_complete_checkpoint', 'complete_checkpoints', 'find_resumable']
+
+_CKPT_NAME = re.compile(r'^(iter|epoch)_(\d+)\.pth$')
+
+
+def is_complete_checkpoint(path: str) -> bool:
+    """True when ``path`` is a whole file in torch's zip format.
+
+    ``torch.save`` writes the zip's central directory last, so a file cut short
+    anywhere fails this check; it reads only the end of the file.
+    """
+    try:
+        return osp.isfile(path) and zipfile.is_zipfile(path)
+    except OSError:
+        return False
+
+
+def complete_checkpoints(work_dir: str) -> List[str]:
+    """Complete ``iter_N.pth`` / ``epoch_N.pth`` files in ``work_dir``, oldest first
+    (by N; iteration checkpoints after epoch ones)."""
+    if not osp.isdir(work_dir):
+        return []
+    found = []
+    for name in os.listdir(work_dir):
+        m = _CKPT_NAME.match(name)
+        if m and is_complete_checkpoint(osp.join(work_dir, name)):
+            found.append((m.group(1) == 'iter', int(m.group(2)), osp.join(work_dir, name)))
+    return [p for _, _, p in sorted(found)]
+
+
+def _is_local(path: str) -> bool:
+    return '://' not in path
+
+
+def find_resumable(work_dir: str, recorded: Optional[str], warn=None) -> Optional[str]:
+    """The checkpoint ``--resume`` should use, given what ``last_checkpoint`` says.
+
+    Args:
+        work_dir (str): The run's work dir.
+        recorded (str, optional): Contents of ``last_checkpoint`` (None: no such file).
+        warn (callable, optional): Called with a message when falling back.
+            Default: None (silent).
+
+    Returns:
+        str or None: ``recorded`` when it is usable; else the newest complete
+        checkpoint; None when there is no ``last_checkpoint`` (a fresh run).
+
+    Raises:
+        FileNotFoundError: ``last_checkpoint`` exists but nothing usable does.
+    """
+    if recorded is None:
+        return None
+    if recorded and (not _is_local(recorded) or is_complete_checkpoint(recorded)):
+        return recorded
+    why = ('is empty' if not recorded else
+           f'names {recorded}, which ' + ('is incomplete (the run was probably killed '
+                                          'while saving it)' if osp.exists(recorded)
+                                          else 'does not exist'))
+    candidates = complete_checkpoints(work_dir)
+    if not candidates:
+        raise FileNotFoundError(
+            f'cannot resume: {osp.join(work_dir, "last_checkpoint")} {why}, and {work_dir} '
+            'holds no complete iter_*.pth / epoch_*.pth. Start without --resume, or pass a '
+            'checkpoint explicitly: --resume PATH')
+    if warn is not None:
+        warn(f'{osp.join(work_dir, "last_checkpoint")} {why}; resuming from the newest '
+             f'complete checkpoint instead: {candidates[-1]}')
+    return candidates[-1]
+
+
+class _DeferRemoval:
+    """Stands in for ``CheckpointHook.file_backend`` during one save: forwards
+    everything, but records ``remove`` / ``rmtree`` calls to run after the save."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self.pending = []
+
+    def remove(self, path):
+        self.pending.append((self._backend.remove, path))
+
+    def rmtree(self, path):
+        self.pending.append((self._backend.rmtree, path))
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+
+def _prune_after(save):
+    @functools.wraps(save)
+    def save_then_prune(self, *args, **kwargs):
+        backend = self.file_backend
+        deferred = _DeferRemoval(backend)
+        self.file_backend = deferred
+        try:
+            result = save(self, *args, **kwargs)
+        finally:
+            self.file_backend = backend
+        # Reached only once the new checkpoint (and last_checkpoint) are written.
+        for remove, path in deferred.pending:
+            remove(path)
+        return result
+
+    save_then_prune._inline_mm_safe = True
+    return save_then_prune
+
+
+def install():
+    """Patch ``CheckpointHook`` and the runner's ``find_latest_checkpoint`` (idempotent)."""
+    import mmengine.runner.runner as runner_module
+    from mmengine.hooks import CheckpointHook
+    from mmengine.logging import print_log
+
+    # The periodic save and the best-checkpoint save both delete an old file first.
+    for name in ('_save_checkpoint_with_step', '_save_best_checkpoint'):
+        method = getattr(CheckpointHook, name)
+        if not getattr(method, '_inline_mm_safe', False):
+            setattr(CheckpointHook, name, _prune_after(method))
+
+    find = runner_module.find_latest_checkpoint
+    if not getattr(find, '_inline_mm_safe', False):
+        @functools.wraps(find)
+        def find_latest_checkpoint(path):
+            return find_resumable(
+                path, find(path),
+                warn=lambda msg: print_log(msg, logger='current', level=logging.WARNING))
+
+        find_latest_checkpoint._inline_mm_safe = True
+        runner_module.find_latest_checkpoint = find_latest_checkpoint

@@ -1,0 +1,290 @@
+"""Bad training data: clear errors, early, instead of silent damage or late crashes.
+
+What mmdet 3.3 / mmseg 1.2 do on their own (measured; see the README "Reliability"
+table and ``tests/test_reliability_data.py``):
+
+* grayscale and RGBA images: ``LoadImageFromFile`` (``color_type='color'``, the
+  default of every config here) decodes them as 3-channel BGR. Nothing to fix.
+* a COCO file whose images all lack annotations (or with none at all): training drops
+  images without annotations, and mmengine then stops at start-up with
+  ``ValueError: need at least one array to concatenate``. :func:`install` turns that
+  into an error that says which file, how many images and annotations it has, and why
+  nothing is left.
+* an image listed in the COCO file but missing on disk: ``FileNotFoundError`` naming
+  the file, but only when a data worker reaches it, possibly hours into training.
+  :class:`DatasetCheckHook` finds every missing file before the first iteration.
+* a segmentation mask of another size than its image: **silently** trained on.
+  ``RandomResize`` rescales image and mask into the same box, so a half-size mask
+  ends up stretched over the image; evaluation then crashes with an ``IndexError``
+  about shapes after the whole run. :class:`CheckSegMapSize` (a pipeline step) and
+  :class:`DatasetCheckHook` (all files up front) refuse it, naming both files.
+"""
+import functools
+import json
+import os.path as osp
+from typing import Dict, List, Optional
+
+from mmcv.transforms import BaseTransform
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+from mmseg.registry import TRANSFORMS
+
+__all__ = ['CheckSegMapSize', 'DatasetCheckHook', 'check_coco', 'dataset_file_problems',
+           'install']
+
+#: at most this many problems are listed in one error message (the count is exact)
+MAX_LISTED = 20
+
+
+def _listing(problems: List[str]) -> str:
+    shown = '\n  '.join(problems[:MAX_LISTED])
+    more = len(problems) - MAX_LISTED
+    return '  ' + shown + (f'\n  ... and {more} more' if more > 0 else '')
+
+
+# ------------------------------------------------------------------ COCO files
+def check_coco(ann_file: str, img_dir: Optional[str] = None) -> Dict:
+    """Summarise a COCO annotation file and list what would break training.
+
+    Args:
+        ann_file (str): The ``instances_*.json`` file.
+        img_dir (str, optional): Folder the ``file_name`` entries are relative to;
+            when given, missing image files are listed. Default: None.
+
+    Returns:
+        dict: ``images``, ``annotations``, ``annotated_images`` (counts) and
+        ``problems`` (list of str, empty when the file is usable).
+    """
+    with open(ann_file) as f:
+        try:
+            coco = json.load(f)
+        except json.JSONDecodeError as e:
+            return dict(images=0, annotations=0, annotated_images=0,
+                        problems=[f'{ann_file} is not valid JSON ({e})'])
+    problems = []
+    missing_keys = [k for k in ('images', 'annotations', 'categories') if k not in coco]
+    if missing_keys:
+        problems.append(f'{ann_file} has no {", ".join(repr(k) for k in missing_keys)} '
+                        'list (a COCO file needs "images", "annotations", "categories")')
+    images = coco.get('images') or []
+    anns = coco.get('annotations') or []
+    image_ids = {im.get('id') for im in images}
+    cat_ids = {c.get('id') for c in coco.get('categories') or []}
+    annotated = {a.get('image_id') for a in anns} & image_ids
+    if not images:
+        problems.append(f'{ann_file} lists no images')
+    elif not anns:
+        problems.append(f'{ann_file} has {len(images)} images but no annotations: training '
+                        'skips images without annotations (filter_empty_gt), so nothing '
+                        'would be left to train on')
+    elif not annotated:
+        problems.append(f'{ann_file}: no annotation refers to a listed image id')
+    orphans = sum(a.get('image_id') not in image_ids for a in anns)
+    if orphans:
+        problems.append(f'{ann_file}: {orphans} annotation(s) refer to image ids that are '
+                        'not in "images"')
+    bad_cats = sum(a.get('category_id') not in cat_ids for a in anns)
+    if bad_cats and cat_ids:
+        problems.append(f'{ann_file}: {bad_cats} annotation(s) have a category_id that is '
+                        'not in "categories"')
+    if img_dir is not None:
+        missing = [osp.join(img_dir, im.get('file_name', '?')) for im in images
+                   if not osp.isfile(osp.join(img_dir, im.get('file_name', '')))]
+        problems += [f'image file not found: {p}' for p in missing]
+    return dict(images=len(images), annotations=len(anns),
+                annotated_images=len(annotated), problems=problems)
+
+
+# ------------------------------------------------------------------ built datasets
+def _image_size(path: str):
+    """(height, width) from the file header (no decoding)."""
+    from PIL import Image
+    with Image.open(path) as im:
+        return im.height, im.width
+
+
+def dataset_file_problems(dataset, check_sizes: bool = True) -> List[str]:
+    """Problems with the files a built mmengine dataset refers to.
+
+    Checks that every ``img_path`` (and ``seg_map_path``, when present) exists and,
+    with ``check_sizes``, that a segmentation mask has its image's size (read from
+    the file headers). EXIF rotations are not applied here; ``tools/check_dataset.py``
+    reports those.
+
+    Args:
+        dataset: A built dataset with ``get_data_info`` (mmdet/mmseg datasets).
+        check_sizes (bool): Compare image and mask sizes. Default: True.
+
+    Returns:
+        list[str]: One line per problem, naming the file(s).
+    """
+    problems = []
+    for i in range(len(dataset)):
+        info = dataset.get_data_info(i)
+        img = info.get('img_path')
+        seg = info.get('seg_map_path')
+        img_ok = img is None or osp.isfile(img)
+        if not img_ok:
+            problems.append(f'image file not found: {img}')
+        if seg is not None and not osp.isfile(seg):
+            problems.append(f'mask file not found: {seg} (for {img})')
+        elif seg is not None and img_ok and img is not None and check_sizes:
+            try:
+                img_hw, seg_hw = _image_size(img), _image_size(seg)
+            except OSError as e:
+                problems.append(f'cannot read {img} or {seg}: {e}')
+                continue
+            if img_hw != seg_hw:
+                problems.append(f'mask {seg} is {seg_hw[0]}x{seg_hw[1]} (HxW) but image {img} '
+                                f'is {img_hw[0]}x{img_hw[1]}')
+    return problems
+
+
+def _base_datasets(dataset) -> list:
+    """The datasets holding files, inside ConcatDataset / RepeatDataset wrappers."""
+    if dataset is None:
+        return []
+    if hasattr(dataset, 'datasets'):
+        return [d for inner in dataset.datasets for d in _base_datasets(inner)]
+    inner = getattr(dataset, 'dataset', None)
+    if inner is not None and hasattr(inner, 'get_data_info'):
+        return _base_datasets(inner)
+    return [dataset] if hasattr(dataset, 'get_data_info') else []
+
+
+@HOOKS.register_module()
+class DatasetCheckHook(Hook):
+    """Check every file of the train/val/test datasets before the first iteration.
+
+    Raises one ``FileNotFoundError`` / ``ValueError`` listing all missing images or
+    masks and all masks whose size differs from their image, instead of a crash
+    when a data worker reaches the first of them (or silent training on a
+    mis-sized mask). Off by default; switch it on with::
+
+        custom_hooks = [dict(type='DatasetCheckHook')]
+
+    Costs one ``stat`` per file, plus two header reads per image/mask pair with
+    ``check_sizes`` (a few seconds for ADE20K's 25k pairs).
+
+    Args:
+        check_sizes (bool): Compare segmentation mask and image sizes. Default: True.
+        splits (tuple[str]): Which dataloaders to check, of ``'train'``, ``'val'``,
+            ``'test'``. Default: ``('train', 'val')``.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self, check_sizes: bool = True, splits=('train', 'val')):
+        unknown = set(splits) - {'train', 'val', 'test'}
+        if unknown:
+            raise ValueError(f"DatasetCheckHook: unknown split(s) {sorted(unknown)}; use "
+                             "'train', 'val', 'test'")
+        self.check_sizes = check_sizes
+        self.splits = tuple(splits)
+
+    def _check(self, runner, splits):
+        problems = []
+        for split in splits:
+            loop = getattr(runner, f'_{split}_loop', None)
+            loader = getattr(loop, 'dataloader', None)
+            for dataset in _base_datasets(getattr(loader, 'dataset', None)):
+                problems += dataset_file_problems(dataset, self.check_sizes)
+        if problems:
+            missing = all('not found' in p for p in problems)
+            message = (f'DatasetCheckHook: {len(problems)} problem(s) with the data files, '
+                       'found before training started:\n' + _listing(problems) +
+                       '\nFix or remove these samples (tools/check_dataset.py reports '
+                       'segmentation folders in detail).')
+            runner.logger.error(message)
+            raise (FileNotFoundError if missing else ValueError)(message)
+        runner.logger.info(f'DatasetCheckHook: data files of {", ".join(splits)} checked')
+
+    def before_train(self, runner):
+        self._check(runner, [s for s in self.splits if s in ('train', 'val')])
+
+    def before_test(self, runner):
+        if 'test' in self.splits:
+            self._check(runner, ['test'])
+
+
+# ------------------------------------------------------------------ pipeline step
+@TRANSFORMS.register_module()
+class CheckSegMapSize(BaseTransform):
+    """Refuse a sample whose segmentation mask is not the size of its image.
+
+    Place it directly after ``LoadAnnotations`` (in training pipelines before any
+    resize): it compares the mask with the image's original size. Costs nothing
+    measurable (two shapes compared). Takes no arguments.
+
+    Raises:
+        ValueError: naming both files and both sizes.
+    """
+
+    def transform(self, results: dict) -> dict:
+        seg = results.get('gt_seg_map')
+        if seg is None:
+            raise KeyError('CheckSegMapSize needs the mask: put it after LoadAnnotations '
+                           'in the pipeline')
+        hw = tuple(results['ori_shape'][:2])
+        if tuple(seg.shape[:2]) != hw:
+            raise ValueError(
+                f"mask {results.get('seg_map_path')} is {seg.shape[0]}x{seg.shape[1]} (HxW) "
+                f"but its image {results.get('img_path')} is {hw[0]}x{hw[1]}: a mask must "
+                'label every pixel of its image. Fix or remove this pair '
+                '(tools/check_dataset.py lists all of them)')
+        return results
+
+
+# ------------------------------------------------------------------ empty datasets
+def _describe_empty(dataset_cfg) -> Optional[str]:
+    """Why a dataset from ``dataset_cfg`` came out empty, when it can be told."""
+    if not isinstance(dataset_cfg, dict):
+        return None
+    ann = dataset_cfg.get('ann_file') or ''
+    root = dataset_cfg.get('data_root') or ''
+    path = osp.join(root, ann) if ann and not osp.isabs(ann) else ann
+    what = f"{dataset_cfg.get('type', 'dataset')}"
+    if path.endswith('.json') and osp.isfile(path):
+        summary = check_coco(path)
+        facts = (f'{path} lists {summary["images"]} images and {summary["annotations"]} '
+                 f'annotations ({summary["annotated_images"]} images annotated)')
+        hint = summary['problems'][0] if summary['problems'] else (
+            'check metainfo.classes against the file\'s category names and the '
+            'filter_cfg (min_size) of the dataset')
+        return f'{what} has no samples: {facts}. {hint}.'
+    prefix = dataset_cfg.get('data_prefix') or {}
+    return (f'{what} has no samples: nothing was found under data_root={root!r}, '
+            f'data_prefix={dict(prefix)!r}, ann_file={ann!r}. Check these paths and the '
+            'file suffixes.')
+
+
+def install():
+    """Make ``Runner.build_dataloader`` say why a dataset is empty (idempotent)."""
+    from mmengine.runner import Runner
+
+    build = Runner.build_dataloader
+    if getattr(build, '_inline_mm_checked', False):
+        return
+
+    @functools.wraps(build)
+    def build_dataloader(dataloader, seed=None, diff_rank_seed=False):
+        dataset_cfg = dataloader.get('dataset') if isinstance(dataloader, dict) else None
+        try:
+            loader = build(dataloader, seed=seed, diff_rank_seed=diff_rank_seed)
+        except ValueError as e:
+            # mmengine's message for a dataset with no samples left.
+            if 'need at least one array to concatenate' not in str(e):
+                raise
+            why = _describe_empty(dataset_cfg)
+            if why is None:
+                raise
+            raise ValueError(why) from e
+        dataset = getattr(loader, 'dataset', None)
+        if getattr(dataset, '_fully_initialized', True) and dataset is not None \
+                and len(dataset) == 0:
+            why = _describe_empty(dataset_cfg) or 'the dataset has no samples'
+            raise ValueError(why)
+        return loader
+
+    build_dataloader._inline_mm_checked = True
+    Runner.build_dataloader = staticmethod(build_dataloader)

@@ -1,0 +1,45 @@
+# Body of a test config: appended to `_base_ = ['<a shipped Mask R-CNN + InLine-Swin config>']`
+# by tests/test_reliability_*.py, it shrinks the detector to CPU-test size (16-128
+# channels, one block per stage) on 96x96 toy COCO images, iteration-based, and turns on
+# gradient checkpointing and a frozen stem + first stage (what DDP must cope with). Set
+# train_dataloader.dataset.data_root with --cfg-options.
+size = (96, 96)
+classes = ('circle', 'triangle', 'rectangle')
+width = 16
+model = dict(
+    backbone=dict(embed_dims=16, depths=(1, 1, 1, 1), num_heads=(1, 1, 2, 2),
+                  drop_path_rate=0., with_cp=True, frozen_stages=1, init_cfg=None),
+    neck=dict(in_channels=[16, 32, 64, 128], out_channels=width),
+    rpn_head=dict(in_channels=width, feat_channels=width),
+    roi_head=dict(
+        bbox_roi_extractor=dict(out_channels=width),
+        bbox_head=dict(in_channels=width, fc_out_channels=32, num_classes=len(classes)),
+        mask_roi_extractor=dict(out_channels=width),
+        mask_head=dict(in_channels=width, conv_out_channels=width,
+                       num_classes=len(classes))))
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='Resize', scale=size, keep_ratio=True),
+    dict(type='PackDetInputs'),
+]
+train_dataloader = dict(
+    batch_size=2, num_workers=0, persistent_workers=False,
+    sampler=dict(type='InfiniteSampler', shuffle=False),
+    batch_sampler=None,
+    dataset=dict(data_root='data/toy_coco/', metainfo=dict(classes=classes),
+                 pipeline=train_pipeline))
+val_dataloader = None
+val_cfg = None
+val_evaluator = None
+test_dataloader = None
+test_cfg = None
+test_evaluator = None
+train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=3, val_interval=1000)
+param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=False, begin=0, end=1000)]
+optim_wrapper = dict(optimizer=dict(lr=1e-4))
+default_hooks = dict(
+    logger=dict(type='LoggerHook', interval=1),
+    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=3))
+log_processor = dict(by_epoch=False, window_size=1)
+randomness = dict(seed=0)

@@ -1,0 +1,216 @@
+"""Support for tests/test_reliability_*.py: test configs, training subprocesses and
+fault-injection probes.
+
+The probe hooks below are registered when a training process imports this module
+(``custom_imports`` of a generated test config, with ``tests/`` on PYTHONPATH); they
+stop a real ``tools/train.py`` run at a chosen point so that a test can kill it there.
+"""
+import json
+import os
+import os.path as osp
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / 'tests'
+PY = sys.executable
+SHIPPED = {
+    'upernet': ROOT / 'configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
+    'upernet_amp':
+        ROOT / 'configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-amp-160k_ade20k-512x512.py',
+    'mask_rcnn': ROOT / 'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py',
+}
+BODIES = {
+    'upernet': TESTS / 'configs/tiny_upernet_inline-swin.py',
+    'mask_rcnn': TESTS / 'configs/tiny_mask-rcnn_inline-swin.py',
+}
+#: a training subprocess that takes longer than this is stuck
+TIMEOUT = 300
+
+
+# ------------------------------------------------------------------ configs
+def write_config(path: Path, base, body: str = '', probes: bool = False) -> Path:
+    """Write a config at ``path`` inheriting ``base`` (a path or list of paths) with
+    ``body`` as its content; ``probes`` adds this module to ``custom_imports``."""
+    bases = [str(b) for b in (base if isinstance(base, (list, tuple)) else [base])]
+    lines = [f'_base_ = {bases!r}']
+    if probes:
+        lines.append("custom_imports = dict(imports=['inline_mm', 'reliability_support'], "
+                     'allow_failed_imports=False)')
+    path.write_text('\n'.join(lines) + '\n' + body)
+    return path
+
+
+def tiny_config(tmp: Path, shipped: str, body: str = 'upernet', extra: str = '',
+                name: str = 'tiny', probes: bool = False) -> Path:
+    """A shipped config shrunk by a body in tests/configs; ``extra`` goes in a child
+    config (a second assignment in one file would replace, not merge)."""
+    tiny = write_config(tmp / f'{name}_base.py', SHIPPED[shipped], BODIES[body].read_text())
+    return write_config(tmp / f'{name}.py', tiny, extra, probes=probes)
+
+
+# ------------------------------------------------------------------ processes
+def env() -> Dict[str, str]:
+    e = dict(os.environ)
+    e.update(OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONHASHSEED='0',
+             PYTHONPATH=os.pathsep.join([str(TESTS), e.get('PYTHONPATH', '')]).rstrip(os.pathsep))
+    e.pop('RANK', None)
+    e.pop('WORLD_SIZE', None)
+    e.pop('LOCAL_RANK', None)
+    return e
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def train_cmd(config: Path, work_dir: Path, options: Sequence[str] = (), nproc: int = 1,
+              resume: bool = False) -> List[str]:
+    """``tools/train.py`` alone, or under ``torchrun`` with ``nproc`` CPU processes."""
+    args = [str(ROOT / 'tools/train.py'), str(config), '--work-dir', str(work_dir)]
+    if resume:
+        args.append('--resume')
+    if options:
+        args += ['--cfg-options', *options]
+    if nproc == 1:
+        return [PY, *args]
+    return [PY, '-m', 'torch.distributed.run', '--nproc_per_node', str(nproc),
+            '--master_addr', '127.0.0.1', '--master_port', str(free_port()),
+            *args, '--launcher', 'pytorch']
+
+
+def run(cmd: List[str], log: Path) -> subprocess.CompletedProcess:
+    """Run to completion; stdout+stderr go to ``log`` (and into the assertion message)."""
+    with open(log, 'w') as f:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env(), stdout=f, stderr=subprocess.STDOUT,
+                              timeout=TIMEOUT)
+    text = log.read_text()
+    assert proc.returncode == 0, f'{" ".join(cmd)} failed ({proc.returncode}):\n{text[-6000:]}'
+    return proc
+
+
+def run_until_then_kill(cmd: List[str], log: Path, marker: Path) -> str:
+    """Start a run, wait until it writes ``marker`` (a probe), SIGKILL it, return its log."""
+    with open(log, 'w') as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        deadline = time.time() + TIMEOUT
+        while not marker.exists():
+            if proc.poll() is not None:
+                raise AssertionError(f'run ended before the kill point:\n{log.read_text()[-6000:]}')
+            if time.time() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise AssertionError(f'run never reached the kill point:\n{log.read_text()[-6000:]}')
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    return log.read_text()
+
+
+# ------------------------------------------------------------------ results
+def scalars(work_dir: Path) -> Dict[int, dict]:
+    """Training scalars logged per iteration, over all runs in ``work_dir`` (later
+    runs, e.g. a resumed one, override earlier entries of the same iteration)."""
+    out = {}
+    for path in sorted(work_dir.glob('*/vis_data/scalars.json')):
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            if 'iter' in rec and 'loss' in rec:
+                out[rec['iter']] = rec
+    return out
+
+
+def load_checkpoint(path) -> dict:
+    import torch
+
+    import inline_mm  # noqa: F401  (mmengine checkpoint types on torch's allowlist)
+    return torch.load(path, map_location='cpu', weights_only=True)
+
+
+def max_state_diff(a: dict, b: dict) -> float:
+    """Largest absolute difference between two state dicts with the same keys."""
+    assert a.keys() == b.keys(), set(a) ^ set(b)
+    return max(float((a[k].double() - b[k].double()).abs().max()) if a[k].numel() else 0.
+               for k in a if a[k].is_floating_point())
+
+
+def optimizer_diff(a: dict, b: dict) -> float:
+    """Largest absolute difference between two optimizer states (same param order)."""
+    sa, sb = a['state'], b['state']
+    assert sa.keys() == sb.keys()
+    diff = 0.
+    for k in sa:
+        for name, t in sa[k].items():
+            diff = max(diff, float((t.double() - sb[k][name].double()).abs().max()))
+    return diff
+
+
+# ------------------------------------------------------------------ probes (child side)
+@HOOKS.register_module()
+class PauseBeforeIter(Hook):
+    """Before iteration ``at`` (1-based, as logged) write ``marker`` and sleep, so that a
+    test can kill the process mid-training, between checkpoints."""
+
+    def __init__(self, at: int, marker: str, seconds: float = TIMEOUT):
+        self.at, self.marker, self.seconds = at, marker, seconds
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        if runner.iter + 1 == self.at:
+            Path(self.marker).touch()
+            time.sleep(self.seconds)
+
+
+@HOOKS.register_module()
+class SlowCheckpointWrite(Hook):
+    """Make the write of checkpoint file ``name`` stop halfway (the first half on disk),
+    write ``marker`` and sleep: a test kills the process in the middle of a save."""
+
+    def __init__(self, name: str, marker: str, seconds: float = TIMEOUT):
+        self.name, self.marker, self.seconds = name, marker, seconds
+
+    def before_train(self, runner):
+        from mmengine.fileio.backends import LocalBackend
+        put = LocalBackend.put
+        probe = self
+
+        def slow_put(backend, obj, filepath):
+            if osp.basename(str(filepath)) != probe.name:
+                return put(backend, obj, filepath)
+            with open(filepath, 'wb') as f:
+                f.write(obj[:len(obj) // 2])
+                f.flush()
+                os.fsync(f.fileno())
+                Path(probe.marker).touch()
+                time.sleep(probe.seconds)
+                f.write(obj[len(obj) // 2:])
+
+        LocalBackend.put = slow_put
+
+
+def toy_ade(out: Path, num_train: int = 24, size: int = 64) -> Path:
+    from inline_mm.toydata.segmentation import make_ade_toy
+    if not (out / 'images').is_dir():
+        make_ade_toy(str(out), num_train=num_train, num_val=2, size=size)
+    return out
+
+
+def toy_coco(out: Path, num_train: int = 8, size: int = 96) -> Path:
+    from inline_mm.toydata.coco import make_coco_toy
+    if not (out / 'annotations').is_dir():
+        make_coco_toy(str(out), num_train=num_train, num_val=2, size=size, max_objects=2)
+    return out
+
+
+def pipe_opts(data_root: Path, extra: Optional[Sequence[str]] = None) -> List[str]:
+    return [f'train_dataloader.dataset.data_root={data_root}', *(extra or [])]
