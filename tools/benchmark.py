@@ -21,10 +21,11 @@ Backbones, compared in one process (random weights, stochastic depth off, batch 
   PVT-S           mmdet PyramidVisionTransformer, PVT-S layout (spatial-reduction
                   Softmax, reduction 8/4/2/1)
 
-For every input size and mode (inference = forward under no_grad; training =
-forward + backward of a scalar from all outputs, parameter gradients included) each
-model is warmed up, then timed ``--repeats`` times with the models interleaved run
-by run, so that load from other processes hits them alike; the median is reported.
+For every mode (inference = forward under no_grad; training = forward + backward of
+a scalar from all outputs, parameter gradients included) each model is warmed up at
+each size, then all (model, size) pairs are timed in ``--repeats`` rounds, every pair
+once per round, so that load from other processes hits them alike and ratios
+between models and growth between sizes stay meaningful; the median is reported.
 Time is wall clock on CPU and CUDA events on CUDA.  Peak memory is measured in one
 extra run: on CUDA ``torch.cuda.max_memory_allocated`` minus the memory allocated
 before the step; on CPU the running total of tensor allocations minus frees that the
@@ -271,21 +272,27 @@ def predict(history: List[Tuple[int, float]], pixels: int) -> Optional[float]:
 
 def run_backbones(args, device: torch.device, models: Dict[str, nn.Module],
                   unavailable: Dict[str, str]) -> List[Result]:
+    """Per mode: (1) in order of size, predict, skip or warm up each model and measure
+    its memory; (2) time every (model, size) left in rounds, all of them once per
+    round in a rotating order, so that a change of load shifts every figure alike
+    (ratios between models and growth between sizes included)."""
     timer = Timer(device)
     max_mem_gb = args.max_mem_gb or default_max_mem_gb(device)
     results: List[Result] = []
-    history: Dict[Tuple[str, str], Dict[str, List[Tuple[int, float]]]] = {}
-    for size in args.sizes:
-        x = torch.randn(args.batch, 3, *size, device=device)
-        for mode in args.modes:
-            active = []
+    inputs = {size: torch.randn(args.batch, 3, *size, device=device) for size in args.sizes}
+    for mode in args.modes:
+        for model in models.values():
+            model.train(mode == 'training')
+        plan = []
+        history: Dict[str, Dict[str, List[Tuple[int, float]]]] = {}
+        for size in args.sizes:
             for name in args.models:
                 res = Result(device.type, name, mode, size)
                 results.append(res)
                 if name in unavailable:
                     res.status = f'n/a: {unavailable[name]}'
                     continue
-                hist = history.setdefault((name, mode), {'time': [], 'mem': []})
+                hist = history.setdefault(name, {'time': [], 'mem': []})
                 est_t = predict(hist['time'], res.pixels)
                 est_m = predict(hist['mem'], res.pixels)
                 if est_t is not None and est_t > args.max_run_s:
@@ -293,38 +300,38 @@ def run_backbones(args, device: torch.device, models: Dict[str, nn.Module],
                 elif est_m is not None and est_m > max_mem_gb * 2 ** 30:
                     res.status = (f'skipped: est. {est_m / 2 ** 30:.1f} GiB > --max-mem-gb '
                                   f'{max_mem_gb:.1f}')
-                else:
-                    active.append(res)
-            steps = {}
-            for res in active:
-                model = models[res.model]
-                model.train(mode == 'training')
-                steps[res.model] = make_step(model, x, mode)
+                if res.status != 'ok':
+                    print(f'  {name:14s} {mode:9s} {_size(size):>9s}  {res.status}', flush=True)
+                    continue
+                step = make_step(models[name], inputs[size], mode)
                 try:
-                    for _ in range(args.warmup):
-                        timer(steps[res.model])
+                    probe = [timer(step) for _ in range(args.warmup)]
+                    t0 = time.perf_counter()
+                    res.peak_bytes = timer.peak_bytes(step)
+                    probe.append(time.perf_counter() - t0)
                 except RuntimeError as e:
                     if not is_oom(e):
                         raise
                     res.status = 'out of memory'
+                    print(f'  {name:14s} {mode:9s} {_size(size):>9s}  {res.status}', flush=True)
                     _free(device)
-            active = [r for r in active if r.status == 'ok']
-            for rep in range(args.repeats):
-                # Rotate the order so that no model always runs first (or last).
-                k = rep % len(active) if active else 0
-                for res in active[k:] + active[:k]:
-                    res.times.append(timer(steps[res.model]))
-            for res in active:
-                res.peak_bytes = timer.peak_bytes(steps[res.model])
-                hist = history[(res.model, mode)]
-                hist['time'].append((res.pixels, res.median))
+                    continue
+                hist['time'].append((res.pixels, min(probe)))
                 hist['mem'].append((res.pixels, res.peak_bytes))
-                _report_line(res)
-            for res in results:
-                if res.size == size and res.mode == mode and res.status != 'ok':
-                    print(f'  {res.model:14s} {mode:9s} {_size(size):>9s}  {res.status}', flush=True)
-            steps.clear()
-            _free(device)
+                print(f'  {name:14s} {mode:9s} {_size(size):>9s}  warm-up {min(probe) * 1e3:9.1f} ms'
+                      f'  peak {res.peak_bytes / 2 ** 20:8.1f} MiB', flush=True)
+                plan.append((res, step))
+        print(f'  timing {len(plan)} (model, size) pairs in {args.repeats} interleaved rounds',
+              flush=True)
+        for rep in range(args.repeats):
+            # Rotate the order so that no pair always runs first (or last).
+            k = rep % len(plan) if plan else 0
+            for res, step in plan[k:] + plan[:k]:
+                res.times.append(timer(step))
+        for res, _ in plan:
+            _report_line(res)
+        plan.clear()
+        _free(device)
     return results
 
 
