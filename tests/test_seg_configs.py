@@ -232,7 +232,7 @@ def test_no_weight_decay_on_norms_and_position_tables(name, keys):
 
 
 def test_sync_bn_heads_on_cpu():
-    """One process: SyncBN trains; the override for multi-process CPU runs removes it."""
+    """What the Runner does to SyncBN in one process, and an explicit BN override."""
     cfg = shrink(_load(CONFIGS / 'inline_swin' /
                        'inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'))
     from mmengine.model import revert_sync_batchnorm

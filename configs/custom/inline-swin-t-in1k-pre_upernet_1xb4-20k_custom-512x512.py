@@ -38,7 +38,8 @@ ignore_index = 255
 # side), randomly rescaled by 0.5-2x, and cropped to crop_size. batch_size is per GPU and
 # must be >= 2: the heads use batch norm, and pooled 1x1 maps of one image cannot be
 # normalised. The learning rate is the ADE20K one (16 images per step); it works for
-# fine-tuning at 4-16 images per step.
+# fine-tuning at 4-16 images per step. Change these here rather than with --cfg-options:
+# the warm-up, the poly schedule and the checkpoint interval are derived from them.
 crop_size = (512, 512)
 img_scale = (2048, 512)
 batch_size = 4

@@ -13,9 +13,9 @@ custom_imports = dict(imports=['inline_mm'], allow_failed_imports=False)
 
 crop_size = (512, 512)
 data_preprocessor = dict(size=crop_size)
-# The heads keep the base's SyncBN: with one process (tools/train.py, CPU or one GPU)
-# mmengine turns it into plain BN; several CPU processes (gloo) need
-# --cfg-options model.decode_head.norm_cfg.type=BN model.auxiliary_head.norm_cfg.type=BN
+# The heads keep the base's SyncBN (GPU runs with several processes use it). With one
+# process (tools/train.py, CPU or one GPU) mmengine turns it into plain BN; in a
+# multi-process CPU run (tools/dist_train.sh, gloo) inline_mm does, with a warning.
 model = dict(
     data_preprocessor=data_preprocessor,
     backbone=dict(
