@@ -182,8 +182,10 @@ class NonFiniteCheckHook(Hook):
         runner = self._runner
         it = runner.iter + 1          # as the training log counts
         where = ', '.join(f'{k}={v:.4g}' for (k, _), v in zip(terms, values.tolist()))
-        lines = [f'NonFiniteCheckHook: non-finite loss at iteration {it} '
-                 f'(epoch {runner.epoch + 1}): {where}.']
+        from mmengine.runner import EpochBasedTrainLoop
+        epoch = (f' (epoch {runner.epoch + 1})'
+                 if isinstance(runner.train_loop, EpochBasedTrainLoop) else '')
+        lines = [f'NonFiniteCheckHook: non-finite loss at iteration {it}{epoch}: {where}.']
         if len(ranks) > 1 or ranks != [0]:
             lines.append(f'Processes with a non-finite loss: rank(s) {ranks}.')
         inputs = kwargs.get('inputs', args[0] if args else None)
@@ -196,8 +198,8 @@ class NonFiniteCheckHook(Hook):
             'Training stopped before the optimizer step: the weights are those of '
             f'iteration {it - 1} and the checkpoints on disk are intact. Usual remedies: a '
             'lower learning rate or a longer warm-up, gradient clipping '
-            '(optim_wrapper.clip_grad=dict(max_norm=1.0)), or fp32 for the module named '
-            'above; then continue with --resume.')
+            '(optim_wrapper.clip_grad=dict(max_norm=1.0)), or with fp16 AMP bf16 instead '
+            "(optim_wrapper.dtype='bfloat16'); then continue with --resume.")
         message = '\n'.join(lines)
         runner.logger.error(message)
         raise NonFiniteLossError(message)
