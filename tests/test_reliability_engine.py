@@ -1,0 +1,142 @@
+"""Fast checks of inline_mm.engine's changes to mmengine: checkpoint pruning after the
+save, the resume fallback, and that the changes are installed once and only where
+mmengine fails. The end-to-end versions (real processes killed with SIGKILL) are in
+tests/test_reliability_training.py."""
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+from mmengine.hooks import CheckpointHook
+from mmengine.model import BaseModel
+from mmengine.runner import Runner
+from torch.utils.data import DataLoader, TensorDataset
+
+import inline_mm  # noqa: F401
+from inline_mm.engine import checkpointing, data_checks, distributed
+from inline_mm.engine.checkpointing import find_resumable, is_complete_checkpoint
+
+
+class _Toy(BaseModel):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 1)
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        out = self.fc(inputs)
+        return dict(loss=out.pow(2).mean()) if mode == 'loss' else out
+
+
+def _toy_runner(work_dir, name, max_keep_ckpts=1):
+    data = TensorDataset(torch.randn(16, 2))
+    return Runner(
+        model=_Toy(), work_dir=str(work_dir), experiment_name=name,
+        train_dataloader=DataLoader(data, batch_size=2),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
+        train_cfg=dict(by_epoch=False, max_iters=6),
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=2,
+                                           max_keep_ckpts=max_keep_ckpts)),
+        default_scope='mmengine')
+
+
+def _kill_during_second_save(runner):
+    save = runner.save_checkpoint
+    saves = []
+
+    def dying_save(*args, **kwargs):
+        saves.append(1)
+        if len(saves) == 2:
+            raise KeyboardInterrupt('killed while saving')
+        return save(*args, **kwargs)
+    runner.save_checkpoint = dying_save
+
+
+def test_old_checkpoint_survives_a_failed_save(tmp_path, monkeypatch):
+    runner = _toy_runner(tmp_path / 'ours', 'prune_ours')
+    _kill_during_second_save(runner)
+    with pytest.raises(KeyboardInterrupt):
+        runner.train()
+    assert (tmp_path / 'ours/iter_2.pth').is_file()
+    assert (tmp_path / 'ours/last_checkpoint').read_text().endswith('iter_2.pth')
+
+    # mmengine's own order: the only checkpoint is deleted before the new one exists.
+    for name in ('_save_checkpoint_with_step', '_save_best_checkpoint'):
+        monkeypatch.setattr(CheckpointHook, name, getattr(CheckpointHook, name).__wrapped__)
+    runner = _toy_runner(tmp_path / 'stock', 'prune_stock')
+    _kill_during_second_save(runner)
+    with pytest.raises(KeyboardInterrupt):
+        runner.train()
+    assert not (tmp_path / 'stock/iter_2.pth').exists()
+    assert (tmp_path / 'stock/last_checkpoint').read_text().endswith('iter_2.pth')
+
+
+def test_pruning_still_keeps_max_keep_ckpts(tmp_path):
+    runner = _toy_runner(tmp_path, 'prune_count', max_keep_ckpts=2)
+    runner.train()
+    assert sorted(p.name for p in tmp_path.glob('iter_*.pth')) == ['iter_4.pth', 'iter_6.pth']
+
+
+def _ckpt(path, complete=True):
+    torch.save({'state_dict': {'w': torch.ones(64)}}, path)
+    if not complete:
+        data = path.read_bytes()
+        path.write_bytes(data[:len(data) // 2])
+    return str(path)
+
+
+def test_find_resumable(tmp_path):
+    good2, good4 = _ckpt(tmp_path / 'iter_2.pth'), _ckpt(tmp_path / 'iter_4.pth')
+    partial = _ckpt(tmp_path / 'iter_6.pth', complete=False)
+    _ckpt(tmp_path / 'best_mIoU_iter_5.pth')
+    assert is_complete_checkpoint(good4) and not is_complete_checkpoint(partial)
+    warnings = []
+    assert find_resumable(str(tmp_path), None) is None          # a fresh run
+    assert find_resumable(str(tmp_path), good2, warnings.append) == good2
+    assert not warnings
+    assert find_resumable(str(tmp_path), partial, warnings.append) == good4
+    assert 'is incomplete' in warnings[-1] and good4 in warnings[-1]
+    assert find_resumable(str(tmp_path), '', warnings.append) == good4
+    assert 'is empty' in warnings[-1]
+    assert find_resumable(str(tmp_path), str(tmp_path / 'iter_8.pth'),
+                          warnings.append) == good4
+    assert 'does not exist' in warnings[-1]
+    assert find_resumable(str(tmp_path), 's3://bucket/iter_9.pth') == 's3://bucket/iter_9.pth'
+    empty = tmp_path / 'empty'
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match='holds no complete iter_'):
+        find_resumable(str(empty), '')
+
+
+def test_resume_uses_the_fallback(tmp_path, caplog):
+    """Runner(resume=True) with a damaged last_checkpoint resumes from the newest
+    complete checkpoint instead of failing on an empty path."""
+    _toy_runner(tmp_path, 'fallback_a').train()
+    (tmp_path / 'last_checkpoint').write_text('')
+    runner = _toy_runner(tmp_path, 'fallback_b')
+    runner._resume = True
+    runner.load_or_resume()
+    assert runner.iter == 6
+
+
+def test_installed_once_and_only_for_cpu_distributed():
+    wrap = Runner.wrap_model
+    build = Runner.build_dataloader
+    distributed.install()
+    checkpointing.install()
+    data_checks.install()
+    assert Runner.wrap_model is wrap and Runner.build_dataloader is build
+    assert not getattr(wrap.__wrapped__, '_inline_mm_cpu_ddp', False)
+    # Not distributed: mmengine's own path (SyncBN reverted, no wrapper).
+    runner = _toy_runner_stub()
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.SyncBatchNorm(4))
+    out = Runner.wrap_model(runner, None, model)
+    assert not any(isinstance(m, nn.SyncBatchNorm) for m in out.modules())
+    assert not isinstance(out, torch.nn.parallel.DistributedDataParallel)
+
+
+def _toy_runner_stub():
+    class Stub:
+        distributed = False
+        logger = logging.getLogger('stub')
+        cfg = {}
+    return Stub()
