@@ -149,7 +149,8 @@ PVT = {'t': 'tiny', 's': 'small', 'm': 'medium', 'l': 'large'}
 @pytest.mark.parametrize('v', SWIN)
 def test_upernet_recipe(v):
     arch, dpr, c = SWIN[v]
-    cfg = _load(CONFIGS / 'inline_swin' / f'inline-swin-{v}-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py')
+    cfg = _load(CONFIGS / 'inline_swin' /
+                f'inline-swin-{v}-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py')
     bb = cfg.model.backbone
     assert (bb.type, bb.arch, bb.drop_path_rate) == ('InLineSwin', arch, dpr)
     assert bb.init_cfg.checkpoint == f'checkpoints/inline_swin_{v}.pth'

@@ -150,6 +150,17 @@ def test_check_reduce_zero_label_range(tmp_path, capsys):
     assert rc == 1 and '[label-out-of-range]' in out and 'valid are 1..2' in out
 
 
+def test_check_ade_config_uses_the_dataset_class_conventions(tmp_path, capsys):
+    """ADE20KDataset fixes '.jpg' and reduce_zero_label=True; the checker reads them."""
+    toy.make_ade_toy(str(tmp_path), num_train=2, num_val=1, size=48)
+    config = ROOT / 'configs' / 'inline_pvt' / 'fpn_inline-pvt-t_4xb4-40k_ade20k-512x512.py'
+    opts = [f'{loader}.dataset.data_root={tmp_path}' for loader in
+            ('train_dataloader', 'val_dataloader', 'test_dataloader')]
+    rc, out = _check(capsys, '--config', config, '--cfg-options', *opts)
+    assert rc == 0, out
+    assert 'reduce_zero_label True' in out and 'wall' in out      # ADE20K's own class names
+
+
 def test_check_cli_exit_status(data):
     """The script itself (numpy + Pillow only) exits non-zero on a broken set."""
     run = [sys.executable, str(ROOT / 'tools' / 'check_dataset.py')]

@@ -3,6 +3,7 @@
 
     python tools/check_dataset.py data/my_dataset                 # images/, masks/, meta.json
     python tools/check_dataset.py --config configs/custom/my.py   # exactly what the config reads
+    python tools/check_dataset.py --config CONFIG --cfg-options train_dataloader.dataset.data_root=X
 
 Layout checked (names pair up by file stem; see README "Fine-tune on your own data")::
 
@@ -28,7 +29,7 @@ Problems (exit status 1; each line names the file):
 Warnings (exit status 0): files in image folders that are not images, classes that
 never occur in a split.
 
-Only numpy and Pillow are needed (``--config`` also needs mmengine).
+Only numpy and Pillow are needed (``--config`` also needs mmengine and mmseg).
 """
 import argparse
 import json
@@ -293,20 +294,45 @@ def class_summary(stats: dict, classes: Optional[Sequence[str]], num_classes: in
                                                f'present: {", ".join(absent[:20])}{more}')
 
 
-def splits_from_config(config: str):
-    """(data root, splits, settings) of the datasets a config trains and evaluates on."""
+def _class_defaults(dataset_type: str) -> dict:
+    """``img_suffix``, ``seg_map_suffix``, ``reduce_zero_label`` and ``classes`` that an
+    mmseg dataset class sets itself (e.g. ADE20KDataset: '.jpg', True, its 150 names)."""
+    if dataset_type == 'SegFolderDataset':
+        return dict(img_suffix=IMAGE_SUFFIXES, seg_map_suffix='.png', reduce_zero_label=False)
+    import inspect
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import DATASETS
+    init_default_scope('mmseg')
+    cls = DATASETS.get(dataset_type)
+    if not inspect.isclass(cls):
+        raise SystemExit(f'error: unknown dataset type {dataset_type!r} in the config')
+    out = {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+           if k in ('img_suffix', 'seg_map_suffix', 'reduce_zero_label')
+           and v.default is not inspect.Parameter.empty}
+    out.setdefault('img_suffix', '.jpg')
+    out.setdefault('seg_map_suffix', '.png')
+    out.setdefault('reduce_zero_label', False)
+    out['classes'] = getattr(cls, 'METAINFO', {}).get('classes')
+    return out
+
+
+def splits_from_config(config: str, options: Optional[dict] = None):
+    """(splits, settings) of the datasets a config trains and evaluates on."""
     from mmengine.config import Config
     cfg = Config.fromfile(config)
+    if options:
+        cfg.merge_from_dict(options)
     heads = cfg.model.get('decode_head')
     heads = heads if isinstance(heads, (list, tuple)) else [heads]
     num_classes = heads[-1]['num_classes']
     splits, seen, settings = [], set(), {}
     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        ds = cfg.get(loader, {}).get('dataset')
+        ds = (cfg.get(loader) or {}).get('dataset')
         while ds is not None and 'dataset' in ds:     # RepeatDataset and friends
             ds = ds['dataset']
         if not ds or not ds.get('with_masks', True):
             continue
+        defaults = _class_defaults(ds['type'])
         root = ds.get('data_root') or ''
         prefix = ds.get('data_prefix', {})
         img_dir = osp.join(root, prefix.get('img_path', ''))
@@ -314,18 +340,19 @@ def splits_from_config(config: str):
         if (img_dir, mask_dir) in seen:
             continue
         seen.add((img_dir, mask_dir))
-        suffix = ds.get('img_suffix', IMAGE_SUFFIXES if ds['type'] == 'SegFolderDataset'
-                        else '.jpg')
+        suffix = ds.get('img_suffix', defaults['img_suffix'])
         splits.append(Split(loader.split('_')[0], img_dir, mask_dir,
                             (suffix,) if isinstance(suffix, str) else suffix,
-                            ds.get('seg_map_suffix', '.png')))
+                            ds.get('seg_map_suffix', defaults['seg_map_suffix'])))
         meta_file = ds.get('meta_file', 'meta.json') if ds['type'] == 'SegFolderDataset' \
             else None
         settings.setdefault('root', root)
         settings.setdefault('meta', osp.join(root, meta_file) if meta_file else None)
-        settings.setdefault('classes', (ds.get('metainfo') or {}).get('classes'))
+        settings.setdefault('classes', (ds.get('metainfo') or {}).get('classes')
+                            or defaults.get('classes'))
         settings.setdefault('ignore_index', ds.get('ignore_index', 255))
-        settings.setdefault('reduce_zero_label', ds.get('reduce_zero_label', False))
+        settings.setdefault('reduce_zero_label',
+                            ds.get('reduce_zero_label', defaults['reduce_zero_label']))
     if not splits:
         raise SystemExit(f'error: {config} has no train/val/test dataset with masks')
     settings['num_classes'] = num_classes
@@ -338,6 +365,9 @@ def parse_args(argv=None):
                                 epilog=__doc__.split('\n\n', 2)[2])
     p.add_argument('root', nargs='?', help='dataset folder (with images/, masks/, meta.json)')
     p.add_argument('--config', help='check the datasets of this mmseg config instead')
+    p.add_argument('--cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
+                   help='with --config: override entries as for tools/train.py, e.g. '
+                        'train_dataloader.dataset.data_root=data/other (values are strings)')
     p.add_argument('--splits', nargs='+', default=['train', 'val'],
                    help='split folders under images/ and masks/ (train val)')
     p.add_argument('--num-classes', type=int,
@@ -360,7 +390,13 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.config:
-        splits, s = splits_from_config(args.config)
+        options = {}
+        for item in args.cfg_options:
+            key, sep, value = item.partition('=')
+            if not sep:
+                raise SystemExit(f'error: --cfg-options takes KEY=VALUE, got {item!r}')
+            options[key] = value
+        splits, s = splits_from_config(args.config, options)
         root, meta_path, classes = s['root'], s['meta'], s['classes']
         num_classes, ignore_index = s['num_classes'], s['ignore_index']
         reduce_zero_label = s['reduce_zero_label']
