@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / 'tests'
 PY = sys.executable
 SHIPPED = {
-    'upernet': ROOT / 'configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
-    'upernet_amp':
-        ROOT / 'configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-amp-160k_ade20k-512x512.py',
+    'upernet': ROOT / 'configs/inline_swin' /
+    'inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
+    'upernet_amp': ROOT / 'configs/inline_swin' /
+    'inline-swin-t-in1k-pre_upernet_8xb2-amp-160k_ade20k-512x512.py',
     'mask_rcnn': ROOT / 'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py',
 }
 BODIES = {
@@ -110,7 +111,8 @@ def run_until_then_kill(cmd: List[str], log: Path, marker: Path) -> str:
                 raise AssertionError(f'run ended before the kill point:\n{log.read_text()[-6000:]}')
             if time.time() > deadline:
                 os.killpg(proc.pid, signal.SIGKILL)
-                raise AssertionError(f'run never reached the kill point:\n{log.read_text()[-6000:]}')
+                raise AssertionError('run never reached the kill point:\n'
+                                     + log.read_text()[-6000:])
             time.sleep(0.1)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)

@@ -21,6 +21,7 @@ from inline_mm.models.inline_attention import InLineAttention
 from reliability_support import tiny_config, toy_ade
 
 LOW = [torch.bfloat16, torch.float16]
+NAN_HOOK = "custom_hooks = [dict(type='NonFiniteCheckHook')]\n"
 #: ~100k tokens: stage 1 of a 1264x1264 image (316 x 316)
 LONG_HW = (250, 400)
 
@@ -123,7 +124,7 @@ def test_shipped_amp_config_trains_without_nonfinite_values(ade, tmp_path, monke
     NonFiniteCheckHook on: every loss finite, weights finite and updated, attention in bf16."""
     if not torch.cuda.is_available():
         monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available', lambda: True)
-    cfg = tiny_config(tmp_path, 'upernet_amp', extra="custom_hooks = [dict(type='NonFiniteCheckHook')]\n")
+    cfg = tiny_config(tmp_path, 'upernet_amp', extra=NAN_HOOK)
     runner = _runner(cfg, tmp_path / 'work', ade, 'amp_cpu', **{'train_cfg.max_iters': 4})
     model = runner.model
     dtypes = []
@@ -146,8 +147,8 @@ def test_shipped_amp_config_trains_without_nonfinite_values(ade, tmp_path, monke
 def test_nonfinite_loss_names_iteration_and_module(ade, tmp_path):
     """A NaN injected into one attention block's output at iteration 3: the run stops
     there, before the optimizer step, naming the iteration and that block."""
-    cfg = tiny_config(tmp_path, 'upernet', extra="custom_hooks = [dict(type='NonFiniteCheckHook')]\n"
-                      "default_hooks = dict(checkpoint=dict(interval=2))\n")
+    cfg = tiny_config(tmp_path, 'upernet',
+                      extra=NAN_HOOK + 'default_hooks = dict(checkpoint=dict(interval=2))\n')
     runner = _runner(cfg, tmp_path / 'work', ade, 'nan_injected', **{'train_cfg.max_iters': 5})
     model = runner.model
     name, block = next((n, m) for n, m in model.named_modules()
@@ -176,7 +177,7 @@ def test_nonfinite_loss_names_iteration_and_module(ade, tmp_path):
 
 def test_nonfinite_hook_costs_no_extra_forward(ade, tmp_path):
     """With finite losses the hook never re-runs anything: one forward per iteration."""
-    cfg = tiny_config(tmp_path, 'upernet', extra="custom_hooks = [dict(type='NonFiniteCheckHook')]\n")
+    cfg = tiny_config(tmp_path, 'upernet', extra=NAN_HOOK)
     runner = _runner(cfg, tmp_path / 'work', ade, 'nan_cost', **{'train_cfg.max_iters': 2})
     calls = []
     runner.model.backbone.register_forward_hook(lambda *a: calls.append(1))
@@ -202,7 +203,7 @@ def test_nonfinite_hook_rejects_bad_interval():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='fp16 AMP with GradScaler needs CUDA')
 def test_shipped_amp_config_trains_fp16_on_cuda(ade, tmp_path):
-    cfg = tiny_config(tmp_path, 'upernet_amp', extra="custom_hooks = [dict(type='NonFiniteCheckHook')]\n")
+    cfg = tiny_config(tmp_path, 'upernet_amp', extra=NAN_HOOK)
     runner = _runner(cfg, tmp_path / 'work', ade, 'amp_cuda', **{'train_cfg.max_iters': 4})
     runner.train()
     losses = runner.message_hub.get_scalar('train/loss').data[0]

@@ -71,7 +71,8 @@ def test_grayscale_and_rgba_images_become_rgb(coco, det_cfg, tmp_path):
 
     body = Config.fromfile(str(tiny_config(tmp_path, 'mask_rcnn', body='mask_rcnn')))
     model = MODELS.build(body.model)
-    data = dict(inputs=[b['inputs'] for b in batch], data_samples=[b['data_samples'] for b in batch])
+    data = dict(inputs=[b['inputs'] for b in batch],
+                data_samples=[b['data_samples'] for b in batch])
     data = model.data_preprocessor(data, True)
     losses = model.loss(data['inputs'], data['data_samples'])
     assert all(np.isfinite(float(sum(v) if isinstance(v, list) else v))
