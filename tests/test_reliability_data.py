@@ -97,6 +97,24 @@ def test_coco_without_annotations_says_why_it_is_empty(coco, det_cfg, tmp_path):
     assert 'filter_empty_gt' in message
 
 
+def test_empty_segmentation_folder_says_where_it_looked(tmp_path):
+    """*stock*: ValueError: need at least one array to concatenate."""
+    cfg = Config.fromfile(str(SHIPPED['upernet']))
+    (tmp_path / 'images/training').mkdir(parents=True)
+    (tmp_path / 'annotations/training').mkdir(parents=True)
+    loader = cfg.train_dataloader.to_dict()
+    loader['dataset']['data_root'] = str(tmp_path)
+    # Inside a RepeatDataset, as long schedules often wrap their data.
+    loader.update(num_workers=0, persistent_workers=False,
+                  dataset=dict(type='RepeatDataset', times=2, dataset=loader['dataset']))
+    init_default_scope('mmseg')
+    with pytest.raises(ValueError) as err:
+        Runner.build_dataloader(loader)
+    message = str(err.value)
+    assert 'ADE20KDataset has no samples: nothing was found under' in message
+    assert str(tmp_path) in message and 'images/training' in message
+
+
 def test_check_coco_reports_missing_images_and_bad_ids(coco, tmp_path):
     def damage(ann):
         ann['images'][1]['file_name'] = 'gone.jpg'

@@ -240,6 +240,10 @@ def _describe_empty(dataset_cfg) -> Optional[str]:
     """Why a dataset from ``dataset_cfg`` came out empty, when it can be told."""
     if not isinstance(dataset_cfg, dict):
         return None
+    # RepeatDataset / ClassBalancedDataset / ConcatDataset: describe what they wrap.
+    inner = dataset_cfg.get('dataset') or (dataset_cfg.get('datasets') or [None])[0]
+    if isinstance(inner, dict) and 'ann_file' not in dataset_cfg:
+        return _describe_empty(inner)
     ann = dataset_cfg.get('ann_file') or ''
     root = dataset_cfg.get('data_root') or ''
     path = osp.join(root, ann) if ann and not osp.isabs(ann) else ann
