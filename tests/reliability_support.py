@@ -90,13 +90,17 @@ def train_cmd(config: Path, work_dir: Path, options: Sequence[str] = (), nproc: 
             *args, '--launcher', 'pytorch']
 
 
-def run(cmd: List[str], log: Path) -> subprocess.CompletedProcess:
+def run(cmd: List[str], log: Path, expect_ok: bool = True,
+        timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
     """Run to completion; stdout+stderr go to ``log`` (and into the assertion message)."""
     with open(log, 'w') as f:
         proc = subprocess.run(cmd, cwd=ROOT, env=env(), stdout=f, stderr=subprocess.STDOUT,
-                              timeout=TIMEOUT)
+                              timeout=timeout)
     text = log.read_text()
-    assert proc.returncode == 0, f'{" ".join(cmd)} failed ({proc.returncode}):\n{text[-6000:]}'
+    if expect_ok:
+        assert proc.returncode == 0, f'{" ".join(cmd)} failed ({proc.returncode}):\n{text[-6000:]}'
+    else:
+        assert proc.returncode != 0, f'{" ".join(cmd)} did not fail:\n{text[-6000:]}'
     return proc
 
 
@@ -171,6 +175,26 @@ class PauseBeforeIter(Hook):
         if runner.iter + 1 == self.at:
             Path(self.marker).touch()
             time.sleep(self.seconds)
+
+
+@HOOKS.register_module()
+class InjectNaN(Hook):
+    """Multiply the output of module ``name`` by NaN at iteration ``at`` (1-based), in
+    the process of rank ``rank`` only (its re-run included)."""
+
+    def __init__(self, name: str, at: int, rank: int = 0):
+        self.name, self.at, self.rank = name, at, rank
+
+    def before_train(self, runner):
+        from mmengine.dist import get_rank
+        model = runner.model.module if hasattr(runner.model, 'module') else runner.model
+        target = dict(model.named_modules())[self.name]
+
+        def inject(module, inputs, output):
+            if runner.iter + 1 == self.at and get_rank() == self.rank:
+                return output * float('nan')
+            return output
+        target.register_forward_hook(inject)
 
 
 @HOOKS.register_module()

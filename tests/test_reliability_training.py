@@ -113,6 +113,24 @@ def test_two_processes_match_one_process(reference, data, tmp_path):
     assert scalars(wd)[3]['lr'] == pytest.approx(reference['scalars'][3]['lr'], rel=1e-12)
 
 
+def test_nonfinite_loss_in_one_process_stops_all(data, tmp_path):
+    """NaN in rank 1 only, at iteration 2: both processes stop there (no hang in the
+    gradient all-reduce), rank 1 names the module, rank 0 points to rank 1."""
+    module = 'backbone.layers.2.blocks.0.attn'
+    extra = GN_HEADS + (f"custom_hooks = [dict(type='NonFiniteCheckHook'), dict(type='InjectNaN', "
+                        f"name={module!r}, at=2, rank=1)]\n")
+    cfg = tiny_config(tmp_path, 'upernet', extra=extra, name='nan', probes=True)
+    log = tmp_path / 'log.txt'
+    run(train_cmd(cfg, tmp_path / 'work', pipe_opts(data), nproc=2), log, expect_ok=False,
+        timeout=120)
+    text = log.read_text()
+    assert 'non-finite loss at iteration 2: decode.loss_ce=nan' in text, text[-4000:]
+    assert 'Processes with a non-finite loss: rank(s) [1]' in text
+    assert f"output of module '{module}' (InLineAttention)" in text
+    assert "in process(es) of rank [1] (this one, rank 0, had finite losses)" in text
+    assert 'Iter(train) [2/' not in text
+
+
 def test_shipped_syncbn_config_trains_on_two_cpu_processes(data, tmp_path):
     """The shipped UperNet config keeps mmseg's SyncBN heads (and the nccl backend):
     on CPU processes they become BN, with one warning, instead of crashing."""

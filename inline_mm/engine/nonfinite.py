@@ -179,21 +179,32 @@ class NonFiniteCheckHook(Hook):
             self._fail(module, args, kwargs, terms, values, ranks)
 
     def _fail(self, module, args, kwargs, terms, values, ranks):
+        from mmengine.runner import EpochBasedTrainLoop
         runner = self._runner
         it = runner.iter + 1          # as the training log counts
-        where = ', '.join(f'{k}={v:.4g}' for (k, _), v in zip(terms, values.tolist()))
-        from mmengine.runner import EpochBasedTrainLoop
         epoch = (f' (epoch {runner.epoch + 1})'
                  if isinstance(runner.train_loop, EpochBasedTrainLoop) else '')
-        lines = [f'NonFiniteCheckHook: non-finite loss at iteration {it}{epoch}: {where}.']
-        if len(ranks) > 1 or ranks != [0]:
-            lines.append(f'Processes with a non-finite loss: rank(s) {ranks}.')
-        inputs = kwargs.get('inputs', args[0] if args else None)
-        if has_nonfinite(inputs):
-            lines.append('The input batch itself holds NaN/inf values (after the data '
-                         'preprocessor): check the images and the normalisation.')
-        elif self.locate and self._rng is not None:
-            lines.append(self._describe(module, args, kwargs))
+        distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        rank = dist.get_rank() if distributed else 0
+        # Every process re-runs its forward, so that collective layers (SyncBN on GPUs)
+        # see the same calls everywhere; only the failing ones report the result.
+        found = (self._describe(module, args, kwargs)
+                 if self.locate and self._rng is not None else None)
+        if rank in ranks:
+            where = ', '.join(f'{k}={v:.4g}' for (k, _), v in zip(terms, values.tolist()))
+            lines = [f'NonFiniteCheckHook: non-finite loss at iteration {it}{epoch}: {where}.']
+            if distributed:
+                lines.append(f'Processes with a non-finite loss: rank(s) {ranks}.')
+            inputs = kwargs.get('inputs', args[0] if args else None)
+            if has_nonfinite(inputs):
+                lines.append('The input batch itself holds NaN/inf values (after the data '
+                             'preprocessor): check the images and the normalisation.')
+            elif found is not None:
+                lines.append(found)
+        else:
+            lines = [f'NonFiniteCheckHook: non-finite loss at iteration {it}{epoch} in '
+                     f'process(es) of rank {ranks} (this one, rank {rank}, had finite losses); '
+                     'their error says where it appeared. All processes stop together.']
         lines.append(
             'Training stopped before the optimizer step: the weights are those of '
             f'iteration {it - 1} and the checkpoints on disk are intact. Usual remedies: a '
