@@ -12,7 +12,8 @@ What it gets wrong, and :func:`install` fixes:
   kill during the save leaves only a truncated file while ``last_checkpoint`` still
   names the deleted one: every iteration of the run is lost.  The fix defers the
   deletion until the new checkpoint and ``last_checkpoint`` are written; the hook's
-  bookkeeping (which steps are kept, as stored in the checkpoint) is unchanged.
+  bookkeeping (which steps are kept, as stored in the checkpoint) is unchanged.  The
+  best checkpoint (``save_best``) is replaced the same way: old one deleted last.
 * ``last_checkpoint`` is rewritten in place (truncate, then write), and a work dir
   may hold a checkpoint that was cut short (disk full, a copy interrupted).  When
   ``--resume`` finds ``last_checkpoint`` empty, or naming a missing or incomplete
