@@ -35,8 +35,8 @@ class NonFiniteLossError(FloatingPointError):
 
 
 def has_nonfinite(obj) -> bool:
-    """True when any floating-point tensor in ``obj`` (nested lists, tuples, dicts
-    and objects with tensor attributes one level deep) holds a NaN or inf."""
+    """True when any floating-point tensor in ``obj`` (a tensor, or nested lists,
+    tuples and dicts of them; other objects are ignored) holds a NaN or inf."""
     if isinstance(obj, torch.Tensor):
         return obj.is_floating_point() and not bool(torch.isfinite(obj).all())
     if isinstance(obj, (list, tuple)):
@@ -50,6 +50,11 @@ def first_nonfinite_module(model: nn.Module, args: tuple, kwargs: dict
                            ) -> Tuple[Optional[str], Optional[nn.Module], dict]:
     """Run ``model(*args, **kwargs)`` without gradients and find the first module
     (in the order modules finish) whose output holds a NaN or inf.
+
+    Args:
+        model (nn.Module): The model; its submodules are watched (not the model itself).
+        args (tuple): Positional arguments of the forward call.
+        kwargs (dict): Keyword arguments of the forward call.
 
     Returns:
         tuple: ``(name, module, facts)``; ``name`` is None when no module output was
