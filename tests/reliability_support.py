@@ -28,6 +28,7 @@ SHIPPED = {
     'upernet_amp': ROOT / 'configs/inline_swin' /
     'inline-swin-t-in1k-pre_upernet_8xb2-amp-160k_ade20k-512x512.py',
     'mask_rcnn': ROOT / 'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py',
+    'mask_rcnn_amp': ROOT / 'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_amp-1x_coco.py',
 }
 BODIES = {
     'upernet': TESTS / 'configs/tiny_upernet_inline-swin.py',

@@ -18,7 +18,7 @@ from inline_mm.engine import NonFiniteCheckHook, NonFiniteLossError
 from inline_mm.engine.nonfinite import first_nonfinite_module
 from inline_mm.models.backbones import InLineCSwin, InLinePVT, InLineSwin
 from inline_mm.models.inline_attention import InLineAttention
-from reliability_support import tiny_config, toy_ade
+from reliability_support import tiny_config, toy_ade, toy_coco
 
 LOW = [torch.bfloat16, torch.float16]
 NAN_HOOK = "custom_hooks = [dict(type='NonFiniteCheckHook')]\n"
@@ -101,6 +101,11 @@ def ade(tmp_path_factory):
     return toy_ade(tmp_path_factory.mktemp('ade'), num_train=8)
 
 
+@pytest.fixture(scope='module')
+def coco(tmp_path_factory):
+    return toy_coco(tmp_path_factory.mktemp('coco'), num_train=8)
+
+
 def _runner(cfg_path, work_dir, data_root, name, **overrides) -> Runner:
     cfg = Config.fromfile(str(cfg_path))
     cfg.work_dir = str(work_dir)
@@ -119,13 +124,23 @@ def test_amp_optim_wrapper_refuses_cpu(ade, tmp_path):
         runner.train()
 
 
-def test_shipped_amp_config_trains_without_nonfinite_values(ade, tmp_path, monkeypatch):
-    """The shipped AMP UperNet config, shrunk, 4 iterations under CPU bf16 autocast with
-    NonFiniteCheckHook on: every loss finite, weights finite and updated, attention in bf16."""
+@pytest.mark.parametrize('kind', [
+    'upernet',
+    # mmcv's CPU NMS refuses bf16 boxes ("expected scalar type Float but found
+    # BFloat16" in the RPN), so Mask R-CNN AMP runs on GPUs only.
+    pytest.param('mask_rcnn', marks=pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="mmcv's CPU NMS has no bf16 kernel")),
+])
+def test_shipped_amp_config_trains_without_nonfinite_values(kind, ade, coco, tmp_path,
+                                                            monkeypatch):
+    """A shipped AMP config (UperNet; Mask R-CNN with a GPU), shrunk, 4 iterations under
+    autocast (CPU: bf16) with NonFiniteCheckHook on: every loss finite, weights finite and
+    updated, the attention computed in the low precision."""
     if not torch.cuda.is_available():
         monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available', lambda: True)
-    cfg = tiny_config(tmp_path, 'upernet_amp', extra=NAN_HOOK)
-    runner = _runner(cfg, tmp_path / 'work', ade, 'amp_cpu', **{'train_cfg.max_iters': 4})
+    cfg = tiny_config(tmp_path, f'{kind}_amp', body=kind, extra=NAN_HOOK)
+    data = ade if kind == 'upernet' else coco
+    runner = _runner(cfg, tmp_path / 'work', data, f'amp_{kind}', **{'train_cfg.max_iters': 4})
     model = runner.model
     dtypes = []
     attn = next(m for m in model.modules() if isinstance(m, InLineAttention))
