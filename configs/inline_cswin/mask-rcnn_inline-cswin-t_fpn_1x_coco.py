@@ -1,0 +1,18 @@
+_base_ = '../inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py'
+# The InLine-Swin-T recipe with an InLine-CSwin-T backbone (InLine stages 1-2 global,
+# LePE stripe attention in stages 3-4).
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='InLineCSwin',
+        arch='tiny',
+        drop_path_rate=0.2,  # as in its ImageNet recipe
+        out_indices=(0, 1, 2, 3),
+        with_cp=False,
+        init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_cswin_t.pth')),
+    neck=dict(in_channels=[64, 128, 256, 512]))
+# No decay on LayerNorms (as for Swin). CSwin has no position tables to exempt: its
+# positional term (LePE) is a depthwise conv, decayed like any other weight.
+optim_wrapper = dict(paramwise_cfg=dict(_delete_=True, custom_keys={
+    'norm': dict(decay_mult=0.),
+}))

@@ -1,0 +1,156 @@
+"""Every Mask R-CNN config parses, and every distinct model builds with a shrunken
+backbone and runs one loss step (forward + backward) on CPU."""
+import copy
+import functools
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.config import Config
+
+import inline_mm  # noqa: F401  (registers the backbones)
+from inline_mm.models.backbones import inline_cswin, inline_pvt, inline_swin
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob('configs/inline_*/mask-rcnn_*.py'))
+# AMP and 3x configs change the optimiser / schedule / pipeline, never the model:
+# the model is built once per 1x config (and the demo config).
+MODEL_CONFIGS = [p for p in CONFIGS if '_amp-' not in p and '_ms-crop-3x_' not in p]
+
+PRESETS = {'InLineSwin': inline_swin.ARCH_SETTINGS, 'InLinePVT': inline_pvt.ARCH_SETTINGS,
+           'InLineCSwin': inline_cswin.ARCH_SETTINGS}
+SHRINK = {'InLineSwin': dict(embed_dims=16, num_heads=(1, 2, 4, 8)),
+          'InLinePVT': dict(embed_dims=(16, 32, 48, 64), num_heads=(1, 2, 3, 4)),
+          'InLineCSwin': dict(embed_dims=16, num_heads=(1, 2, 4, 8))}
+README = (ROOT / 'checkpoints' / 'README.md').read_text()
+
+
+@pytest.fixture(scope='module', autouse=True)
+def _remember_external_bases():
+    """mmengine looks each ``mmdet::`` base up in all of mmdet's model-zoo yaml files
+    (~400) before falling back to the plain path: 0.5 s per base, the same answer every
+    time. Remember it for this module (the lookup itself is unchanged)."""
+    import mmengine.config.utils as cfg_utils
+    original = cfg_utils._get_cfg_metainfo
+    answers = {}
+
+    def remembered(package_path, cfg_path):
+        key = (package_path, cfg_path)
+        if key not in answers:
+            try:
+                answers[key] = original(package_path, cfg_path)
+            except ValueError as e:
+                answers[key] = e
+        if isinstance(answers[key], Exception):
+            raise answers[key]
+        return answers[key]
+
+    cfg_utils._get_cfg_metainfo = remembered
+    yield
+    cfg_utils._get_cfg_metainfo = original
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(path):
+    return Config.fromfile(str(ROOT / path))
+
+
+def load(path):
+    return copy.deepcopy(_parse(path))
+
+
+def stage_dims(backbone: dict):
+    preset = PRESETS[backbone['type']][backbone.get('arch', 'tiny')]
+    dims = backbone.get('embed_dims', preset['embed_dims'])
+    return list(dims) if not isinstance(dims, int) else [dims * 2 ** i for i in range(4)]
+
+
+def model_sibling(path: str) -> str:
+    """The config that defines ``path``'s model: its 1x, non-AMP sibling."""
+    return path.replace('_amp-', '_').replace('_ms-crop-3x_', '_1x_')
+
+
+def test_detection_config_families_present():
+    names = {Path(p).name for p in CONFIGS}
+    for backbone in ('swin-t', 'swin-s', 'swin-b', 'pvt-t', 'pvt-s', 'pvt-m', 'pvt-l', 'cswin-t'):
+        for sched in ('1x', 'amp-1x', 'ms-crop-3x', 'amp-ms-crop-3x'):
+            assert f'mask-rcnn_inline-{backbone}_fpn_{sched}_coco.py' in names
+
+
+@pytest.mark.parametrize('path', CONFIGS)
+def test_detection_config_parses(path):
+    cfg = load(path)
+    assert cfg.default_scope == 'mmdet'
+    assert cfg.custom_imports == dict(imports=['inline_mm'], allow_failed_imports=False)
+    backbone = cfg.model.backbone
+    assert backbone.type in PRESETS
+    assert cfg.model.neck.in_channels == stage_dims(backbone)
+    ckpt = (backbone.init_cfg or {}).get('checkpoint')
+    if 'toy-coco' in path:
+        assert backbone.init_cfg is None          # the demo trains from scratch
+    else:
+        # COCO configs start from an official file documented in checkpoints/README.md.
+        name = re.fullmatch(r'checkpoints/(inline_\w+\.pth)', ckpt)
+        assert name and f'`{name[1]}`' in README, ckpt
+        assert cfg.optim_wrapper.optimizer.type == 'AdamW'
+    amp = '_amp-' in path
+    assert (cfg.optim_wrapper.type == 'AmpOptimWrapper') == amp
+    if '3x' in path:
+        assert cfg.train_cfg.max_epochs == 36
+        assert cfg.param_scheduler[1].milestones == [27, 33]
+        assert cfg.train_dataloader.dataset.pipeline[3].type == 'RandomChoice'
+    elif '1x' in path and 'toy' not in path:
+        assert cfg.train_cfg.max_epochs == 12
+    if path not in MODEL_CONFIGS:
+        assert cfg.model == load(model_sibling(path)).model
+
+
+def shrunken_model(cfg):
+    from mmdet.registry import MODELS
+    from mmdet.utils import register_all_modules
+    register_all_modules()
+    b = cfg.model.backbone
+    preset = PRESETS[b.type][b.get('arch', 'tiny')]
+    b.update(SHRINK[b.type], init_cfg=None)
+    # A mixed stage (InLine-Swin-B stage 3) keeps one block of each of its types.
+    types = b.get('stage_types') or preset['stage_types']
+    b.stage_types = [t if isinstance(t, str) else (t[0], t[-1]) for t in types]
+    b.depths = [1 if isinstance(t, str) else 2 for t in b.stage_types]
+    cfg.model.neck.in_channels = stage_dims(b)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    return model
+
+
+@pytest.mark.parametrize('path', MODEL_CONFIGS)
+def test_detection_model_loss_step(path):
+    from mmdet.testing import demo_mm_inputs
+    from mmengine.optim import build_optim_wrapper
+    cfg = load(path)
+    model = shrunken_model(cfg).train()
+    packed = demo_mm_inputs(2, [[3, 64, 96], [3, 96, 80]], num_items=[2, 1], with_mask=True,
+                            num_classes=cfg.model.roi_head.bbox_head.num_classes)
+    data = model.data_preprocessor(packed, True)
+    losses = model(**data, mode='loss')
+    for k in ('loss_rpn_cls', 'loss_cls', 'loss_bbox', 'loss_mask'):
+        assert k in losses, sorted(losses)
+    total, _ = model.parse_losses(losses)
+    assert torch.isfinite(total)
+    total.backward()
+    grads = [p.grad for p in model.backbone.parameters() if p.requires_grad]
+    assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
+
+    # Every no-decay key of the config names parameters that exist, and gets no decay.
+    optim = build_optim_wrapper(model, cfg.optim_wrapper)
+    decay_of = {}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in optim.optimizer.param_groups:   # (the wrapper's adds a base-lr record)
+        for p in group['params']:
+            decay_of[names[id(p)]] = group['weight_decay']
+    for key, opts in cfg.optim_wrapper.paramwise_cfg.custom_keys.items():
+        hit = [n for n in decay_of if key in n]
+        assert hit, f'custom key {key!r} matches no parameter of {path}'
+        if opts.get('decay_mult') == 0:
+            assert all(decay_of[n] == 0 for n in hit), key
+    assert max(decay_of.values()) == cfg.optim_wrapper.optimizer.weight_decay

@@ -1,0 +1,173 @@
+"""End to end through the real tools on a tiny toy COCO dataset (CPU): train.py writes
+checkpoints, test.py reports box and mask mAP, --resume continues a killed run,
+dist_train.sh trains with 2 processes over gloo, and a missing backbone checkpoint
+stops training before the first iteration."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from inline_mm.toydata.coco import make_coco_toy
+
+ROOT = Path(__file__).resolve().parents[1]
+NANO = ROOT / 'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py'
+TIMEOUT = 300
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope='module')
+def tiny(tmp_path_factory):
+    """A tiny dataset and a child of the demo config that trains on it in seconds."""
+    base = tmp_path_factory.mktemp('det_e2e')
+    data = base / 'data'
+    make_coco_toy(str(data), num_train=6, num_val=3, size=64, max_objects=2, seed=1)
+    cfg = base / 'tiny.py'
+    cfg.write_text(f"""
+_base_ = {str(NANO)!r}
+data_root = {str(data) + '/'!r}
+model = dict(backbone=dict(embed_dims=16, num_heads=(1, 2, 4, 8), depths=(1, 1, 1, 1)),
+             neck=dict(in_channels=[16, 32, 64, 128], out_channels=16),
+             rpn_head=dict(in_channels=16, feat_channels=16),
+             roi_head=dict(bbox_roi_extractor=dict(out_channels=16),
+                           bbox_head=dict(in_channels=16, fc_out_channels=32),
+                           mask_roi_extractor=dict(out_channels=16),
+                           mask_head=dict(in_channels=16, conv_out_channels=16, num_convs=1)))
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='PackDetInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
+                                          'scale_factor')),
+]
+train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                        dataset=dict(data_root=data_root, pipeline=train_pipeline))
+val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
+                      dataset=dict(data_root=data_root, pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
+test_evaluator = val_evaluator
+train_cfg = dict(max_iters=2, val_interval=1000)
+default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1, max_keep_ckpts=3))
+log_processor = dict(window_size=1)
+""")
+    return dict(base=base, config=str(cfg), data=data)
+
+
+def env():
+    e = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
+    e['PYTHONPATH'] = str(ROOT) + os.pathsep + e.get('PYTHONPATH', '')
+    return e
+
+
+def tool(*args, timeout=TIMEOUT):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def logged_iters(text):
+    return [int(m) for m in re.findall(r'Iter\(train\) \[\s*(\d+)/', text)]
+
+
+@pytest.fixture(scope='module')
+def trained(tiny):
+    wd = tiny['base'] / 'train'
+    out = tool('tools/train.py', tiny['config'], '--work-dir', str(wd))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return dict(tiny, wd=wd, log=out.stdout + out.stderr)
+
+
+def test_det_train_writes_checkpoints(trained):
+    assert logged_iters(trained['log']) == [1, 2]
+    assert (trained['wd'] / 'iter_2.pth').is_file()
+    assert (trained['wd'] / 'last_checkpoint').read_text().strip().endswith('iter_2.pth')
+
+
+def test_det_test_reports_box_and_mask_map(trained):
+    out = tool('tools/test.py', trained['config'], str(trained['wd'] / 'iter_2.pth'),
+               '--work-dir', str(trained['base'] / 'test'))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    log = out.stdout + out.stderr
+    for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
+        m = re.search(re.escape(key) + r': (-?[\d.]+)', log)
+        assert m, f'{key} not reported:\n{log[-2000:]}'
+        assert -1 <= float(m[1]) <= 1
+    metrics = {}
+    for f in (trained['base'] / 'test').glob('*/*.json'):
+        for line in f.read_text().splitlines():
+            metrics.update(json.loads(line))
+    assert {'coco/bbox_mAP', 'coco/segm_mAP'} <= set(metrics)
+
+
+def test_det_resume_after_kill(tiny):
+    wd = tiny['base'] / 'resume'
+    # A long run, killed hard as soon as it has written a checkpoint.
+    proc = subprocess.Popen(
+        [sys.executable, 'tools/train.py', tiny['config'], '--work-dir', str(wd),
+         '--cfg-options', 'train_cfg.max_iters=200', 'default_hooks.checkpoint.interval=2'],
+        cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    marker = wd / 'last_checkpoint'
+    deadline = time.time() + TIMEOUT
+    try:
+        while not (marker.is_file() and marker.read_text().strip()):
+            assert proc.poll() is None, 'training ended before writing a checkpoint'
+            assert time.time() < deadline, 'no checkpoint within the time limit'
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    done = int(re.search(r'iter_(\d+)\.pth', marker.read_text())[1])
+    assert done < 200
+
+    out = tool('tools/train.py', tiny['config'], '--work-dir', str(wd), '--resume',
+               '--cfg-options', f'train_cfg.max_iters={done + 2}')
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    assert f'resumed epoch: 0, iter: {done}' in log
+    assert logged_iters(log) == [done + 1, done + 2]
+    assert (wd / f'iter_{done + 2}.pth').is_file()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def test_det_dist_train_two_cpu_processes(tiny):
+    wd = tiny['base'] / 'dist'
+    e = dict(env(), PORT=str(free_port()), PYTHON=sys.executable)
+    out = subprocess.run(['bash', 'tools/dist_train.sh', tiny['config'], '2', '--work-dir',
+                          str(wd)], cwd=ROOT, env=e, capture_output=True, text=True,
+                         timeout=TIMEOUT)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-4000:]
+    assert '2 processes on CPU over gloo' in log
+    assert re.search(r"'world_size': 2|world_size: 2|Distributed: True", log), log[-3000:]
+    assert logged_iters(log) == [1, 2]       # rank 0 logs; each iteration is one global step
+    assert (wd / 'iter_2.pth').is_file()
+
+
+def test_det_missing_backbone_checkpoint_fails_before_training(tiny):
+    wd = tiny['base'] / 'missing'
+    missing = str(tiny['base'] / 'no_such_dir' / 'inline_swin_t.pth')
+    out = tool('tools/train.py', tiny['config'], '--work-dir', str(wd), '--cfg-options',
+               'model.backbone.init_cfg.type=Pretrained',
+               f'model.backbone.init_cfg.checkpoint={missing}')
+    log = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert 'checkpoint not found' in log and missing in log, log[-3000:]
+    assert not logged_iters(log)
+    assert not list(wd.glob('*.pth'))

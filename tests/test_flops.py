@@ -1,0 +1,78 @@
+"""tools/get_flops.py and inline_mm.analysis: what is counted, and agreement with the
+backbone GMACs table of reference/ARCHITECTURES.md."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from inline_mm.analysis import count_macs
+from inline_mm.models import InLineAttention
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / 'tools'))
+import get_flops  # noqa: E402
+
+NANO = 'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py'
+
+
+def test_flops_inline_attention_counted_exactly():
+    """Every product of InLine attention is counted, including the two matmuls inside
+    the function and the per-sample depthwise conv run through F.conv2d."""
+    c, heads, (h, w) = 64, 2, (12, 20)
+    n, d = h * w, c // heads
+    attn = InLineAttention(c, heads).eval()
+    x = torch.randn(3, n, c)
+    _, cx = count_macs(attn, lambda: attn(x, (h, w)))
+    per_sample = (n * c * 3 * c            # qkv
+                  + heads * n * d * d      # K^T V
+                  + heads * n * d * d      # Q (K^T V)
+                  + n * c * 9              # predicted depthwise 3x3 on V
+                  + c * (c // heads)       # residual.0 (grouped 1x1)
+                  + 9 * c * (c // heads)   # residual.2 (grouped 1x1)
+                  + n * c * c)             # proj
+    assert cx.macs == 3 * per_sample
+    # What a Linear/Conv module-hook counter would see: the rest is only visible at
+    # the dispatcher (the function's matmuls and the functional depthwise conv).
+    module_hook_view = 3 * (n * c * 3 * c + n * c * c + c * (c // heads) + 9 * c * (c // heads))
+    assert cx.macs - module_hook_view == 3 * (2 * heads * n * d * d + n * c * 9)
+    assert cx.flops == 2 * cx.macs
+    assert cx.module('qkv') == 3 * n * c * 3 * c
+
+
+# Backbone GMACs at 512x512 from reference/ARCHITECTURES.md (official code, CPU).
+TABLE_512 = {
+    'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py': 24.2,
+    'configs/inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py': 10.3,
+}
+
+
+@pytest.mark.parametrize('config,gmacs', sorted(TABLE_512.items()))
+def test_flops_backbone_matches_table(config, gmacs):
+    r = get_flops.measure(str(ROOT / config), (512, 512), backbone_only=True)
+    assert abs(r['macs'] / 1e9 - gmacs) / gmacs < 0.02, r['macs']
+    assert r['params'] > 1e6
+
+
+def test_flops_cli_whole_detector_json():
+    out = subprocess.run(
+        [sys.executable, 'tools/get_flops.py', NANO, '--shape', '128', '160', '--json'],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r['input'] == [1, 3, 128, 160]
+    assert set(r['parts']) == {'backbone', 'neck', 'rpn_head', 'roi_head'}
+    parts = r['parts']
+    assert all(p['macs'] > 0 and p['params'] > 0 for p in parts.values())
+    assert sum(p['macs'] for p in parts.values()) == r['macs']
+    assert sum(p['params'] for p in parts.values()) == r['params']
+    assert r['flops'] == 2 * r['macs']
+    assert 0 < r['proposals'] <= 300 and 0 < r['mask_rois'] <= 100
+
+
+def test_flops_cli_rejects_bad_shape():
+    out = subprocess.run([sys.executable, 'tools/get_flops.py', NANO, '--shape', '1', '2', '3'],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and '--shape takes H W' in out.stderr
