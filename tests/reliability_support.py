@@ -78,17 +78,16 @@ def free_port() -> int:
 
 def train_cmd(config: Path, work_dir: Path, options: Sequence[str] = (), nproc: int = 1,
               resume: bool = False) -> List[str]:
-    """``tools/train.py`` alone, or under ``torchrun`` with ``nproc`` CPU processes."""
-    args = [str(ROOT / 'tools/train.py'), str(config), '--work-dir', str(work_dir)]
+    """``tools/train.py``, or ``tools/dist_train.sh`` (torchrun) with ``nproc`` processes."""
+    args = ['--work-dir', str(work_dir)]
     if resume:
         args.append('--resume')
     if options:
         args += ['--cfg-options', *options]
     if nproc == 1:
-        return [PY, *args]
-    return [PY, '-m', 'torch.distributed.run', '--nproc_per_node', str(nproc),
-            '--master_addr', '127.0.0.1', '--master_port', str(free_port()),
-            *args, '--launcher', 'pytorch']
+        return [PY, str(ROOT / 'tools/train.py'), str(config), *args]
+    return ['env', f'PORT={free_port()}', f'PYTHON={PY}', 'bash',
+            str(ROOT / 'tools/dist_train.sh'), str(config), str(nproc), *args]
 
 
 def run(cmd: List[str], log: Path, expect_ok: bool = True,

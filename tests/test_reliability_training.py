@@ -1,7 +1,7 @@
 """Killed runs resume exactly; 2 CPU processes train like 1; SyncBN and DDP on CPU.
 
-Every run here is a real ``tools/train.py`` process (alone or under torchrun with 2
-gloo processes) on a shrunken shipped config and a toy dataset. The reference is one
+Every run here is a real ``tools/train.py`` process (alone, or 2 gloo processes through
+``tools/dist_train.sh``) on a shrunken shipped config and a toy dataset. The reference is one
 uninterrupted single-process run of 6 iterations, batch 4, checkpoints at 3 and 6,
 with GroupNorm heads so that the batch split across processes does not matter.
 """
