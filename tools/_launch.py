@@ -5,7 +5,6 @@ which is also what ``mim train`` runs).  We run those scripts unchanged, so ever
 flag they document works, with ``inline_mm`` imported first so that its backbones
 are registered and its checkpoint compatibility is in place.
 """
-import os
 import os.path as osp
 import runpy
 import sys
@@ -32,43 +31,11 @@ def stock_script(scope: str, tool: str) -> str:
     return path
 
 
-def _launcher(argv) -> str:
-    for i, a in enumerate(argv):
-        if a == '--launcher' and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith('--launcher='):
-            return a.split('=', 1)[1]
-    return 'none'
-
-
-def cpu_distributed(argv) -> list:
-    """Let ``--launcher pytorch`` (torchrun) work on a machine without CUDA.
-
-    mmengine 0.10.7 initialises a torchrun job by calling ``torch.cuda.set_device``
-    and wraps the model in DDP with ``device_ids=[LOCAL_RANK]``; both fail without
-    a GPU.  mmengine skips its own initialisation when a process group already
-    exists, so we start one on gloo (the CPU backend) from torchrun's environment,
-    and ask for the DDP wrapper without device ids.  Returns the extra arguments.
-    """
-    import torch
-    if _launcher(argv) != 'pytorch' or torch.cuda.is_available() or 'RANK' not in os.environ:
-        return []
-    import torch.distributed as dist
-    if not dist.is_initialized():
-        dist.init_process_group(backend='gloo')
-    if int(os.environ.get('RANK', 0)) == 0:
-        print(f'[inline_mm] no CUDA: {os.environ.get("WORLD_SIZE")} processes on CPU over gloo',
-              flush=True)
-    # Repeated --cfg-options are merged by mmengine's DictAction.
-    return ['--cfg-options', 'model_wrapper_cfg.type=MMDistributedDataParallel',
-            'model_wrapper_cfg.device_ids=None']
-
-
 def run(tool: str):
     if len(sys.argv) < 2 or sys.argv[1].startswith('-'):
         sys.exit(f'usage: python tools/{tool}.py CONFIG [args of the stock mmdet/mmseg '
                  f'{tool}.py ...]')
     import inline_mm  # noqa: F401  (registry + checkpoint compatibility)
     script = stock_script(config_scope(sys.argv[1]), tool)
-    sys.argv = [script] + sys.argv[1:] + cpu_distributed(sys.argv[1:])
+    sys.argv = [script] + sys.argv[1:]
     runpy.run_path(script, run_name='__main__')

@@ -40,26 +40,38 @@ KIND_HELP = {'coco': 'COCO instance segmentation: shapes on textured backgrounds
 
 
 # --------------------------------------------------------------------- drawing
-def _texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
-    """A random ``(h, w, 3)`` float background in [0, 255]."""
-    c0, c1 = rng.uniform(0, 255, 3), rng.uniform(0, 255, 3)
+def _texture(rng: np.random.Generator, h: int, w: int):
+    """A random ``(h, w, 3)`` float background in [0, 255] and its mean colour.
+
+    The pattern varies the base colour by at most ~60 levels per channel: visible
+    texture that a detector must learn to ignore, not camouflage."""
+    c0 = rng.uniform(30, 225, 3)
+    c1 = np.clip(c0 + rng.uniform(-60, 60, 3), 0, 255)
     kind = rng.integers(3)
     if kind == 0:       # smooth noise: a coarse random grid, upsampled
-        g = rng.uniform(0, 1, (int(rng.integers(3, 9)), int(rng.integers(3, 9)), 1))
+        g = rng.uniform(0, 1, (int(rng.integers(3, 9)), int(rng.integers(3, 9))))
         t = cv2.resize(g.astype(np.float32), (w, h), interpolation=cv2.INTER_CUBIC)
-        t = np.clip(t, 0, 1)[..., None] if t.ndim == 2 else np.clip(t, 0, 1)
+        t = np.clip(t, 0, 1)
     else:
         yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
-        angle = rng.uniform(0, math.pi)
         period = rng.uniform(6, 28)
         if kind == 1:   # stripes at a random angle
+            angle = rng.uniform(0, math.pi)
             u = xx * math.cos(angle) + yy * math.sin(angle)
             t = 0.5 + 0.5 * np.sin(2 * math.pi * u / period)
         else:           # checkerboard
             t = ((xx // period + yy // period) % 2).astype(np.float32)
-        t = t[..., None]
-    img = c0 * (1 - t) + c1 * t
-    return img + rng.normal(0, 8, (h, w, 3))
+    img = c0 * (1 - t[..., None]) + c1 * t[..., None]
+    return img + rng.normal(0, 8, (h, w, 3)), (c0 + c1) / 2
+
+
+def _object_colour(rng: np.random.Generator, background: np.ndarray) -> np.ndarray:
+    """A random colour clearly apart from the background's (RGB distance >= 100)."""
+    for _ in range(100):
+        c = rng.uniform(0, 255, 3)
+        if np.linalg.norm(c - background) >= 100:
+            return c
+    return 255 - background
 
 
 def _shape_mask(rng: np.random.Generator, shape: str, cx: float, cy: float, r: float,
@@ -113,7 +125,7 @@ def _encode(mask: np.ndarray, poly, encoding: str):
 
 def _draw_image(rng: np.random.Generator, size: int, classes: Sequence[str], max_objects: int):
     h = w = size
-    img = _texture(rng, h, w)
+    img, background = _texture(rng, h, w)
     placed: List[tuple] = []
     anns = []
     for _ in range(int(rng.integers(1, max_objects + 1))):
@@ -130,7 +142,7 @@ def _draw_image(rng: np.random.Generator, size: int, classes: Sequence[str], max
         mask, poly = _shape_mask(rng, shape, cx, cy, r, h, w)
         if mask.sum() < 16:
             continue
-        colour = rng.uniform(0, 255, 3)
+        colour = _object_colour(rng, background)
         # A faint texture on the shape too, so that flat colour is not the cue.
         fill = colour + rng.normal(0, 12, (h, w, 3))
         img = np.where(mask[..., None].astype(bool), fill, img)
