@@ -28,3 +28,16 @@ def golden():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def build_in_each_framework(cfg: dict) -> list:
+    """Build ``cfg`` from mmdet's and from mmseg's MODELS, each under its own default
+    scope (another test may have left a different scope current)."""
+    from mmdet.registry import MODELS as DET
+    from mmengine.registry import DefaultScope
+    from mmseg.registry import MODELS as SEG
+    built = []
+    for scope, registry in (('mmdet', DET), ('mmseg', SEG)):
+        with DefaultScope.overwrite_default_scope(scope):
+            built.append(registry.build(cfg))
+    return built

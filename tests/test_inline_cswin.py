@@ -1,6 +1,6 @@
 import pytest
 import torch
-from conftest import rel_err
+from conftest import build_in_each_framework, rel_err
 
 from inline_mm.checkpoint import CheckpointError, convert_official, save_converted
 from inline_mm.models import InLineCSwin
@@ -286,7 +286,5 @@ def test_missing_checkpoint_names_the_path(tmp_path):
 
 
 def test_registered_in_both_frameworks():
-    from mmdet.registry import MODELS as DET
-    from mmseg.registry import MODELS as SEG
-    for reg in (DET, SEG):
-        assert isinstance(reg.build(dict(type='InLineCSwin', **SMALL)), InLineCSwin)
+    for model in build_in_each_framework(dict(type='InLineCSwin', **SMALL)):
+        assert isinstance(model, InLineCSwin)

@@ -1,6 +1,6 @@
 import pytest
 import torch
-from conftest import rel_err
+from conftest import build_in_each_framework, rel_err
 
 from inline_mm.checkpoint import CheckpointError
 from inline_mm.models import InLineSwin
@@ -301,13 +301,8 @@ def test_missing_checkpoint_names_the_path(tmp_path):
 
 
 def test_registered_in_both_frameworks():
-    from mmdet.registry import MODELS as DET
-    from mmengine.registry import DefaultScope
-    from mmseg.registry import MODELS as SEG
-    for scope, reg in (('mmdet', DET), ('mmseg', SEG)):
-        with DefaultScope.overwrite_default_scope(scope):
-            m = reg.build(dict(type='InLineSwin', **SMALL))
-        assert isinstance(m, InLineSwin)
+    for model in build_in_each_framework(dict(type='InLineSwin', **SMALL)):
+        assert isinstance(model, InLineSwin)
 
 
 @pytest.mark.parametrize('shape,message', [
