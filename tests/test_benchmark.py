@@ -7,6 +7,7 @@ measurement and the skip prediction compute what they say.
 import csv
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -97,6 +98,9 @@ def test_predict_extrapolates_growth():
     assert tool.predict([(1, 1.0), (4, 4.0)], 16) == pytest.approx(16.0)  # measured linear
     assert tool.predict([(1, 1.0), (4, 2.0)], 16) == pytest.approx(8.0)   # clamped to >= 1
     assert tool.predict([(1, 1.0), (2, 8.0)], 4) == pytest.approx(8.0 * 2 ** 2.2)
+    # the exponent comes from a size at most half as large, not from a near neighbour
+    grow = math.log(4.5) / math.log(4.1)
+    assert tool.predict([(1, 1.0), (4, 4.0), (4.1, 4.5)], 8.2) == pytest.approx(4.5 * 2 ** grow)
 
 
 def test_bad_arguments_are_refused():

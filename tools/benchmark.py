@@ -256,14 +256,18 @@ class Result:
 
 
 def predict(history: List[Tuple[int, float]], pixels: int) -> Optional[float]:
-    """Extrapolate a cost to ``pixels`` from (pixels, cost) at smaller sizes: the
-    growth exponent of the last two sizes (clamped to [1, 2.2]), or quadratic
-    (the worst a Softmax backbone does) from a single size."""
+    """Extrapolate a cost to ``pixels`` from (pixels, cost) at smaller sizes, in
+    increasing order of pixels: the growth exponent between the last size and the
+    latest one with at most half its pixels (nearby sizes give a noisy exponent),
+    clamped to [1, 2.2]; quadratic (the worst a Softmax backbone does) when there is
+    no such size."""
     if not history:
         return None
-    (p1, c1), (p0, c0) = history[-1], (history[-2] if len(history) > 1 else (None, None))
+    p1, c1 = history[-1]
+    earlier = [(p, c) for p, c in history[:-1] if p <= p1 / 2]
     exp = 2.0
-    if p0 is not None and c0 and c1 and p1 > p0:
+    if earlier and earlier[-1][1] > 0 and c1 > 0:
+        p0, c0 = earlier[-1]
         exp = min(2.2, max(1.0, math.log(c1 / c0) / math.log(p1 / p0)))
     return c1 * (pixels / p1) ** exp
 
@@ -649,7 +653,7 @@ def parse_args(argv=None):
                    help='torch CPU threads (default: torch\'s own, which follows '
                         'OMP_NUM_THREADS)')
     p.add_argument('--max-run-s', type=float, default=None,
-                   help='skip a size whose predicted single run takes longer (default 90; '
+                   help='skip a size whose predicted single run takes longer (default 30; '
                         '--quick 20)')
     p.add_argument('--max-mem-gb', type=float, default=None,
                    help='skip a size whose predicted peak memory is larger (default: half '
@@ -665,7 +669,7 @@ def parse_args(argv=None):
     args.attention_repeats = args.attention_repeats or (2 if args.quick else 9)
     if args.repeats < 1 or args.attention_repeats < 1:
         p.error('--repeats and --attention-repeats must be >= 1')
-    args.max_run_s = args.max_run_s or (20. if args.quick else 90.)
+    args.max_run_s = args.max_run_s or (20. if args.quick else 30.)
     args.attention_hw = (6, 10) if args.quick else (-(-800 // 4), -(-1333 // 4))
     return args
 
