@@ -43,10 +43,12 @@ model = dict(backbone=dict(embed_dims=16, num_heads=(1, 2, 4, 8), depths=(1, 1, 
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='Resize', scale=(64, 64), keep_ratio=True),
     dict(type='PackDetInputs'),
 ]
 test_pipeline = [
     dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=(64, 64), keep_ratio=True),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
     dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
                                           'scale_factor')),
@@ -58,7 +60,7 @@ val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
 test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
 test_evaluator = val_evaluator
-train_cfg = dict(max_iters=2, val_interval=1000)
+train_cfg = dict(max_iters=2, val_interval=1000)  # (the loop still validates at its end)
 default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1, max_keep_ckpts=3))
 log_processor = dict(window_size=1)
 """)

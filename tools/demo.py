@@ -148,7 +148,8 @@ def main(argv=None):
     banner(f'training from scratch for {iters} iterations (batch '
            f'{cfg.train_dataloader.batch_size}) with tools/train.py', t0)
     t_train = time.time()
-    opts = ['train_cfg.val_interval=1000000']   # evaluated once below, by tools/test.py
+    # No validation inside training: tools/test.py evaluates once below.
+    opts = ['val_cfg=None', 'val_dataloader=None', 'val_evaluator=None']
     if args.iters:
         opts += [f'train_cfg.max_iters={iters}', f'default_hooks.checkpoint.interval={iters}']
     run([sys.executable, 'tools/train.py', args.config, '--work-dir', wd, '--cfg-options', *opts])
