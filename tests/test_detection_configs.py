@@ -132,6 +132,16 @@ def test_detection_model_loss_step(path):
     packed = demo_mm_inputs(2, [[3, 64, 96], [3, 96, 80]], num_items=[2, 1], with_mask=True,
                             num_classes=cfg.model.roi_head.bbox_head.num_classes)
     data = model.data_preprocessor(packed, True)
+    # mmcv's RoIAlign reads its input as dense NCHW: features must be contiguous, or the
+    # RoI heads see scrambled features (checked against torchvision, which follows strides).
+    from mmcv.ops import roi_align
+    from torchvision.ops import roi_align as tv_roi_align
+    with torch.no_grad():
+        feats = model.extract_feat(data['inputs'])
+    assert all(f.is_contiguous() for f in model.backbone(data['inputs']))
+    rois = torch.tensor([[0., 4., 6., 50., 40.], [1., 10., 3., 60., 90.]])
+    assert torch.allclose(roi_align(feats[0], rois, (7, 7), 0.25, 2, 'avg', True),
+                          tv_roi_align(feats[0], rois, (7, 7), 0.25, 2, True), atol=1e-5)
     losses = model(**data, mode='loss')
     for k in ('loss_rpn_cls', 'loss_cls', 'loss_bbox', 'loss_mask'):
         assert k in losses, sorted(losses)

@@ -15,8 +15,11 @@ _TYPE_ALIASES = {'inline': INLINE, 'i': INLINE, 'softmax': SOFTMAX, 's': SOFTMAX
 
 
 def to_nchw(x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
-    """``(B, H*W, C)`` tokens -> ``(B, C, H, W)``."""
-    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *hw)
+    """``(B, H*W, C)`` tokens -> contiguous ``(B, C, H, W)``."""
+    # Contiguous, not the channels-last view the transpose gives: mmcv's RoIAlign
+    # (CPU and CUDA) indexes its input as dense NCHW and silently reads a strided
+    # map wrongly, so a Mask R-CNN on such features cannot learn its RoI heads.
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *hw).contiguous()
 
 
 def parse_stage_types(stage_types: Sequence, depths: Sequence[int]) -> List[List[str]]:
