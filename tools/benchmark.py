@@ -597,6 +597,9 @@ def machine_info() -> dict:
                 cuda=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
     if hasattr(os, 'getloadavg'):
         info['load_average_start'] = os.getloadavg()
+    # Settings that change CPU timings a lot (threads, the allocator: see README).
+    info['environment'] = {k: v for k, v in os.environ.items()
+                           if k.startswith(('OMP_', 'MKL_', 'MALLOC_', 'THP_', 'LD_PRELOAD'))}
     return info
 
 
@@ -698,6 +701,8 @@ def main(argv=None):
           + (f', GPU {info["cuda"]}' if info['cuda'] else '')
           + (f'; load average {info["load_average_start"][0]:.2f}'
              if 'load_average_start' in info else ''))
+    if info['environment']:
+        print('environment: ' + ', '.join(f'{k}={v}' for k, v in info['environment'].items()))
     print('timings are medians of interleaved runs; other processes on a shared machine '
           'still add noise')
     run_backbone_part = not args.attention
