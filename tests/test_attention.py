@@ -174,6 +174,7 @@ def test_local_residual_matches_grouped_conv():
     g = torch.randn(3, 8, 5, 9)
     ours = local_residual(v_img, kernels)
     ref = reference_local_residual(v_img, kernels)
+    assert ours.is_contiguous()
     _assert_close([ours], [ref])
     _assert_close(_grads(ours, g, v_img, kernels), _grads(ref, g, v_img, kernels))
 

@@ -247,7 +247,7 @@ def local_residual(v_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     """Depthwise 3x3 convolution with a different kernel for every sample.
 
     Runs per sample in channels-last layout (see the module notes); the result is
-    channels-last too.
+    returned as a contiguous NCHW tensor (some mmcv ops misread channels-last views).
 
     Args:
         v_img (Tensor): ``(B, C, H, W)``.
@@ -261,7 +261,8 @@ def local_residual(v_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
         raise ValueError(f'kernels must be (B, C, 3, 3) = {(b, c, 3, 3)}, got {tuple(kernels.shape)}')
     x = v_img.contiguous(memory_format=torch.channels_last)
     kernels = kernels.to(x.dtype).unsqueeze(2)
-    return torch.cat([F.conv2d(x[i:i + 1], kernels[i], padding=1, groups=c) for i in range(b)])
+    out = torch.cat([F.conv2d(x[i:i + 1], kernels[i], padding=1, groups=c) for i in range(b)])
+    return out.contiguous()
 
 
 class InLineAttention(nn.Module):
