@@ -1,4 +1,5 @@
 """What the three InLine backbones share: output norms, freezing, weight loading."""
+import re
 from typing import Callable, Dict, List, Sequence, Tuple
 
 import torch
@@ -98,15 +99,36 @@ class InLineBackbone(BaseModule):
         for i in self.out_indices:
             self.add_module(f'norm{i}', nn.LayerNorm(dims[i], eps=eps))
 
+    #: whether the official model's final ``norm`` initialises the last output norm
+    #: (InLine-Swin, InLine-CSwin); InLine-PVT has none, so all its output norms start fresh.
+    official_final_norm = True
+
+    def _stage_list(self) -> nn.ModuleList:
+        """The stages, each with a ``with_cp`` attribute (``self.stages`` by default)."""
+        return self.stages
+
     def _stage_modules(self, i: int) -> List[nn.Module]:
-        raise NotImplementedError
+        return [self._stage_list()[i]]
 
     def _stem_modules(self) -> List[nn.Module]:
         raise NotImplementedError
 
+    @property
+    def with_cp(self) -> bool:
+        return self._with_cp
+
+    @with_cp.setter
+    def with_cp(self, value: bool):
+        self._with_cp = bool(value)
+        for stage in self._stage_list():
+            stage.with_cp = self._with_cp
+
     def fresh_keys(self) -> List[str]:
-        """State-dict keys a classification checkpoint does not provide."""
-        return []
+        """State-dict keys a classification checkpoint does not provide: the output
+        norms, except the last one where the official final norm initialises it."""
+        keep = f'norm{self.num_stages - 1}.' if self.official_final_norm else None
+        return [k for k in self.state_dict()
+                if re.match(r'norm\d+\.', k) and not (keep and k.startswith(keep))]
 
     # ------------------------------------------------------------------ freezing
     def _freeze_stages(self):

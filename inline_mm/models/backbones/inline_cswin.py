@@ -316,26 +316,8 @@ class InLineCSwin(InLineBackbone):
         self.with_cp = with_cp
         self._freeze_stages()
 
-    @property
-    def with_cp(self) -> bool:
-        return self._with_cp
-
-    @with_cp.setter
-    def with_cp(self, value: bool):
-        self._with_cp = bool(value)
-        for stage in self.stages:
-            stage.with_cp = self._with_cp
-
     def _stem_modules(self):
         return [self.stem]
-
-    def _stage_modules(self, i):
-        return [self.stages[i]]
-
-    def fresh_keys(self) -> List[str]:
-        last = len(self.dims) - 1
-        return [k for k in self.state_dict()
-                if re.match(r'norm\d+\.', k) and not k.startswith(f'norm{last}.')]
 
     def convert_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         state = convert_cswin_checkpoint(state, last_stage=len(self.dims) - 1)

@@ -215,6 +215,8 @@ class InLinePVT(InLineBackbone):
         ``H_i = ceil(H / (patch_size * 2**i))`` (likewise ``W_i``).
     """
 
+    official_final_norm = False     # the official PVT has no final norm
+
     def __init__(self, arch: str = 'tiny', embed_dims: Optional[Sequence[int]] = None,
                  depths: Optional[Sequence[int]] = None,
                  num_heads: Optional[Sequence[int]] = None,
@@ -273,29 +275,12 @@ class InLinePVT(InLineBackbone):
         self.with_cp = with_cp
         self._freeze_stages()
 
-    @property
-    def with_cp(self) -> bool:
-        return self._with_cp
-
-    @with_cp.setter
-    def with_cp(self, value: bool):
-        self._with_cp = bool(value)
-        for stage in self.stages:
-            stage.with_cp = self._with_cp
-
     def _stem_modules(self):
         return [self.stages[0].patch_embed, self.stages[0].pos_embed]
-
-    def _stage_modules(self, i):
-        return [self.stages[i]]
 
     def _init_extra(self):
         for stage in self.stages:
             trunc_normal_(stage.pos_embed.weight, std=.02)
-
-    def fresh_keys(self) -> List[str]:
-        # The official model has no final norm: every output norm starts fresh.
-        return [k for k in self.state_dict() if re.match(r'norm\d+\.', k)]
 
     def convert_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         state = convert_pvt_checkpoint(state)

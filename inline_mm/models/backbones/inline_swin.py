@@ -1,5 +1,4 @@
 """InLine-Swin: Swin Transformer whose InLine stages attend globally at linear cost."""
-import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -339,26 +338,11 @@ class InLineSwin(InLineBackbone):
         self.with_cp = with_cp
         self._freeze_stages()
 
-    @property
-    def with_cp(self) -> bool:
-        return self._with_cp
-
-    @with_cp.setter
-    def with_cp(self, value: bool):
-        self._with_cp = bool(value)
-        for stage in self.layers:
-            stage.with_cp = self._with_cp
+    def _stage_list(self):
+        return self.layers        # official key names: layers.{i}.blocks.{j}
 
     def _stem_modules(self):
         return [self.patch_embed]
-
-    def _stage_modules(self, i):
-        return [self.layers[i]]
-
-    def fresh_keys(self) -> List[str]:
-        last = len(self.dims) - 1
-        return [k for k in self.state_dict()
-                if re.match(r'norm\d+\.', k) and not k.startswith(f'norm{last}.')]
 
     def convert_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         state = convert_swin_checkpoint(state, last_stage=len(self.dims) - 1)
