@@ -173,3 +173,38 @@ def test_det_missing_backbone_checkpoint_fails_before_training(tiny):
     assert 'checkpoint not found' in log and missing in log, log[-3000:]
     assert not logged_iters(log)
     assert not list(wd.glob('*.pth'))
+
+
+def test_det_toy_coco_is_valid_coco(tmp_path):
+    """Every mask encoding decodes to the stored area and box; same seed, same files."""
+    import numpy as np
+    from pycocotools.coco import COCO
+    from pycocotools import mask as mask_utils
+    classes = ('circle', 'triangle', 'rectangle', 'ring')
+    s = make_coco_toy(str(tmp_path / 'a'), num_train=12, num_val=4, size=96, classes=classes)
+    assert s['train']['images'] == 12 and s['val']['images'] == 4
+    coco = COCO(str(tmp_path / 'a/annotations/instances_train2017.json'))
+    assert [c['name'] for c in coco.loadCats(coco.getCatIds())] == list(classes)
+    kinds = set()
+    for ann in coco.loadAnns(coco.getAnnIds()):
+        seg = ann['segmentation']
+        kinds.add('polygon' if isinstance(seg, list) else
+                  'rle' if isinstance(seg['counts'], str) else 'uncompressed')
+        m = coco.annToMask(ann)
+        assert m.sum() == ann['area'] > 0
+        ys, xs = np.nonzero(m)
+        x, y, w, h = ann['bbox']
+        assert abs(xs.min() - x) <= 1 and abs(ys.min() - y) <= 1
+        assert abs(xs.max() + 1 - (x + w)) <= 1 and abs(ys.max() + 1 - (y + h)) <= 1
+        if classes[ann['category_id'] - 1] == 'ring':
+            cy, cx = int(round(ys.mean())), int(round(xs.mean()))
+            assert m[cy, cx] == 0                      # the hole a polygon could not hold
+            assert mask_utils.area(coco.annToRLE(ann)) == ann['area']
+    assert kinds == {'polygon', 'rle', 'uncompressed'}
+    img = coco.loadImgs(coco.getImgIds()[0])[0]
+    assert (tmp_path / 'a/train2017' / img['file_name']).stat().st_size > 0
+    make_coco_toy(str(tmp_path / 'b'), num_train=12, num_val=4, size=96, classes=classes)
+    for rel in ('annotations/instances_val2017.json', 'train2017/000003.jpg'):
+        assert (tmp_path / 'a' / rel).read_bytes() == (tmp_path / 'b' / rel).read_bytes()
+    with pytest.raises(ValueError, match='distinct names'):
+        make_coco_toy(str(tmp_path / 'c'), classes=('circle', 'circle'))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The README's main command (``make demo``): an InLine-Swin Mask R-CNN that learns, on CPU.
 
-    python tools/demo.py                       # defaults below; about 10 min on 2 cores
+    python tools/demo.py          # defaults below; 6-12 min on 2 shared cores
 
 1. writes the toy COCO dataset (``tools/make_toy_dataset.py coco``: shapes on textured
    backgrounds, polygon and RLE masks, 300 train / 60 val images of 256 px) unless it
@@ -51,7 +51,12 @@ def banner(msg, t0):
 def run(cmd):
     """Run a tool with its output streaming through; stop the demo if it fails."""
     print('$ ' + ' '.join(cmd), flush=True)
-    rc = subprocess.call(cmd, cwd=ROOT)
+    env = dict(os.environ)
+    # One compute thread unless told otherwise: the model is small, the data loader
+    # worker uses another core, and on a shared or 2-core machine two OpenMP threads
+    # that wait for a busy core made training several times slower (measured).
+    env.setdefault('OMP_NUM_THREADS', '1')
+    rc = subprocess.call(cmd, cwd=ROOT, env=env)
     if rc:
         sys.exit(f'demo: {cmd[1]} failed with exit status {rc}')
 
@@ -133,9 +138,9 @@ def main(argv=None):
     args = parse_args(argv)
     os.chdir(ROOT)          # the config's data_root and the tools are relative to the repo
     t0 = time.time()
-    threads = os.environ.get('OMP_NUM_THREADS')
-    print(f'demo: {os.cpu_count()} CPUs, torch threads: {threads or "default"}; '
-          f'config {args.config}', flush=True)
+    threads = os.environ.get('OMP_NUM_THREADS', '1')
+    print(f'demo: {os.cpu_count()} CPUs, {threads} compute thread(s) per tool '
+          f'(set OMP_NUM_THREADS to change); config {args.config}', flush=True)
     ensure_data(args.regenerate, t0)
 
     from mmengine.config import Config
