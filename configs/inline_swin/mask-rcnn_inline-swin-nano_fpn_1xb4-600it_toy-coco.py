@@ -59,7 +59,7 @@ param_scheduler = [
     dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters,
          milestones=[450, 550], gamma=0.1),
 ]
-# From scratch, one image group per step: a larger lr than fine-tuning.
+# From scratch (no ImageNet weights to preserve): 5x the COCO fine-tuning lr.
 optim_wrapper = dict(optimizer=dict(lr=5e-4))
 
 default_hooks = dict(
