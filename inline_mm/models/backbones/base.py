@@ -9,7 +9,8 @@ from timm.layers import trunc_normal_
 
 from ...checkpoint import load_pretrained
 
-__all__ = ['InLineBackbone', 'to_nchw', 'parse_stage_types', 'check_out_indices']
+__all__ = ['InLineBackbone', 'to_nchw', 'parse_stage_types', 'check_out_indices',
+           'resolve_arch']
 
 INLINE, SOFTMAX = 'inline', 'softmax'
 _TYPE_ALIASES = {'inline': INLINE, 'i': INLINE, 'softmax': SOFTMAX, 's': SOFTMAX}
@@ -46,6 +47,25 @@ def parse_stage_types(stage_types: Sequence, depths: Sequence[int]) -> List[List
             raise ValueError(f'stage_types[{i}]: unknown attention type {e.args[0]!r}; use '
                              f"'inline' or 'softmax'") from None
     return expanded
+
+
+def resolve_arch(name: str, presets: dict, arch: str, **overrides) -> dict:
+    """The preset ``arch`` of backbone ``name`` with every non-None override applied
+    (sequences become tuples)."""
+    if arch not in presets:
+        raise ValueError(f'unknown {name} arch {arch!r}; choose one of {sorted(presets)} or '
+                         f'override {"/".join(overrides)}')
+    out, custom = {}, False
+    for key, value in overrides.items():
+        preset = presets[arch][key]
+        if value is None:
+            value = preset
+        elif key != 'stage_types':
+            value = tuple(value) if isinstance(value, (list, tuple)) else value
+            custom |= value != preset
+        out[key] = value
+    out['arch_name'] = 'custom' if custom else arch
+    return out
 
 
 def check_out_indices(out_indices: Sequence[int], num_stages: int) -> Tuple[int, ...]:

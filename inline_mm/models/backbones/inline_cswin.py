@@ -12,7 +12,7 @@ from timm.layers import DropPath, Mlp
 from ...checkpoint import check_layout
 from ...registry import register_backbone
 from ..inline_attention import InLineAttention
-from .base import INLINE, InLineBackbone, parse_stage_types, to_nchw
+from .base import INLINE, InLineBackbone, parse_stage_types, resolve_arch, to_nchw
 from .inline_swin import _window_merge, _window_partition
 
 __all__ = ['InLineCSwin', 'LePEStripeAttention', 'convert_cswin_checkpoint']
@@ -267,15 +267,12 @@ class InLineCSwin(InLineBackbone):
                  attn_drop_rate: float = 0., drop_path_rate: float = 0.2,
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
                  with_cp: bool = False, init_cfg: Optional[dict] = None):
-        if arch not in ARCH_SETTINGS:
-            raise ValueError(f'unknown InLineCSwin arch {arch!r}; choose one of '
-                             f'{sorted(ARCH_SETTINGS)} or override embed_dims/depths/'
-                             'num_heads/stage_types')
-        preset = ARCH_SETTINGS[arch]
-        embed_dims = preset['embed_dims'] if embed_dims is None else embed_dims
-        depths = tuple(preset['depths'] if depths is None else depths)
-        num_heads = tuple(preset['num_heads'] if num_heads is None else num_heads)
-        stage_types = preset['stage_types'] if stage_types is None else stage_types
+        cfg = resolve_arch('InLineCSwin', ARCH_SETTINGS, arch, embed_dims=embed_dims,
+                           depths=depths, num_heads=num_heads, stage_types=stage_types)
+        embed_dims = cfg['embed_dims']
+        depths = cfg['depths']
+        num_heads = cfg['num_heads']
+        stage_types = cfg['stage_types']
         split_sizes = tuple(split_sizes)
         n = len(depths)
         if len(num_heads) != n:
@@ -285,8 +282,7 @@ class InLineCSwin(InLineBackbone):
             raise ValueError(f'split_sizes {split_sizes} must give one positive stripe width '
                              f'for each of the first {n - 1} stages (the last stage is global)')
         super().__init__(out_indices, frozen_stages, n, init_cfg=init_cfg)
-        self.arch_name = arch if (embed_dims, depths, num_heads) == (
-            preset['embed_dims'], preset['depths'], preset['num_heads']) else 'custom'
+        self.arch_name = cfg['arch_name']
         block_types = parse_stage_types(stage_types, depths)
         dims = [embed_dims * 2 ** i for i in range(n)]
         for i, (d, h) in enumerate(zip(dims, num_heads)):

@@ -12,7 +12,7 @@ from timm.layers import DropPath, Mlp, trunc_normal_
 from ...checkpoint import check_layout
 from ...registry import register_backbone
 from ..inline_attention import InLineAttention
-from .base import INLINE, InLineBackbone, parse_stage_types, to_nchw
+from .base import INLINE, InLineBackbone, parse_stage_types, resolve_arch, to_nchw
 from .inline_swin import PatchEmbed
 
 __all__ = ['InLinePVT', 'SpatialReductionAttention', 'convert_pvt_checkpoint']
@@ -227,16 +227,13 @@ class InLinePVT(InLineBackbone):
                  drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.1,
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
                  with_cp: bool = False, init_cfg: Optional[dict] = None):
-        if arch not in ARCH_SETTINGS:
-            raise ValueError(f'unknown InLinePVT arch {arch!r}; choose one of '
-                             f'{sorted(ARCH_SETTINGS)} or override embed_dims/depths/'
-                             'num_heads/mlp_ratios/stage_types')
-        preset = ARCH_SETTINGS[arch]
-        embed_dims = tuple(preset['embed_dims'] if embed_dims is None else embed_dims)
-        depths = tuple(preset['depths'] if depths is None else depths)
-        num_heads = tuple(preset['num_heads'] if num_heads is None else num_heads)
-        mlp_ratios = tuple(preset['mlp_ratios'] if mlp_ratios is None else mlp_ratios)
-        stage_types = preset['stage_types'] if stage_types is None else stage_types
+        cfg = resolve_arch('InLinePVT', ARCH_SETTINGS, arch, embed_dims=embed_dims, depths=depths,
+                           num_heads=num_heads, mlp_ratios=mlp_ratios, stage_types=stage_types)
+        embed_dims = cfg['embed_dims']
+        depths = cfg['depths']
+        num_heads = cfg['num_heads']
+        mlp_ratios = cfg['mlp_ratios']
+        stage_types = cfg['stage_types']
         sr_ratios = tuple(sr_ratios)
         n = len(depths)
         for name, value in (('embed_dims', embed_dims), ('num_heads', num_heads),
@@ -247,9 +244,7 @@ class InLinePVT(InLineBackbone):
         if any(r < 1 for r in sr_ratios):
             raise ValueError(f'sr_ratios {sr_ratios} must be >= 1')
         super().__init__(out_indices, frozen_stages, n, init_cfg=init_cfg)
-        self.arch_name = arch if (embed_dims, depths, num_heads, mlp_ratios) == (
-            preset['embed_dims'], preset['depths'], preset['num_heads'],
-            preset['mlp_ratios']) else 'custom'
+        self.arch_name = cfg['arch_name']
         block_types = parse_stage_types(stage_types, depths)
         for i, (d, h) in enumerate(zip(embed_dims, num_heads)):
             if d % h:
