@@ -3,9 +3,9 @@ import torch
 import torch.nn.functional as F
 from conftest import build_in_each_framework, rel_err
 
-from inline_mm.checkpoint import CheckpointError, convert_official, save_converted
+from inline_mm.models import CheckpointError, convert_official, save_converted
 from inline_mm.models import InLinePVT
-from inline_mm.models.backbones.inline_pvt import PositionEmbedding, SpatialReductionAttention
+from inline_mm.models.inline_pvt import PositionEmbedding, SpatialReductionAttention
 
 # The architecture of the golden case (cases.json: inline_pvt_tiny_224).
 TINY_GOLDEN = dict(embed_dims=(16, 32, 80, 128), depths=(1, 1, 1, 1), num_heads=(1, 2, 5, 8))

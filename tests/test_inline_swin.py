@@ -2,7 +2,7 @@ import pytest
 import torch
 from conftest import build_in_each_framework, rel_err
 
-from inline_mm.checkpoint import CheckpointError
+from inline_mm.models import CheckpointError
 from inline_mm.models import InLineSwin
 
 TINY_GOLDEN = dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(1, 2, 4, 8),
@@ -129,7 +129,7 @@ def test_shifted_windows_match_official_semantics():
     attn = InLineSwin(**SMALL).layers[1].blocks[1].attn
     x = torch.randn(2, 14 * 21, 32)
     with torch.no_grad():
-        ours = attn(x, (14, 21), shifted=True)
+        ours = attn(x, (14, 21))
         ref = _naive_window_attention(attn, x, (14, 21), _official_shift_groups(14, 21, 7, 3))
     assert rel_err(ours, ref) < 1e-5
 
@@ -143,7 +143,7 @@ def test_padded_windows_ignore_padding():
     groups = [[y * w + x_ for y in range(r, min(r + 7, h)) for x_ in range(c, min(c + 7, w))]
               for r in range(0, h, 7) for c in range(0, w, 7)]
     with torch.no_grad():
-        ours = attn(x, (h, w), shifted=False)
+        ours = attn(x, (h, w))
         ref = _naive_window_attention(attn, x, (h, w), groups)
     assert rel_err(ours, ref) < 1e-5
 
@@ -156,7 +156,7 @@ def test_small_map_is_one_unshifted_window():
     for h, w in ((7, 7), (5, 6)):
         x = torch.randn(1, h * w, 128)
         with torch.no_grad():
-            ours = attn(x, (h, w), shifted=True)
+            ours = attn(x, (h, w))
             ref = _naive_window_attention(attn, x, (h, w), [list(range(h * w))])
         assert rel_err(ours, ref) < 1e-5
 
@@ -242,7 +242,7 @@ def test_loads_every_accepted_layout(tmp_path, golden):
     path, _ = golden('inline_swin_tiny_224')
     ref = load_golden_model(path).state_dict()
     paths = _save_golden_variants(tmp_path, path)
-    from inline_mm.checkpoint import save_converted
+    from inline_mm.models.checkpoint import save_converted
     converted = tmp_path / 'converted.safetensors'
     save_converted(InLineSwin(**TINY_GOLDEN).convert_checkpoint(
         torch.load(path, weights_only=True)['model']), str(converted))
