@@ -10,6 +10,10 @@ torch.set_num_threads(int(os.environ.get('INLINE_MM_TEST_THREADS', '2')))
 GOLDEN = Path(__file__).parent / 'data' / 'golden'
 
 
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'performance: timing criteria, run with INLINE_MM_PERF=1')
+
+
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| / max |b|, the measure of the numerical contract."""
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
