@@ -12,6 +12,7 @@ from inline_mm.models.inline_cswin import LePEStripeAttention
 # The architecture of the golden case (cases.json: inline_cswin_tiny_224).
 TINY_GOLDEN = dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(2, 4, 8, 16))
 
+
 def stage_taps(model, x):
     """Tokens leaving each stage's last block (before the output norm)."""
     taps = {}
