@@ -4,10 +4,15 @@ from pathlib import Path
 import pytest
 import torch
 
+import inline_mm.engine
+from inline_mm.models import FAMILIES
+
 # Keep the 2-core machine usable by parallel jobs and results repeatable.
 torch.set_num_threads(int(os.environ.get('INLINE_MM_TEST_THREADS', '2')))
-
-from inline_mm.models import FAMILIES
+# The suite runs in-process with inline_mm's mmengine behaviours on, as tools/train.py
+# and the shipped configs run; what a bare `import inline_mm` does is tested in a
+# subprocess (test_package.py).
+inline_mm.engine.install()
 
 GOLDEN = Path(__file__).parent / 'data' / 'golden'
 #: what every shipped config imports: the backbones, and the engine behaviours switched on
