@@ -38,7 +38,7 @@ def family(request):
 # ------------------------------------------------------------------ the table itself
 def test_table_lists_every_family_class():
     assert [f.name for f in FAMILIES.values()] == NAMES
-    assert {f.cls for f in FAMILIES.values()} == set(InLineBackbone.families())
+    assert {f.cls for f in FAMILIES.values()} == set(InLineBackbone.family_classes())
 
 
 def test_key_patterns_identify_each_family_and_no_other(family):

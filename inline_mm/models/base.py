@@ -127,9 +127,13 @@ class InLineBackbone(BaseModule):
         return resolve_arch(cls.__name__, cls.presets, arch, **overrides)
 
     @staticmethod
-    def families() -> List[type]:
-        """Every InLine backbone family: the subclasses that declare ``official_keys``,
-        in definition order (the family table lists the same classes)."""
+    def family_classes() -> List[type]:
+        """Every InLine backbone family: the subclasses that declare ``official_keys``.
+
+        The same classes as ``families.FAMILIES`` (a contract test checks it), found
+        through the class hierarchy because the table imports this module, not the other
+        way round: loading knows every family's key pattern without an import cycle.
+        """
         found, todo = [], list(InLineBackbone.__subclasses__())
         while todo:
             cls = todo.pop(0)
@@ -230,7 +234,8 @@ class InLineBackbone(BaseModule):
     def convert_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """Convert (idempotent) and refuse a state dict of another family or variant."""
         state = self._convert_official(state)
-        family = identify_family(state, [(c.__name__, c.official_keys) for c in self.families()])
+        families = [(c.__name__, c.official_keys) for c in self.family_classes()]
+        family = identify_family(state, families)
         check_layout(state, type(self).__name__, family, self.depths,
                      getattr(self, 'arch_name', 'custom'), self.presets, self.block_key)
         return state

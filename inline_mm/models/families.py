@@ -10,11 +10,19 @@ How to add a family (InLine-DeiT is the example the table was shaped for):
    converted state dicts, and together match no other family's) and
    ``convert_<family>_checkpoint(state)`` (official state dict -> the backbone's
    keys; pure, idempotent). The class declares ``presets = ARCH_SETTINGS``,
-   ``official_keys = OFFICIAL_KEYS`` and ``block_key`` (a regex with groups
-   ``block`` and, for pyramids, ``stage``), and implements ``_convert_official``,
-   ``_stem_modules`` and ``forward``. Import only from ``inline_mm/models``
-   (``attention``, ``layers``, ``base``, ``checkpoint``) and third-party packages.
-2. Add one :class:`Family` entry to :data:`FAMILIES` below.
+   ``official_keys = OFFICIAL_KEYS``, ``block_key`` (a regex with groups ``block``
+   and, for pyramids, ``stage``) and ``min_input_size``; its ``__init__`` calls
+   ``super().__init__(out_indices, frozen_stages, num_stages, init_cfg)`` and sets
+   ``self.dims`` (channels per stage, or per block for a plain ViT), ``self.depths``
+   and ``self.arch_name`` (``self.resolve_arch`` gives it); it implements
+   ``_convert_official``, ``_stem_modules`` (modules or parameters, e.g. a class token),
+   ``_stage_list`` if its stages are not ``self.stages``, and ``forward``. Blocks take
+   their attention from ``attention.py`` (called ``attn(x, hw)``) and run through
+   ``layers.BlockStage`` / ``layers.run_block`` for ``with_cp``. Import only from
+   ``inline_mm/models`` and third-party packages.
+2. Add one :class:`Family` entry to :data:`FAMILIES` below; its ``smoke`` arguments
+   must include ``embed_dims`` and ``depths`` (or ``depth``), as the contract tests
+   derive wider and deeper variants from them.
 
 That is all: the backbone is then registered in mmdet's and mmseg's ``MODELS``
 (whichever is installed), its official checkpoints are recognised by
