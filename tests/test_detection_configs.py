@@ -9,8 +9,9 @@ import pytest
 import torch
 from mmengine.config import Config
 
-import inline_mm  # noqa: F401  (registers the backbones)
-from inline_mm.models.backbones import inline_cswin, inline_pvt, inline_swin
+from conftest import CUSTOM_IMPORTS, out_channels, shrink_backbone
+
+from inline_mm.models import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob('configs/inline_*/mask-rcnn_*.py'))
@@ -18,11 +19,6 @@ CONFIGS = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob('configs/inline_*/m
 # the model is built once per 1x config (and the demo config).
 MODEL_CONFIGS = [p for p in CONFIGS if '_amp-' not in p and '_ms-crop-3x_' not in p]
 
-PRESETS = {'InLineSwin': inline_swin.ARCH_SETTINGS, 'InLinePVT': inline_pvt.ARCH_SETTINGS,
-           'InLineCSwin': inline_cswin.ARCH_SETTINGS}
-SHRINK = {'InLineSwin': dict(embed_dims=16, num_heads=(1, 2, 4, 8)),
-          'InLinePVT': dict(embed_dims=(16, 32, 48, 64), num_heads=(1, 2, 3, 4)),
-          'InLineCSwin': dict(embed_dims=16, num_heads=(1, 2, 4, 8))}
 README = (ROOT / 'checkpoints' / 'README.md').read_text()
 
 
@@ -60,12 +56,6 @@ def load(path):
     return copy.deepcopy(_parse(path))
 
 
-def stage_dims(backbone: dict):
-    preset = PRESETS[backbone['type']][backbone.get('arch', 'tiny')]
-    dims = backbone.get('embed_dims', preset['embed_dims'])
-    return list(dims) if not isinstance(dims, int) else [dims * 2 ** i for i in range(4)]
-
-
 def model_sibling(path: str) -> str:
     """The config that defines ``path``'s model: its 1x, non-AMP sibling."""
     return path.replace('_amp-', '_').replace('_ms-crop-3x_', '_1x_')
@@ -82,10 +72,10 @@ def test_detection_config_families_present():
 def test_detection_config_parses(path):
     cfg = load(path)
     assert cfg.default_scope == 'mmdet'
-    assert cfg.custom_imports == dict(imports=['inline_mm'], allow_failed_imports=False)
+    assert cfg.custom_imports == CUSTOM_IMPORTS
     backbone = cfg.model.backbone
-    assert backbone.type in PRESETS
-    assert cfg.model.neck.in_channels == stage_dims(backbone)
+    assert backbone.type in FAMILIES
+    assert cfg.model.neck.in_channels == out_channels(backbone)
     ckpt = (backbone.init_cfg or {}).get('checkpoint')
     if 'toy-coco' in path:
         assert backbone.init_cfg is None          # the demo trains from scratch
@@ -110,14 +100,8 @@ def shrunken_model(cfg):
     from mmdet.registry import MODELS
     from mmdet.utils import register_all_modules
     register_all_modules()
-    b = cfg.model.backbone
-    preset = PRESETS[b.type][b.get('arch', 'tiny')]
-    b.update(SHRINK[b.type], init_cfg=None)
-    # A mixed stage (InLine-Swin-B stage 3) keeps one block of each of its types.
-    types = b.get('stage_types') or preset['stage_types']
-    b.stage_types = [t if isinstance(t, str) else (t[0], t[-1]) for t in types]
-    b.depths = [1 if isinstance(t, str) else 2 for t in b.stage_types]
-    cfg.model.neck.in_channels = stage_dims(b)
+    shrink_backbone(cfg.model.backbone)
+    cfg.model.neck.in_channels = out_channels(cfg.model.backbone)
     model = MODELS.build(cfg.model)
     model.init_weights()
     return model

@@ -1,0 +1,63 @@
+"""Registering the InLine backbones in the OpenMMLab model registries that are installed.
+
+Only the top-level backbones are registered; blocks stay plain ``nn.Module``s. Each
+framework is optional: with only mmdet (or only mmseg) installed the other is skipped
+without an error. Importing a framework's ``registry`` module pulls in no compiled mmcv
+ops and no model zoo, so registering stays cheap.
+"""
+import importlib
+from typing import Iterable, List, Optional
+
+__all__ = ['FRAMEWORKS', 'framework_registry', 'register_backbones']
+
+#: OpenMMLab frameworks whose ``MODELS`` get the backbones
+FRAMEWORKS = ('mmdet', 'mmseg')
+
+
+def framework_registry(framework: str, name: str = 'MODELS'):
+    """``<framework>.registry.<name>``, or None when the framework is not installed.
+
+    A framework that is installed but fails to import still raises: only its absence
+    is tolerated.
+    """
+    try:
+        module = importlib.import_module(f'{framework}.registry')
+    except ModuleNotFoundError as e:
+        missing = (e.name or '').split('.')[0]
+        if missing == framework:
+            return None
+        if missing in ('mmcv', 'mmengine'):
+            raise ImportError(
+                f'{framework} is installed but {missing} is not importable ({e}). '
+                + (MMCV_HINT if missing == 'mmcv' else
+                   'Install mmengine 0.10.x (`pip install "mmengine>=0.10.4,<0.11"`); '
+                   '`make setup` installs the whole stack.')) from e
+        raise
+    return getattr(module, name)
+
+
+#: What to do when mmdet/mmseg are installed without any mmcv.
+MMCV_HINT = ('Install one of: mmcv-lite 2.1.0 (pure Python, nothing to compile; inline_mm backs '
+             'the NMS/RoIAlign ops the shipped configs use with torchvision): '
+             '`pip install mmcv-lite==2.1.0 && python -m _inline_mm_mmcv_hook install`; or a '
+             'compiled mmcv 2.1.x: `INLINE_MM_MMCV=full make setup`. `make setup` does the '
+             'former.')
+
+
+def register_backbones(classes: Iterable[type],
+                       frameworks: Iterable[str] = FRAMEWORKS) -> List[str]:
+    """Register every class under its name in each installed framework's ``MODELS``.
+
+    Returns:
+        list[str]: The frameworks registered into.
+    """
+    classes = list(classes)
+    done = []
+    for framework in frameworks:
+        registry: Optional[object] = framework_registry(framework)
+        if registry is None:
+            continue
+        for cls in classes:
+            registry.register_module(module=cls)
+        done.append(framework)
+    return done
