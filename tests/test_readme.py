@@ -241,11 +241,15 @@ def test_readme_segmentation_commands_on_toy_ade(tmp_path):
     opts = ['val_cfg=None', 'val_dataloader=None', 'val_evaluator=None']
     opts += [f'{s}_dataloader.{k}' for s in ('train', 'test')
              for k in ('num_workers=0', 'persistent_workers=False', f'dataset.data_root={root}')]
+    from mmengine.config import Config
+    cfg = Config.fromfile(str(ROOT / train.split()[2]))
+    step = {split: [t['type'] for t in cfg[f'{split}_dataloader'].dataset.pipeline].index
+            for split in ('train', 'test')}
     opts += ['train_dataloader.batch_size=2', 'model.backbone.init_cfg=None',
-             'train_dataloader.dataset.pipeline.2.scale=(128,128)',
-             'train_dataloader.dataset.pipeline.3.crop_size=(64,64)',
+             f"train_dataloader.dataset.pipeline.{step['train']('RandomResize')}.scale=(128,128)",
+             f"train_dataloader.dataset.pipeline.{step['train']('RandomCrop')}.crop_size=(64,64)",
              'model.data_preprocessor.size=(64,64)',
-             'test_dataloader.dataset.pipeline.1.scale=(128,128)',
+             f"test_dataloader.dataset.pipeline.{step['test']('Resize')}.scale=(128,128)",
              'test_dataloader.dataset.indices=2',
              'train_cfg.max_iters=1', 'default_hooks.checkpoint.interval=1',
              'default_hooks.logger.interval=1']

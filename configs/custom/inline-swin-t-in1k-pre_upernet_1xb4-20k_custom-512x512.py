@@ -78,9 +78,12 @@ model = dict(
     auxiliary_head=dict(in_channels=384, num_classes=num_classes,
                         ignore_index=ignore_index))
 
+# CheckSegMapSize (inline_mm.engine) refuses an image/mask pair of different sizes, naming
+# both files; without it mmseg stretches such a mask over its image in training, silently.
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations'),     # reduce_zero_label comes from the dataset
+    dict(type='CheckSegMapSize'),
     dict(type='RandomResize', scale=img_scale, ratio_range=(0.5, 2.0), keep_ratio=True),
     dict(type='RandomCrop', crop_size=crop_size, cat_max_ratio=0.75,
          ignore_index=ignore_index),
@@ -92,6 +95,7 @@ test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=img_scale, keep_ratio=True),
     dict(type='LoadAnnotations'),     # after Resize: scores are computed at full size
+    dict(type='CheckSegMapSize'),
     dict(type='PackSegInputs'),
 ]
 train_dataloader = dict(
