@@ -41,7 +41,7 @@ COVERED = [
     (r'INLINE_MM_MMCV=full make setup', 'compiles mmcv (15-40 min); not a suite step'),
     (r'bash tools/gpu/(prepare_wheels|cuda_check)\.sh',
      'needs the network (prepare_wheels) or a GPU machine (cuda_check)'),
-    (r'make env|\.venv/bin/python -m inline_mm\.env', 'tests/test_foundation.py::test_env_report'),
+    (r'make env|(\.venv/bin/)?python -m inline_mm\.env', 'tests/test_foundation.py::test_env_report'),
     (r'(\.venv/bin/)?python -m _inline_mm_mmcv_hook (install|uninstall|status)',
      'tests/test_mmcv_fallback.py::test_hook_command_installs_and_removes_its_pth'),
     (r'python tools/convert_checkpoint\.py .*',
@@ -72,7 +72,7 @@ COVERED = [
 _COMMAND = re.compile(r'(\S+=\S+ )*(python|\.venv/bin/python|bash|make|mim|pip|mv|cp|mkdir|sed)'
                       r'( |$)')
 #: inline code that names a command in prose rather than giving one to run
-_MENTIONS = {'mim', 'mim run'}
+_MENTIONS = {'mim', 'mim run', 'mim train'}
 
 
 def commands(text: str) -> list:
