@@ -1,6 +1,6 @@
 """InLine attention backbones for mmdetection 3.x and mmsegmentation 1.x.
 
-``import inline_mm`` registers ``InLineSwin``, ``InLinePVT`` and ``InLineCSwin`` in
+``import inline_mm`` registers ``InLineSwin``, ``InLinePVT``, ``InLineCSwin`` and ``InLineDeiT`` in
 both ``mmdet.registry.MODELS`` and ``mmseg.registry.MODELS`` (configs do it with
 ``custom_imports = dict(imports=['inline_mm'], allow_failed_imports=False)``).
 """

@@ -261,7 +261,9 @@ def detect_family(state: Dict[str, torch.Tensor]) -> str:
     if any(k.startswith(('stage1_conv_embed', 'stem.')) for k in keys) and \
             any('merge' in k for k in keys):
         return 'InLineCSwin'
-    raise CheckpointError(f'not an InLine-Swin/PVT/CSwin checkpoint (first keys: {keys[:5]})')
+    if 'cls_token' in state and any(k.startswith('blocks.0.') for k in keys):
+        return 'InLineDeiT'
+    raise CheckpointError(f'not an InLine-Swin/PVT/CSwin/DeiT checkpoint (first keys: {keys[:5]})')
 
 
 def check_layout(model: torch.nn.Module, state: Dict[str, torch.Tensor],
