@@ -12,6 +12,26 @@ def _dist_version(name: str) -> str:
         return 'unknown'
 
 
+def describe_mmcv_ops() -> str:
+    """Which implementation answers mmcv's compiled entry points in this environment."""
+    try:
+        import mmcv.ops  # noqa: F401  (imports mmcv._ext, compiled or the fallback)
+        from mmcv.ops import get_compiler_version, get_compiling_cuda_version
+    except Exception as e:
+        return f'NOT available ({type(e).__name__}: {e})'
+    try:
+        import _inline_mm_mmcv_hook
+        backend = _inline_mm_mmcv_hook.backend()
+    except ImportError:
+        backend = 'compiled'
+    if backend == 'fallback':
+        import torchvision
+        return (f'torchvision {torchvision.__version__} via inline_mm (mmcv-lite): nms, '
+                'roi_align; every other compiled op raises (INLINE_MM_MMCV=full make setup)')
+    return (f'compiled mmcv (compiler {get_compiler_version()}, '
+            f'CUDA {get_compiling_cuda_version()})')
+
+
 def collect_env() -> dict:
     info = {'Python': sys.version.replace('\n', ' '), 'Platform': platform.platform()}
     try:
@@ -25,21 +45,14 @@ def collect_env() -> dict:
         info['torch threads'] = torch.get_num_threads()
     except ImportError as e:
         info['torch'] = f'not importable ({e})'
-    for name in ('torchvision', 'numpy', 'mmengine', 'mmcv', 'mmdet', 'mmseg', 'timm',
-                 'pycocotools', 'safetensors'):
+    for name in ('torchvision', 'numpy', 'setuptools', 'mmengine', 'mmcv', 'mmdet', 'mmseg',
+                 'timm', 'pycocotools', 'safetensors'):
         try:
             mod = importlib.import_module(name)
             info[name] = getattr(mod, '__version__', None) or _dist_version(name)
         except Exception as e:  # report, never fail: this runs on broken set-ups
             info[name] = f'not importable ({type(e).__name__}: {e})'
-    try:
-        from mmcv.ops import nms  # noqa: F401  (compiled extension)
-        import torch
-        from mmcv.ops import get_compiling_cuda_version, get_compiler_version
-        info['mmcv ops'] = (f'OK (compiler {get_compiler_version()}, '
-                            f'CUDA {get_compiling_cuda_version()})')
-    except Exception as e:
-        info['mmcv ops'] = f'NOT available ({type(e).__name__}: {e})'
+    info['mmcv ops'] = describe_mmcv_ops()
     try:
         import inline_mm
         from mmdet.registry import MODELS as DET

@@ -1,39 +1,64 @@
 #!/usr/bin/env bash
-# One set-up path for users, developers and CI: creates .venv at the repository root and installs
-# torch, mmengine, mmcv (compiled ops, built once per machine and cached), mmdet, mmseg, timm and
-# inline_mm itself in editable mode.  Idempotent: a second run only checks and returns.
+# One set-up path for users, developers and CI: creates .venv at the repository root with torch,
+# mmengine, mmcv, mmdet, mmsegmentation, timm, the stock tools' extras (seaborn, psutil, openmim)
+# and inline_mm itself (editable).  Idempotent, and it cannot half-succeed: it ends with a
+# self-check and writes its stamp only when that passes, so running it again repairs a failed or
+# interrupted set-up.
 #
-# Knobs (environment variables):
-#   PYTHON            interpreter used to create .venv              (default: python3.11, else python3)
+# mmcv, chosen by INLINE_MM_MMCV:
+#   lite  (default) mmcv-lite 2.1.0, pure Python, nothing to compile.  The few compiled ops the
+#                   shipped configs call (nms, RoIAlign) come from torchvision through
+#                   inline_mm/mmcv_ext.py, wired in by the import hook _inline_mm_mmcv_hook.py.
+#   full            mmcv 2.1.0 built from source with its C++ ops (and CUDA ops where a CUDA torch,
+#                   nvcc and a GPU are present, or MMCV_WITH_CUDA=1); ~15 min on 2 cores, the wheel
+#                   cached per machine.  Every mmcv op works; the fallback stays unused.
+#   An environment that already has a compiled mmcv keeps it (whatever INLINE_MM_MMCV says).
+#
+# Other knobs (environment variables):
+#   PYTHON            interpreter used to create .venv         (default: python3.11, else python3)
 #   TORCH_SPEC        pip requirement(s) for torch when .venv has none
 #                     (default: "torch==2.14.1 torchvision==0.29.1", served from this machine's disk)
-#   MMCV_WITH_CUDA    1 = build mmcv's CUDA ops, 0 = CPU ops only, unset = auto (CUDA torch + nvcc
-#                     + a visible GPU)
-#   INLINE_MM_CACHE   where built mmcv wheels are kept   (default: ${XDG_CACHE_HOME:-~/.cache}/inline_mm)
-#   MAX_JOBS          parallel compile jobs for the mmcv build (default: number of cores)
+#   VENV              where to create the environment           (default: <repo>/.venv)
+#   INLINE_MM_CACHE   where built mmcv wheels are kept (full)   (default: ${XDG_CACHE_HOME:-~/.cache}/inline_mm)
+#   MMCV_WITH_CUDA    full build: 1 = CUDA ops, 0 = CPU ops only, unset = auto
+#   MAX_JOBS          full build: parallel compile jobs          (default: number of cores)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$ROOT/.venv"
+VENV="${VENV:-$ROOT/.venv}"
 STAMP="$VENV/.inline_mm_setup_done"
 MMCV_VERSION=2.1.0
+MMCV_CHOICE="${INLINE_MM_MMCV:-lite}"
 CACHE="${INLINE_MM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/inline_mm}"
+# torch >= 2.10 asks for setuptools >= 77.0.3; mmengine 0.10.7 imports pkg_resources (gone in 81).
+SETUPTOOLS_RANGE='setuptools>=77.0.3,<81'
 
 log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { log "FAILED: $*"; exit 1; }
 
-# The stamp records the inputs of the last successful set-up; same inputs -> nothing to do.
+case "$MMCV_CHOICE" in lite|full) ;; *) die "INLINE_MM_MMCV=$MMCV_CHOICE: expected 'lite' or 'full'";; esac
+
+# The stamp records the inputs of the last *verified* set-up and its mmcv ("lite" or "full");
+# same inputs -> nothing to do.  A full build also satisfies a later plain (lite) request: an
+# environment with a compiled mmcv keeps it.
 fingerprint() {
-    cat "$ROOT/setup.cfg" "$ROOT/tools/setup_env.sh" 2>/dev/null | sha256sum | cut -d' ' -f1
+    cat "$ROOT/setup.cfg" "$ROOT/tools/setup_env.sh" "$ROOT/tools/setup_check.py" 2>/dev/null \
+        | sha256sum | cut -d' ' -f1
 }
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(fingerprint)" ]]; then
-    exit 0
+if [[ -f "$STAMP" ]]; then
+    read -r done_hash done_choice <"$STAMP" || true
+    if [[ "$done_hash" == "$(fingerprint)" && ( "$done_choice" == "$MMCV_CHOICE" || "$done_choice" == full ) ]]; then
+        exit 0
+    fi
 fi
+rm -f "$STAMP"
+start_all=$SECONDS
 
 if [[ -z "${PYTHON:-}" ]]; then
     if command -v python3.11 >/dev/null; then PYTHON=python3.11; else PYTHON=python3; fi
 fi
 if [[ ! -x "$VENV/bin/python" ]]; then
-    if "$PYTHON" -c "import torch" 2>/dev/null; then
+    if "$PYTHON" -c "import torch, torchvision" 2>/dev/null; then
         # Reuse the interpreter's torch (e.g. a CUDA build the user installed) instead of
         # pulling a second multi-GB copy into the venv.
         log "creating $VENV on $($PYTHON --version 2>&1), reusing its torch" \
@@ -45,10 +70,10 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     fi
 fi
 PY="$VENV/bin/python"
-PIP=("$PY" -m pip install --progress-bar off)
+PIP=("$PY" -m pip install -q --progress-bar off --disable-pip-version-check)
 
 # --- torch: keep whatever the venv already has; otherwise install the pinned spec -----------------
-if "$PY" -c "import torch" 2>/dev/null; then
+if "$PY" -c "import torch, torchvision" 2>/dev/null; then
     log "torch already present: $("$PY" -c 'import torch; print(torch.__version__)')"
 else
     TORCH_SPEC="${TORCH_SPEC:-torch==2.14.1 torchvision==0.29.1}"
@@ -56,52 +81,65 @@ else
     # shellcheck disable=SC2086
     "${PIP[@]}" $TORCH_SPEC
 fi
-# Every later install is constrained to the torch we have, so no dependency can pull a second,
-# multi-GB torch behind the user's back.
-CONSTRAINTS="$VENV/torch-constraints.txt"
-"$PY" - >"$CONSTRAINTS" <<'EOF'
-import importlib.metadata as md
+# Every later install is constrained to the torch we have (no dependency may pull a second,
+# multi-GB torch) and to the setuptools range that both torch and mmengine accept.
+CONSTRAINTS="$VENV/inline_mm-constraints.txt"
+"$PY" - "$SETUPTOOLS_RANGE" >"$CONSTRAINTS" <<'EOF'
+import importlib.metadata as md, sys
 for name in ("torch", "torchvision"):
     try:
         print(f"{name}=={md.version(name)}")
     except md.PackageNotFoundError:
         pass
+print(sys.argv[1])
 EOF
-PIP+=(-c "$CONSTRAINTS")
+CPIP=("${PIP[@]}" -c "$CONSTRAINTS")
+"${CPIP[@]}" "$SETUPTOOLS_RANGE" wheel "mmengine==0.10.7"
 
-"${PIP[@]}" wheel ninja "mmengine==0.10.7"
+# --- mmcv --------------------------------------------------------------------------------------------
+compiled_mmcv() { "$PY" -c "
+import importlib.util, sys
+spec = importlib.util.find_spec('mmcv._ext')
+sys.exit(0 if spec and spec.origin and not spec.origin.endswith('mmcv_ext.py') else 1)" 2>/dev/null; }
+mmcv_version() { "$PY" -c "import importlib.metadata as m
+for d in ('mmcv', 'mmcv-lite'):
+    try: print(d, m.version(d)); break
+    except m.PackageNotFoundError: pass" 2>/dev/null; }
 
-# --- mmcv with compiled ops, built once per (mmcv, torch, CUDA, Python) and cached -----------------
-read -r TORCH_VER TORCH_CUDA PY_TAG HAVE_GPU < <("$PY" - <<'EOF'
+if compiled_mmcv; then
+    log "keeping the compiled mmcv already installed ($(mmcv_version))"
+elif [[ "$MMCV_CHOICE" == lite ]]; then
+    log "installing mmcv-lite $MMCV_VERSION (no compiled ops; nms/RoIAlign from torchvision)"
+    "${CPIP[@]}" "mmcv-lite==$MMCV_VERSION"
+else
+    read -r TORCH_VER TORCH_CUDA PY_TAG HAVE_GPU < <("$PY" - <<'EOF'
 import sys, torch
 print(torch.__version__.split("+")[0], torch.version.cuda or "none",
       f"py{sys.version_info.major}{sys.version_info.minor}", int(torch.cuda.is_available()))
 EOF
-)
-if [[ -z "${MMCV_WITH_CUDA:-}" ]]; then
-    # Auto: CUDA ops only where they can run.  A CUDA torch on a machine without a GPU (the default
-    # torch served here) gets CPU ops; the CUDA build takes ~40 min on 2 cores and could not be used.
-    if [[ "$TORCH_CUDA" != none && "$HAVE_GPU" == 1 ]] && command -v nvcc >/dev/null; then
-        MMCV_WITH_CUDA=1
-    else
-        MMCV_WITH_CUDA=0
+    )
+    if [[ -z "${MMCV_WITH_CUDA:-}" ]]; then
+        # Auto: CUDA ops only where they can run (a CUDA torch on a machine without a GPU gets
+        # CPU ops; the CUDA build takes ~40 min on 2 cores and could not be used here).
+        if [[ "$TORCH_CUDA" != none && "$HAVE_GPU" == 1 ]] && command -v nvcc >/dev/null; then
+            MMCV_WITH_CUDA=1
+        else
+            MMCV_WITH_CUDA=0
+        fi
     fi
-fi
-if [[ "$MMCV_WITH_CUDA" == 1 ]]; then FLAVOUR="cu${TORCH_CUDA}"; else FLAVOUR=cpu; fi
-WHEEL_DIR="$CACHE/wheels/mmcv-$MMCV_VERSION-torch$TORCH_VER-$FLAVOUR-$PY_TAG"
-
-mmcv_ok() { "$PY" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '$MMCV_VERSION'" 2>/dev/null; }
-
-if mmcv_ok; then
-    log "mmcv $MMCV_VERSION with compiled ops already installed"
-else
+    if [[ "$MMCV_WITH_CUDA" == 1 ]]; then FLAVOUR="cu${TORCH_CUDA}"; else FLAVOUR=cpu; fi
+    WHEEL_DIR="$CACHE/wheels/mmcv-$MMCV_VERSION-torch$TORCH_VER-$FLAVOUR-$PY_TAG"
     if ! ls "$WHEEL_DIR"/mmcv-*.whl >/dev/null 2>&1; then
         BUILD="$(mktemp -d)"
         trap 'rm -rf "$BUILD"' EXIT
         log "building mmcv $MMCV_VERSION from source ($FLAVOUR ops) - once per machine; ~15 min on 2 cores"
-        # mmcv 2.1.0's setup.py needs the pkg_resources of setuptools < 70 (restored below).
-        "${PIP[@]}" "setuptools<70"
-        "$PY" -m pip download --no-deps --no-binary :all: -d "$BUILD" "mmcv==$MMCV_VERSION" >/dev/null
+        # A throw-away build environment: mmcv 2.1.0's setup.py needs the pkg_resources of
+        # setuptools < 70, which must never reach .venv (mmengine and torch need >= 77.0.3).
+        "$PYTHON" -m venv --system-site-packages "$BUILD/env"
+        echo "$VENV/lib/$("$PY" -c 'import sys; print(f"python{sys.version_info.major}.{sys.version_info.minor}")')/site-packages" \
+            >"$("$BUILD/env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/venv_torch.pth"
+        "$BUILD/env/bin/python" -m pip install -q --disable-pip-version-check "setuptools<70" ninja wheel
+        "$PY" -m pip download -q --no-deps --no-binary :all: -d "$BUILD" "mmcv==$MMCV_VERSION"
         tar -xzf "$BUILD"/mmcv-$MMCV_VERSION.tar.gz -C "$BUILD"
         SRC="$BUILD/mmcv-$MMCV_VERSION"
         # torch >= 2.10 headers need C++20; mmcv 2.1.0 hard-codes -std=c++17.
@@ -124,7 +162,8 @@ else
             export FORCE_CUDA=0 MMCV_WITH_CUDA=0 CUDA_HOME=/nonexistent-no-cuda-build
         fi
         start=$SECONDS
-        ( "$PY" -m pip wheel --no-build-isolation --no-deps -w "$BUILD/dist" "$SRC" >"$BUILD/build.log" 2>&1 ) &
+        ( "$BUILD/env/bin/python" -m pip wheel --no-build-isolation --no-deps -w "$BUILD/dist" "$SRC" \
+            >"$BUILD/build.log" 2>&1 ) &
         pid=$!
         while kill -0 "$pid" 2>/dev/null; do
             sleep 30
@@ -132,8 +171,7 @@ else
         done
         if ! wait "$pid"; then
             tail -n 40 "$BUILD/build.log"
-            log "mmcv build FAILED (full log above was $BUILD/build.log); see README 'Troubleshooting'"
-            exit 1
+            die "mmcv build (log above); see README 'Troubleshooting'"
         fi
         mkdir -p "$WHEEL_DIR"
         cp "$BUILD"/dist/mmcv-*.whl "$WHEEL_DIR/"
@@ -141,18 +179,28 @@ else
     else
         log "reusing cached mmcv wheel from $WHEEL_DIR"
     fi
-    "${PIP[@]}" --no-deps --force-reinstall "$WHEEL_DIR"/mmcv-*.whl
-    # mmcv's own runtime dependencies (without letting it touch torch).
-    "${PIP[@]}" addict packaging Pillow pyyaml yapf opencv-python
-    mmcv_ok || { log "mmcv installed but 'import mmcv.ops' fails"; exit 1; }
+    # mmcv and mmcv-lite both own the `mmcv/` package: never leave both installed.
+    "$PY" -m pip uninstall -y -q mmcv-lite 2>/dev/null || true
+    "${CPIP[@]}" --no-deps --force-reinstall "$WHEEL_DIR"/mmcv-*.whl
+    "${CPIP[@]}" addict packaging Pillow pyyaml yapf opencv-python
+    compiled_mmcv || die "mmcv installed but its compiled extension does not import"
 fi
 
 # --- the rest, and inline_mm in editable mode ------------------------------------------------------
-log "installing mmdet, mmsegmentation, timm and inline_mm (editable)"
-# setuptools: torch >= 2.10 asks for >= 77; mmengine still imports pkg_resources (gone in 81).
-"${PIP[@]}" "setuptools<81"
-"${PIP[@]}" -e "$ROOT[dev]"
+log "installing mmdet, mmsegmentation, timm, stock-tool extras and inline_mm (editable)"
+"${CPIP[@]}" -e "$ROOT[mm,dev]"
+# openmim (`mim train/test`): its dependency chain opendatalab -> openxlab pins setuptools~=60.2,
+# which would break torch and mmengine; mim runs without them, so install it without its
+# declared dependencies and add the ones it imports.
+"${CPIP[@]}" --no-deps openmim
+"${CPIP[@]}" click colorama model-index pandas requests rich tabulate
+# The import hook that backs mmcv's compiled entry points with torchvision on mmcv-lite
+# (harmless with a compiled mmcv: it only answers when no `mmcv._ext` exists).
+"$PY" -m _inline_mm_mmcv_hook install >/dev/null
 
-"$PY" -c "import inline_mm, mmcv.ops, mmdet, mmseg, timm" >/dev/null
-fingerprint >"$STAMP"
-log "done: $VENV"
+# --- self-check: no stamp unless the result works -------------------------------------------------
+log "self-check"
+"$PY" "$ROOT/tools/setup_check.py" || die "self-check (above); run this command again after fixing"
+if compiled_mmcv; then MMCV_DONE=full; else MMCV_DONE=lite; fi
+echo "$(fingerprint) $MMCV_DONE" >"$STAMP"
+log "done in $(( SECONDS - start_all ))s: $VENV"

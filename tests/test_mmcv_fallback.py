@@ -1,0 +1,186 @@
+"""inline_mm's torchvision stand-in for mmcv's compiled ``_ext`` (mmcv-lite path).
+
+Equality with compiled mmcv is checked against outputs recorded once from compiled mmcv 2.1.0
+(``tools/dev/make_mmcv_references.py`` -> ``tests/data/mmcv_ops_reference.pth``), and live when
+a compiled mmcv is importable.  The fallback is forced in both cases by pointing mmcv's op
+wrappers at it, so the wrappers' own Python (score threshold, class offsets, splitting, the
+preallocated outputs) runs exactly as users run it.
+"""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import _inline_mm_mmcv_hook
+import mmcv.ops.nms as mmcv_nms
+import mmcv.ops.roi_align as mmcv_roi_align
+from mmcv.ops import batched_nms, nms, roi_align
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = Path(__file__).parent / 'data' / 'mmcv_ops_reference.pth'
+
+
+def load_fallback():
+    spec = importlib.util.spec_from_file_location('inline_mm_fallback_under_test',
+                                                  ROOT / 'inline_mm' / 'mmcv_ext.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FALLBACK = load_fallback()
+
+
+@pytest.fixture
+def use_fallback(monkeypatch):
+    monkeypatch.setattr(mmcv_nms, 'ext_module', FALLBACK)
+    monkeypatch.setattr(mmcv_roi_align, 'ext_module', FALLBACK)
+
+
+@pytest.fixture(scope='module')
+def reference():
+    return torch.load(REFERENCE, weights_only=True)
+
+
+def run_roi_align(case):
+    feats = case['feats'].clone().requires_grad_()
+    out = roi_align(feats, case['rois'], case['output_size'], case['spatial_scale'],
+                    case['sampling_ratio'], 'avg', case['aligned'])
+    if out.numel():
+        out.backward(case['grad_output'])
+    grad = feats.grad if feats.grad is not None else torch.zeros_like(feats)
+    return out.detach(), grad
+
+
+def assert_same_keep(ours, ref, scores):
+    """Identical kept sets; the order may differ only among exactly equal scores."""
+    assert sorted(ours.tolist()) == sorted(ref.tolist())
+    assert torch.equal(scores[ours], scores[ref])
+
+
+def test_reference_was_recorded_from_compiled_mmcv(reference):
+    assert reference['mmcv_version'].startswith('2.1')
+    assert len(reference['nms']) >= 5 and len(reference['roi_align']) >= 9
+
+
+def test_nms_equals_compiled_mmcv(reference, use_fallback):
+    for case in reference['nms']:
+        _, keep = nms(case['boxes'], case['scores'], case['iou'])
+        assert keep.dtype == torch.long, case['name']
+        assert_same_keep(keep, case['keep'], case['scores'])
+
+
+def test_batched_nms_with_class_offsets_equals_compiled_mmcv(reference, use_fallback):
+    for case in reference['batched_nms']:
+        _, keep = batched_nms(case['boxes'], case['scores'], case['idxs'], dict(case['nms_cfg']))
+        assert_same_keep(keep, case['keep'], case['scores'])
+
+
+def test_roi_align_forward_backward_equal_compiled_mmcv(reference, use_fallback):
+    for case in reference['roi_align']:
+        out, grad = run_roi_align(case)
+        assert out.shape == case['output'].shape, case['name']
+        torch.testing.assert_close(out, case['output'], rtol=0, atol=1e-5, msg=case['name'])
+        torch.testing.assert_close(grad, case['grad_input'], rtol=0, atol=1e-5,
+                                   msg=case['name'])
+
+
+@pytest.mark.skipif(_inline_mm_mmcv_hook.backend() != 'compiled',
+                    reason='no compiled mmcv in this environment (recorded references used)')
+def test_live_against_compiled_mmcv(monkeypatch):
+    gen = torch.Generator().manual_seed(1)
+    xy = torch.rand(500, 2, generator=gen) * 100
+    boxes = torch.cat([xy, xy + torch.rand(500, 2, generator=gen) * 30 + 1], 1)
+    scores = torch.rand(500, generator=gen)
+    feats = torch.randn(2, 4, 16, 16, generator=gen)
+    rois = torch.tensor([[0, -4., 2., 40., 30.], [1, 10., 10., 70., 70.]])
+    case = dict(feats=feats, rois=rois, output_size=(7, 7), spatial_scale=0.25,
+                sampling_ratio=0, aligned=True, grad_output=torch.randn(2, 4, 7, 7))
+    ref_keep, ref_roi = nms(boxes, scores, 0.5)[1], run_roi_align(case)
+    monkeypatch.setattr(mmcv_nms, 'ext_module', FALLBACK)
+    monkeypatch.setattr(mmcv_roi_align, 'ext_module', FALLBACK)
+    assert_same_keep(nms(boxes, scores, 0.5)[1], ref_keep, scores)
+    for ours, ref in zip(run_roi_align(case), ref_roi):
+        torch.testing.assert_close(ours, ref, rtol=0, atol=1e-5)
+
+
+def test_options_torchvision_lacks_raise_clearly(use_fallback):
+    boxes = torch.tensor([[0., 0., 4., 4.]])
+    with pytest.raises(FALLBACK.MissingCompiledOpError, match='offset=1'):
+        nms(boxes, torch.ones(1), 0.5, offset=1)
+    with pytest.raises(FALLBACK.MissingCompiledOpError, match="pool_mode='max'.*INLINE_MM_MMCV"):
+        roi_align(torch.rand(1, 1, 8, 8), torch.tensor([[0., 0., 0., 4., 4.]]), (2, 2), 1.0, 0,
+                  'max', True)
+
+
+def test_other_compiled_ops_exist_but_raise_naming_the_op():
+    op = FALLBACK.deform_conv_forward
+    assert op.__name__ == 'deform_conv_forward'
+    with pytest.raises(NotImplementedError, match='`deform_conv_forward`.*INLINE_MM_MMCV=full'):
+        op(torch.zeros(1))
+    with pytest.raises(AttributeError):
+        FALLBACK.__path__  # dunder names stay absent: importlib must not see a package
+
+
+def run_python(code, **env):
+    e = dict(os.environ, **env)
+    e.pop('INLINE_MM_RECORD_OPS', None)
+    return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=e,
+                          cwd=ROOT, timeout=300)
+
+
+@pytest.mark.skipif(_inline_mm_mmcv_hook.backend() != 'fallback',
+                    reason='a compiled mmcv answers mmcv._ext here')
+def test_hook_wires_stock_entry_points_before_inline_mm_is_imported():
+    # The ways users start work that import mmcv.ops before any config is read.
+    code = ('import sys\n'
+            'from mmdet.apis import DetInferencer, init_detector\n'
+            'import mmseg.utils\n'
+            'from mmseg.apis import MMSegInferencer\n'
+            'import mmcv.ops, _inline_mm_mmcv_hook\n'
+            "assert 'inline_mm' not in sys.modules\n"
+            "assert type(sys.meta_path[-1]).__name__ == 'MmcvExtFallbackFinder'\n"
+            "print(_inline_mm_mmcv_hook.backend(), 'torchvision.ops' in sys.modules)\n")
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[0] == 'fallback'
+
+
+@pytest.mark.skipif(_inline_mm_mmcv_hook.backend() != 'fallback',
+                    reason='a compiled mmcv answers mmcv._ext here')
+def test_hook_can_be_switched_off_and_answers_nothing_without_inline_mm(monkeypatch):
+    proc = run_python('import mmcv.ops', INLINE_MM_MMCV_FALLBACK='0')
+    assert proc.returncode != 0 and "No module named 'mmcv._ext'" in proc.stderr
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec',
+                        lambda name, *a: None if name == 'inline_mm' else find_spec(name, *a))
+    assert _inline_mm_mmcv_hook.fallback_path() is None
+    assert _inline_mm_mmcv_hook.MmcvExtFallbackFinder().find_spec('mmcv._ext') is None
+    assert _inline_mm_mmcv_hook.MmcvExtFallbackFinder().find_spec('mmcv.ops') is None
+
+
+def test_pth_line_is_inert_when_the_hook_module_is_gone(tmp_path):
+    line = _inline_mm_mmcv_hook.PTH_LINE
+    code = ('import sys\n'
+            "sys.modules['_inline_mm_mmcv_hook'] = None\n"  # as if uninstalled
+            "import importlib.util\n"
+            "orig = importlib.util.find_spec\n"
+            "importlib.util.find_spec = lambda n, *a: None if n == '_inline_mm_mmcv_hook' "
+            "else orig(n, *a)\n"
+            f'exec({line!r})\n'
+            'print("inert")\n')
+    proc = run_python(code)
+    assert proc.returncode == 0 and 'inert' in proc.stdout, proc.stderr
+
+
+def test_hook_command_installs_and_removes_its_pth(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(_inline_mm_mmcv_hook, 'pth_path', lambda site=None: str(tmp_path / 'x.pth'))
+    assert _inline_mm_mmcv_hook.main(['install']) == 0
+    assert (tmp_path / 'x.pth').read_text() == _inline_mm_mmcv_hook.PTH_LINE
+    assert _inline_mm_mmcv_hook.main(['uninstall']) == 0
+    assert not (tmp_path / 'x.pth').exists()
+    assert _inline_mm_mmcv_hook.main(['bogus']) == 2

@@ -1,0 +1,200 @@
+"""CUDA checks for a GPU machine, no compiler needed (run by ``tools/gpu/cuda_check.sh``).
+
+1. mmcv's compiled entry points through inline_mm's torchvision fallback on CUDA (nms,
+   RoIAlign forward/backward) against the CPU results and the recorded compiled-mmcv
+   references;
+2. every InLine backbone's forward and backward on CUDA against the same weights on CPU (fp32),
+   which runs the fast attention's CUDA path;
+3. one AMP step (fp16 + GradScaler, mmengine's ``AmpOptimWrapper``) of the shipped Mask R-CNN
+   and UperNet AMP configs at real size, losses finite;
+4. ``tools/benchmark.py --quick`` on CUDA.
+
+Prints one line per check and a summary; exits non-zero if any check fails.  ``--device cpu``
+runs the same code on CPU (fp32 steps instead of AMP) to check the script itself.
+"""
+import argparse
+import os
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import _inline_mm_mmcv_hook  # noqa: E402
+
+_inline_mm_mmcv_hook.install()  # PYTHONPATH dirs do not run .pth files
+
+import torch  # noqa: E402
+
+RESULTS = []
+
+
+def check(name):
+    def wrap(fn):
+        def run(*args):
+            start = time.perf_counter()
+            try:
+                detail = fn(*args)
+                RESULTS.append((name, True))
+                print(f'ok   {name} ({time.perf_counter() - start:.1f} s): {detail}', flush=True)
+            except Exception as e:
+                RESULTS.append((name, False))
+                traceback.print_exc()
+                print(f'FAIL {name}: {type(e).__name__}: {e}', flush=True)
+        return run
+    return wrap
+
+
+def rel_err(a, b):
+    return ((a.float().cpu() - b.float().cpu()).abs().max()
+            / b.float().cpu().abs().max().clamp_min(1e-12)).item()
+
+
+@check('mmcv ops (torchvision fallback) on device vs CPU and compiled-mmcv references')
+def check_ops(device):
+    from mmcv.ops import batched_nms, nms, roi_align
+    ref = torch.load(ROOT / 'tests' / 'data' / 'mmcv_ops_reference.pth', weights_only=True)
+    worst = 0.
+    for case in ref['nms']:
+        keep = nms(case['boxes'].to(device), case['scores'].to(device), case['iou'])[1].cpu()
+        assert sorted(keep.tolist()) == sorted(case['keep'].tolist()), case['name']
+    for case in ref['batched_nms']:
+        keep = batched_nms(case['boxes'].to(device), case['scores'].to(device),
+                           case['idxs'].to(device), dict(case['nms_cfg']))[1].cpu()
+        assert sorted(keep.tolist()) == sorted(case['keep'].tolist()), case['name']
+    for case in ref['roi_align']:
+        feats = case['feats'].to(device).requires_grad_()
+        out = roi_align(feats, case['rois'].to(device), case['output_size'],
+                        case['spatial_scale'], case['sampling_ratio'], 'avg', case['aligned'])
+        if out.numel():
+            out.backward(case['grad_output'].to(device))
+            worst = max(worst, (out.detach().cpu() - case['output']).abs().max().item(),
+                        (feats.grad.cpu() - case['grad_input']).abs().max().item())
+    assert worst < 1e-4, worst
+    return (f"{len(ref['nms']) + len(ref['batched_nms'])} nms keep-sets identical, "
+            f"{len(ref['roi_align'])} roi_align cases max abs err {worst:.1e}")
+
+
+@check('InLine backbones: forward + backward on device vs CPU (fp32)')
+def check_backbones(device):
+    from mmdet.registry import MODELS
+    import inline_mm  # noqa: F401
+    lines = []
+    for cfg in (dict(type='InLineSwin', arch='tiny'), dict(type='InLinePVT', arch='tiny'),
+                dict(type='InLineCSwin', arch='tiny')):
+        torch.manual_seed(0)
+        model = MODELS.build(cfg).eval()
+        x = torch.randn(2, 3, 224, 320)
+        outs = {}
+        for dev in ('cpu', device):
+            m = model.to(dev)
+            m.zero_grad()
+            xi = x.to(dev).requires_grad_()
+            y = m(xi)
+            sum((o.float() ** 2).mean() for o in y).backward()
+            outs[dev] = ([o.detach().cpu() for o in y], xi.grad.cpu())
+        fwd = max(rel_err(a, b) for a, b in zip(outs[device][0], outs['cpu'][0]))
+        bwd = rel_err(outs[device][1], outs['cpu'][1])
+        assert fwd < 1e-4 and bwd < 1e-3, (cfg['type'], fwd, bwd)
+        lines.append(f"{cfg['type']} fwd {fwd:.1e} bwd {bwd:.1e}")
+    return '; '.join(lines)
+
+
+def amp_step(config, data_fn, device, scope):
+    from mmengine.config import Config
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import DefaultScope
+    import inline_mm  # noqa: F401
+    cfg = Config.fromfile(str(ROOT / config))
+    cfg.model.backbone.init_cfg = None  # no ImageNet file on the test machine
+    if device == 'cpu':  # AmpOptimWrapper is CUDA-only in mmengine: plain fp32 step
+        cfg.optim_wrapper.type = 'OptimWrapper'
+        cfg.optim_wrapper.pop('loss_scale', None)
+    with DefaultScope.overwrite_default_scope(scope):
+        registry = __import__(f'{scope}.registry', fromlist=['MODELS']).MODELS
+        model = registry.build(cfg.model).to(device)
+        if device == 'cpu':
+            from mmengine.model import revert_sync_batchnorm
+            model = revert_sync_batchnorm(model)
+        model.train()
+        optim = build_optim_wrapper(model, cfg.optim_wrapper)
+        losses = model.train_step(data_fn(device), optim)
+    total = sum(v.item() for k, v in losses.items() if 'loss' in k)
+    assert all(torch.isfinite(v).all() for v in losses.values()), losses
+    scaler = getattr(optim, 'loss_scaler', None)
+    return (f'{type(optim).__name__}'
+            f'{" scale %.0f" % scaler.get_scale() if scaler is not None else ""}, '
+            f'loss {total:.3f}')
+
+
+@check('Mask R-CNN AMP step (configs/inline_swin/mask-rcnn_inline-swin-t_fpn_amp-1x_coco.py)')
+def check_mask_rcnn(device):
+    from mmdet.testing import demo_mm_inputs
+
+    def data(dev):
+        d = demo_mm_inputs(batch_size=2, image_shapes=[(3, 640, 800), (3, 608, 832)],
+                           num_items=[3, 2], num_classes=80, with_mask=True)
+        return dict(inputs=[i for i in d['inputs']], data_samples=d['data_samples'])
+    return amp_step('configs/inline_swin/mask-rcnn_inline-swin-t_fpn_amp-1x_coco.py', data,
+                    device, 'mmdet')
+
+
+@check('UperNet AMP step (configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-amp-160k_ade20k-512x512.py)')
+def check_upernet(device):
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+
+    def data(dev):
+        samples = []
+        for _ in range(2):
+            s = SegDataSample(metainfo=dict(img_shape=(512, 512), ori_shape=(512, 512),
+                                            pad_shape=(512, 512)))
+            s.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, 512, 512)))
+            samples.append(s)
+        return dict(inputs=[torch.randint(0, 255, (3, 512, 512), dtype=torch.uint8)
+                            for _ in range(2)], data_samples=samples)
+    return amp_step('configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-amp-160k_ade20k-512x512.py',
+                    data, device, 'mmseg')
+
+
+@check('tools/benchmark.py --quick')
+def check_benchmark(device, out_dir):
+    argv = sys.argv
+    sys.argv = ['benchmark.py', '--quick', '--device', device, '--out-dir', str(out_dir)]
+    try:
+        runpy.run_path(str(ROOT / 'tools' / 'benchmark.py'), run_name='__main__')
+    except SystemExit as e:
+        if e.code not in (0, None):
+            raise RuntimeError(f'benchmark exited with {e.code}')
+    finally:
+        sys.argv = argv
+    return f'tables above; CSV in {out_dir}'
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--device', default='cuda', choices=['cuda', 'cpu'])
+    parser.add_argument('--out-dir', default=os.environ.get('OUT', 'work_dirs/cuda_check'))
+    args = parser.parse_args()
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        sys.exit('no CUDA device visible to torch')
+    print(f'torch {torch.__version__}, device: '
+          f'{torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"}; '
+          f'mmcv._ext: {_inline_mm_mmcv_hook.backend()}', flush=True)
+    start = time.perf_counter()
+    check_ops(args.device)
+    check_backbones(args.device)
+    check_mask_rcnn(args.device)
+    check_upernet(args.device)
+    check_benchmark(args.device, Path(args.out_dir))
+    failed = [n for n, ok in RESULTS if not ok]
+    print(f'{len(RESULTS) - len(failed)} passed, {len(failed)} failed '
+          f'({time.perf_counter() - start:.0f} s)')
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,69 @@
+"""The set-up's last step: prove the environment can do what the README's first commands need.
+
+Exits non-zero, naming the failed check, unless every check passes; ``tools/setup_env.sh``
+writes its stamp only after this succeeds.  Run it by hand any time:
+``.venv/bin/python tools/setup_check.py``.
+"""
+import importlib.metadata as md
+import sys
+
+from packaging.version import Version
+
+
+def check_setuptools():
+    version = Version(md.version('setuptools'))
+    # torch >= 2.10 requires >= 77.0.3; mmengine 0.10.7 imports pkg_resources, removed in 81.
+    if not Version('77.0.3') <= version < Version('81'):
+        raise RuntimeError(f'setuptools {version} is outside [77.0.3, 81): mmengine needs '
+                           'pkg_resources and torch needs >= 77.0.3')
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pkg_resources  # noqa: F401
+    return str(version)
+
+
+def check_base_configs():
+    from mmengine.config import Config
+    det = Config.fromstring("_base_ = ['mmdet::_base_/models/mask-rcnn_r50_fpn.py']", '.py')
+    seg = Config.fromstring("_base_ = ['mmseg::_base_/models/upernet_swin.py']", '.py')
+    assert det.model.type == 'MaskRCNN' and seg.model.type == 'EncoderDecoder'
+    return 'mmdet:: and mmseg:: bases resolve'
+
+
+def check_mmcv_ops():
+    import torch
+    from mmcv.ops import RoIAlign, nms
+
+    import _inline_mm_mmcv_hook
+    boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]])
+    _, keep = nms(boxes, torch.tensor([0.9, 0.8, 0.7]), iou_threshold=0.5)
+    assert keep.tolist() == [0, 2], keep
+    feats = torch.arange(64.).reshape(1, 1, 8, 8).requires_grad_()
+    out = RoIAlign((2, 2), 1.0, 0, aligned=True)(feats, torch.tensor([[0., 0., 0., 4., 4.]]))
+    out.sum().backward()
+    assert out.shape == (1, 1, 2, 2) and feats.grad.sum().item() > 0
+    return f'mmcv.ops nms + RoIAlign run ({_inline_mm_mmcv_hook.backend()} mmcv._ext)'
+
+
+def check_inline_mm():
+    import inline_mm
+    from mmdet.registry import MODELS as DET
+    from mmseg.registry import MODELS as SEG
+    assert DET.get('InLineSwin') and SEG.get('InLineSwin')
+    return f'inline_mm {inline_mm.__version__} registered'
+
+
+def main() -> int:
+    failed = 0
+    for check in (check_setuptools, check_base_configs, check_mmcv_ops, check_inline_mm):
+        try:
+            print(f'  ok   {check.__name__[6:]}: {check()}')
+        except Exception as e:  # report every failure, then exit non-zero
+            failed += 1
+            print(f'  FAIL {check.__name__[6:]}: {type(e).__name__}: {e}')
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
