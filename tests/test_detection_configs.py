@@ -10,7 +10,7 @@ import torch
 from mmengine.config import Config
 
 import inline_mm  # noqa: F401  (registers the backbones)
-from inline_mm.models.backbones import inline_cswin, inline_pvt, inline_swin
+from inline_mm.models.backbones import inline_cswin, inline_deit, inline_pvt, inline_swin
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob('configs/inline_*/mask-rcnn_*.py'))
@@ -19,10 +19,12 @@ CONFIGS = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob('configs/inline_*/m
 MODEL_CONFIGS = [p for p in CONFIGS if '_amp-' not in p and '_ms-crop-3x_' not in p]
 
 PRESETS = {'InLineSwin': inline_swin.ARCH_SETTINGS, 'InLinePVT': inline_pvt.ARCH_SETTINGS,
-           'InLineCSwin': inline_cswin.ARCH_SETTINGS}
+           'InLineCSwin': inline_cswin.ARCH_SETTINGS, 'InLineDeiT': inline_deit.ARCH_SETTINGS}
 SHRINK = {'InLineSwin': dict(embed_dims=16, num_heads=(1, 2, 4, 8)),
           'InLinePVT': dict(embed_dims=(16, 32, 48, 64), num_heads=(1, 2, 3, 4)),
-          'InLineCSwin': dict(embed_dims=16, num_heads=(1, 2, 4, 8))}
+          'InLineCSwin': dict(embed_dims=16, num_heads=(1, 2, 4, 8)),
+          # plain: one stride-16 map from the last of two blocks, for the simple pyramid
+          'InLineDeiT': dict(embed_dims=32, num_heads=2, depth=2, out_indices=(1,))}
 README = (ROOT / 'checkpoints' / 'README.md').read_text()
 
 
@@ -61,8 +63,12 @@ def load(path):
 
 
 def stage_dims(backbone: dict):
+    """What the neck's ``in_channels`` must be: the four stage widths of a pyramid
+    backbone, the one width of a plain backbone (InLine-DeiT, simple pyramid)."""
     preset = PRESETS[backbone['type']][backbone.get('arch', 'tiny')]
     dims = backbone.get('embed_dims', preset['embed_dims'])
+    if backbone['type'] == 'InLineDeiT':
+        return dims
     return list(dims) if not isinstance(dims, int) else [dims * 2 ** i for i in range(4)]
 
 
@@ -73,9 +79,11 @@ def model_sibling(path: str) -> str:
 
 def test_detection_config_families_present():
     names = {Path(p).name for p in CONFIGS}
-    for backbone in ('swin-t', 'swin-s', 'swin-b', 'pvt-t', 'pvt-s', 'pvt-m', 'pvt-l', 'cswin-t'):
+    for backbone in ('swin-t', 'swin-s', 'swin-b', 'pvt-t', 'pvt-s', 'pvt-m', 'pvt-l', 'cswin-t',
+                     'deit-t', 'deit-s', 'deit-b'):
+        neck = 'simple-fpn' if backbone.startswith('deit') else 'fpn'
         for sched in ('1x', 'amp-1x', 'ms-crop-3x', 'amp-ms-crop-3x'):
-            assert f'mask-rcnn_inline-{backbone}_fpn_{sched}_coco.py' in names
+            assert f'mask-rcnn_inline-{backbone}_{neck}_{sched}_coco.py' in names
 
 
 @pytest.mark.parametrize('path', CONFIGS)
@@ -113,10 +121,11 @@ def shrunken_model(cfg):
     b = cfg.model.backbone
     preset = PRESETS[b.type][b.get('arch', 'tiny')]
     b.update(SHRINK[b.type], init_cfg=None)
-    # A mixed stage (InLine-Swin-B stage 3) keeps one block of each of its types.
-    types = b.get('stage_types') or preset['stage_types']
-    b.stage_types = [t if isinstance(t, str) else (t[0], t[-1]) for t in types]
-    b.depths = [1 if isinstance(t, str) else 2 for t in b.stage_types]
+    if 'stage_types' in preset:
+        # A mixed stage (InLine-Swin-B stage 3) keeps one block of each of its types.
+        types = b.get('stage_types') or preset['stage_types']
+        b.stage_types = [t if isinstance(t, str) else (t[0], t[-1]) for t in types]
+        b.depths = [1 if isinstance(t, str) else 2 for t in b.stage_types]
     cfg.model.neck.in_channels = stage_dims(b)
     model = MODELS.build(cfg.model)
     model.init_weights()

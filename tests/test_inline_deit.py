@@ -286,7 +286,8 @@ def test_wrong_variant_and_family_checkpoints_are_refused(tmp_path, golden):
                     (InLinePVT, dict(embed_dims=(16, 32, 80, 128), depths=(1, 1, 1, 1),
                                      num_heads=(1, 2, 5, 8)))):
         other = cls(**kw, init_cfg=dict(type='Pretrained', checkpoint=deit_path))
-        with pytest.raises(CheckpointError, match=f'checkpoint of InLineDeiT, not of {cls.__name__}'):
+        message = f'checkpoint of InLineDeiT, not of {cls.__name__}'
+        with pytest.raises(CheckpointError, match=message):
             other.init_weights()
     with pytest.raises(CheckpointError, match=r'depth 4, but .* has depth 6.*another variant'):
         load_golden_model(deit_path, depth=6)

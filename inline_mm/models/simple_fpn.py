@@ -5,6 +5,7 @@ ECCV 2022 (arXiv 2203.16527). mmdet 3.x ships it only in ``projects/ViTDet``, wh
 the pip package does not contain, and has no channel LayerNorm either; both are
 registered here into mmdet's ``MODELS`` (as ``SimpleFPN`` and ``LN2d``).
 """
+from collections import OrderedDict
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -61,8 +62,8 @@ class SimpleFPN(BaseModule):
 
     Each scale of ``scales`` is made from the single input map: x4 by two stride-2
     transposed convolutions (norm and GELU between them), x2 by one, x1 as is, x0.5
-    by 2x2 max pooling. Each level then gets a 1x1 conv to ``out_channels`` and a 3x3
-    conv, each followed by ``norm_cfg`` (bias-free when normed). Levels beyond
+    by 2x2 max pooling (odd sides rounded up). Each level then gets a 1x1 conv to
+    ``out_channels`` and a 3x3 conv, each followed by ``norm_cfg`` (bias-free when normed). Levels beyond
     ``len(scales)`` come from stride-2 subsampling of the last one (ViTDet's
     ``LastLevelMaxPool``, mmdet FPN's ``add_extra_convs=False``), as the RPN expects.
 
@@ -105,21 +106,24 @@ class SimpleFPN(BaseModule):
         self.fpn_convs = nn.ModuleList()
         for s in scales:
             if s == 4:
-                sampler = nn.Sequential(nn.ConvTranspose2d(c, c // 2, 2, 2), _norm(norm_cfg, c // 2),
-                                        nn.GELU(), nn.ConvTranspose2d(c // 2, c // 4, 2, 2))
+                sampler = nn.Sequential(OrderedDict(
+                    up1=nn.ConvTranspose2d(c, c // 2, 2, 2), norm=_norm(norm_cfg, c // 2),
+                    act=nn.GELU(), up2=nn.ConvTranspose2d(c // 2, c // 4, 2, 2)))
                 dim = c // 4
             elif s == 2:
                 sampler, dim = nn.ConvTranspose2d(c, c // 2, 2, 2), c // 2
             elif s == 1:
                 sampler, dim = nn.Identity(), c
             else:
-                sampler, dim = nn.MaxPool2d(2, 2), c
+                sampler, dim = nn.MaxPool2d(2, 2, ceil_mode=True), c   # odd maps: ceil, as padding
             self.samplers.append(sampler)
-            self.lateral_convs.append(nn.Sequential(
-                nn.Conv2d(dim, out_channels, 1, bias=bias), _norm(norm_cfg, out_channels)))
-            self.fpn_convs.append(nn.Sequential(
-                nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=bias),
-                _norm(norm_cfg, out_channels)))
+            # 'norm' in the names, so that paramwise custom_keys={'norm': ...} find them.
+            self.lateral_convs.append(nn.Sequential(OrderedDict(
+                conv=nn.Conv2d(dim, out_channels, 1, bias=bias),
+                norm=_norm(norm_cfg, out_channels))))
+            self.fpn_convs.append(nn.Sequential(OrderedDict(
+                conv=nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=bias),
+                norm=_norm(norm_cfg, out_channels))))
 
     def forward(self, inputs: Union[torch.Tensor, Sequence[torch.Tensor]]
                 ) -> Tuple[torch.Tensor, ...]:

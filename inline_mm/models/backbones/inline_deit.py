@@ -350,7 +350,8 @@ def check_deit_layout(model: InLineDeiT, state: Dict[str, torch.Tensor]) -> None
         guess = [a for a, s in ARCH_SETTINGS.items()
                  if s['pretrain_img_size'] // model.patch_size == side
                  and s['embed_dims'] == model.embed_dims]
-        hint = f" (arch={guess[0]!r})" if guess else f' (pretrain_img_size={side * model.patch_size})'
+        hint = (f' (arch={guess[0]!r})' if guess
+                else f' (pretrain_img_size={side * model.patch_size})')
         raise CheckpointError(
             f'the position table of this checkpoint has a {side}x{side} grid{hint}, but this '
             f'{name} ({model.arch_name}) stores {model.pos_grid[0]}x{model.pos_grid[1]}: it is '
