@@ -320,3 +320,23 @@ def test_default_init_is_finite_and_random():
 def test_registered_in_both_frameworks():
     for model in build_in_each_framework(dict(type='InLineDeiT', **SMALL)):
         assert isinstance(model, InLineDeiT)
+
+
+def test_flops_count_every_product_of_the_attention():
+    """The dispatcher-level counter (tools/get_flops.py) sees the linear attention's
+    products inside the autograd function and the per-sample local convolution: at 224
+    the backbone is exactly its analytic MAC count (the paper's 1.1 G for InLine-DeiT-T)."""
+    from inline_mm.analysis import count_macs
+    model = InLineDeiT(arch='tiny', out_indices=(11,)).eval()
+    c, heads, hw = 192, 6, 14 * 14
+    n, d = 1 + hw, c // heads
+    per_block = (12 * n * c * c              # qkv 3C^2, proj C^2, MLP 8C^2 per token
+                 + 2 * heads * n * d * d     # K^T V and Q (K^T V)
+                 + heads * d * d             # mean(K)^T mean(V)
+                 + 9 * hw * c                # predicted depthwise 3x3 on the patch map
+                 + 10 * c * d)               # the kernel predictor's two grouped 1x1 convs
+    expected = 12 * per_block + hw * c * 3 * 16 * 16
+    _, cx = count_macs(model, lambda: model(torch.randn(1, 3, 224, 224)))
+    assert cx.macs == expected
+    assert round(cx.macs / 1e9, 1) == 1.1
+    assert cx.by_op['aten.convolution'] >= 12 * 9 * hw * c
