@@ -218,7 +218,7 @@ class InLineDeiT(InLineBackbone):
         self.arch_name = cfg['arch_name']
         self.embed_dims = embed_dims
         self.depth = depth
-        self.dims = [embed_dims] * len(self.out_indices)
+        self.dims = [embed_dims] * depth          # channels of every block's output
         self.in_channels = in_channels
         self.patch_size = patch_size
         self.min_input_size = patch_size
