@@ -57,7 +57,8 @@ def collect_env() -> dict:
         import inline_mm
         from mmdet.registry import MODELS as DET
         from mmseg.registry import MODELS as SEG
-        names = [n for n in ('InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT') if DET.get(n) and SEG.get(n)]
+        names = [n for n in ('InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT')
+                 if DET.get(n) and SEG.get(n)]
         info['inline_mm'] = f'{inline_mm.__version__} (registered: {", ".join(names)})'
     except Exception as e:
         info['inline_mm'] = f'not importable ({type(e).__name__}: {e})'

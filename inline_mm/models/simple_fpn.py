@@ -63,9 +63,10 @@ class SimpleFPN(BaseModule):
     Each scale of ``scales`` is made from the single input map: x4 by two stride-2
     transposed convolutions (norm and GELU between them), x2 by one, x1 as is, x0.5
     by 2x2 max pooling (odd sides rounded up). Each level then gets a 1x1 conv to
-    ``out_channels`` and a 3x3 conv, each followed by ``norm_cfg`` (bias-free when normed). Levels beyond
-    ``len(scales)`` come from stride-2 subsampling of the last one (ViTDet's
-    ``LastLevelMaxPool``, mmdet FPN's ``add_extra_convs=False``), as the RPN expects.
+    ``out_channels`` and a 3x3 conv, each followed by ``norm_cfg`` (bias-free when
+    normed). Levels beyond ``len(scales)`` come from stride-2 subsampling of the last
+    one (ViTDet's ``LastLevelMaxPool``, mmdet FPN's ``add_extra_convs=False``), as the
+    RPN expects.
 
     Args:
         in_channels (int): Channels of the backbone map (e.g. 192 for InLine-DeiT-T,
