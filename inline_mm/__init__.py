@@ -1,13 +1,28 @@
 """InLine attention backbones for mmdetection 3.x and mmsegmentation 1.x.
 
-``import inline_mm`` registers ``InLineSwin``, ``InLinePVT``, ``InLineCSwin`` and ``InLineDeiT`` in
-both ``mmdet.registry.MODELS`` and ``mmseg.registry.MODELS`` (configs do it with
-``custom_imports = dict(imports=['inline_mm'], allow_failed_imports=False)``).
-"""
-from . import compat  # noqa: F401  (must run before any checkpoint is loaded)
-from .models import *  # noqa: F401,F403
-from . import datasets  # noqa: F401  (SegFolderDataset, PaletteIoUMetric; lazy, cheap)
-from . import engine  # noqa: F401  (reliability hooks; CPU DDP, safe checkpoints)
-from .version import __version__
+``import inline_mm`` registers, and does nothing else:
 
-__all__ = ['__version__']
+- the backbones of :data:`inline_mm.models.FAMILIES` (``InLineSwin``, ``InLinePVT``,
+  ``InLineCSwin``, ``InLineDeiT``) in mmdet's and mmseg's ``MODELS`` (whichever is
+  installed), and ViTDet's ``SimpleFPN`` neck with its ``LN2d`` in mmdet's;
+- ``SegFolderDataset`` / ``PaletteIoUMetric`` / ``CheckSegMapSize`` in mmseg's
+  registries (with mmseg) and the opt-in ``NonFiniteCheckHook`` / ``DatasetCheckHook``;
+- mmengine's own checkpoint types on torch's ``weights_only`` allowlist
+  (:mod:`inline_mm.compat`), so that every loader of mmengine checkpoints works on
+  torch >= 2.6 without switching safe loading off.
+
+It leaves mmengine's code alone. The behaviours that replace mmengine code (CPU DDP,
+checkpoint pruning and resume fallback, empty-dataset messages) are switched on by
+:func:`inline_mm.engine.install`: the project's tools call it, and configs list
+``'inline_mm.engine.enable'`` next to ``'inline_mm'`` in ``custom_imports``.
+"""
+from . import compat
+from .models import FAMILIES, InLineCSwin, InLinePVT, InLineSwin
+from . import datasets  # noqa: F401,E402  (registers SegFolderDataset, PaletteIoUMetric)
+from . import engine  # noqa: E402  (registers the opt-in hooks; patches nothing)
+from .version import __version__  # noqa: E402
+
+compat.allow_mmengine_checkpoints()
+engine.warn_if_config_lacks_enable()
+
+__all__ = ['__version__', 'FAMILIES', 'InLineSwin', 'InLinePVT', 'InLineCSwin']

@@ -68,6 +68,3 @@ def allow_mmengine_checkpoints():
         if hasattr(torch.serialization, 'add_safe_globals'):
             torch.serialization.add_safe_globals(MMENGINE_CHECKPOINT_GLOBALS)
     return MMENGINE_CHECKPOINT_GLOBALS
-
-
-allow_mmengine_checkpoints()

@@ -55,11 +55,16 @@ def collect_env() -> dict:
     info['mmcv ops'] = describe_mmcv_ops()
     try:
         import inline_mm
-        from mmdet.registry import MODELS as DET
-        from mmseg.registry import MODELS as SEG
-        names = [n for n in ('InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT')
-                 if DET.get(n) and SEG.get(n)]
-        info['inline_mm'] = f'{inline_mm.__version__} (registered: {", ".join(names)})'
+        from inline_mm.models import FAMILIES
+        from inline_mm.models.registry import FRAMEWORKS, framework_registry
+        installed = {fw: framework_registry(fw) for fw in FRAMEWORKS}
+        installed = {fw: r for fw, r in installed.items() if r is not None}
+        names = [n for n in FAMILIES if installed and all(n in r.module_dict
+                                                          for r in installed.values())]
+        missing = [fw for fw in FRAMEWORKS if fw not in installed]
+        where = ', '.join(installed) + (f'; {", ".join(missing)} not installed' if missing else '')
+        info['inline_mm'] = (f'{inline_mm.__version__} (registered: {", ".join(names) or "none"} '
+                             f'in {where or "no framework"})')
     except Exception as e:
         info['inline_mm'] = f'not importable ({type(e).__name__}: {e})'
     return info

@@ -58,13 +58,22 @@ def _tv():
 
 
 def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, offset: int = 0):
-    """Indices of the kept boxes, highest score first (mmcv's contract)."""
+    """Indices of the kept boxes, highest score first (mmcv's contract).
+
+    Among exactly equal scores the greedy order decides which of two overlapping boxes
+    survives.  mmcv's kernels take that order from an unstable ``scores.sort(0, descending)``,
+    torchvision's from a stable one; visiting the boxes in mmcv's order (torchvision then
+    sees strictly decreasing ranks) makes the kept set mmcv's, ties included.
+    """
     _record('nms')
     if int(offset) != 0:
         _unsupported('nms', f'offset={offset} (box width x2 - x1 + 1)')
     if boxes.numel() == 0:
         return boxes.new_zeros(0, dtype=torch.long)
-    return _tv().nms(boxes, scores, float(iou_threshold))
+    order = scores.sort(0, descending=True)[1]
+    # float32 ranks stay distinct past fp16's 2048 consecutive integers
+    ranks = torch.arange(order.numel(), 0, -1, device=boxes.device, dtype=torch.float32)
+    return order[_tv().nms(boxes[order].float(), ranks, float(iou_threshold))]
 
 
 def roi_align_forward(input: torch.Tensor, rois: torch.Tensor, output: torch.Tensor,

@@ -4,10 +4,23 @@ from pathlib import Path
 import pytest
 import torch
 
+import inline_mm.engine
+from inline_mm.models import FAMILIES
+
 # Keep the 2-core machine usable by parallel jobs and results repeatable.
 torch.set_num_threads(int(os.environ.get('INLINE_MM_TEST_THREADS', '2')))
+# The suite runs in-process with inline_mm's mmengine behaviours on, as tools/train.py
+# and the shipped configs run; what a bare `import inline_mm` does is tested in a
+# subprocess (test_package.py).
+inline_mm.engine.install()
 
 GOLDEN = Path(__file__).parent / 'data' / 'golden'
+#: what every shipped config imports: the backbones, and the engine behaviours switched on
+CUSTOM_IMPORTS = dict(imports=['inline_mm', 'inline_mm.engine.enable'], allow_failed_imports=False)
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'performance: timing criteria, run with INLINE_MM_PERF=1')
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -41,3 +54,25 @@ def build_in_each_framework(cfg: dict) -> list:
         with DefaultScope.overwrite_default_scope(scope):
             built.append(registry.build(cfg))
     return built
+
+
+def shrink_backbone(backbone: dict) -> dict:
+    """A config's backbone made CPU-test sized, in place: the widths of its family's
+    ``smoke`` configuration; a pyramid keeps its stage types (the preset's or the
+    config's) with one block per stage, two (first and last type) in a mixed stage."""
+    family = FAMILIES[backbone['type']]
+    preset = family.presets[backbone.get('arch', 'tiny')]
+    backbone.update({k: v for k, v in family.smoke.items()
+                     if k not in ('depths', 'stage_types', 'drop_path_rate')}, init_cfg=None)
+    types = backbone.get('stage_types') or preset.get('stage_types')
+    if types is not None:
+        backbone['stage_types'] = [t if isinstance(t, str) else (t[0], t[-1]) for t in types]
+        backbone['depths'] = [1 if isinstance(t, str) else 2 for t in backbone['stage_types']]
+    return backbone
+
+
+def out_channels(backbone: dict) -> list:
+    """Output channels of a config's backbone (built on the meta device)."""
+    args = {k: v for k, v in backbone.items() if k not in ('type', 'init_cfg')}
+    with torch.device('meta'):
+        return list(FAMILIES[backbone['type']].cls(**args).out_channels)

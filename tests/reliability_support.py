@@ -45,8 +45,8 @@ def write_config(path: Path, base, body: str = '', probes: bool = False) -> Path
     bases = [str(b) for b in (base if isinstance(base, (list, tuple)) else [base])]
     lines = [f'_base_ = {bases!r}']
     if probes:
-        lines.append("custom_imports = dict(imports=['inline_mm', 'reliability_support'], "
-                     'allow_failed_imports=False)')
+        lines.append("custom_imports = dict(imports=['inline_mm', 'inline_mm.engine.enable', "
+                     "'reliability_support'], allow_failed_imports=False)")
     path.write_text('\n'.join(lines) + '\n' + body)
     return path
 

@@ -1,58 +1,18 @@
 """InLine attention: the production kernel against a plain transcription of the formula.
 
-The ``reference_*`` functions below are the formula of Han et al., "Bridging the
-Divide: Reconsidering Softmax and Linear Attention" (NeurIPS 2024, arXiv 2412.06590,
-eq. 5 with the ``s / n`` scale of the official code) and of DESIGN.md, written term
-by term with autograd doing the backward.  ``tools/benchmark.py --attention`` times
-the production path against exactly these functions.
+The ``reference_*`` functions (``inline_mm.models.attention``) are the formula of Han et
+al., "Bridging the Divide: Reconsidering Softmax and Linear Attention" (NeurIPS 2024,
+arXiv 2412.06590, eq. 5 with the ``s / n`` scale of the official code), written term by
+term with autograd doing the backward.  ``tools/benchmark.py --attention`` times the
+production path against exactly these functions.
 """
 import pytest
 import torch
-import torch.nn.functional as F
 from conftest import rel_err
 
 from inline_mm.models import InLineAttention, InLineSwin, inline_attention, local_residual
-from inline_mm.models.inline_attention import _inline_traced, _InLineFunction
-
-
-def reference_inline_attention(q, k, v, scale):
-    """``(B, heads, N, d)`` -> ``(B, heads, N, d)``:
-    ``(s / n) q_i K^T V + (1 - s q_i mean(K)^T) mean(V)``."""
-    n = k.shape[-2]
-    k_mean = k.mean(dim=-2, keepdim=True)
-    v_mean = v.mean(dim=-2, keepdim=True)
-    return (scale / n) * (q @ (k.transpose(-2, -1) @ v)) \
-        + (1 - scale * (q @ k_mean.transpose(-2, -1))) * v_mean
-
-
-def reference_local_residual(v_img, kernels):
-    """Per-sample depthwise 3x3 convolution as the official code writes it: the batch
-    folded into the channels of one grouped convolution, zero padding 1."""
-    b, c, h, w = v_img.shape
-    out = F.conv2d(v_img.reshape(1, b * c, h, w), kernels.reshape(b * c, 1, 3, 3),
-                   padding=1, groups=b * c)
-    return out.reshape(b, c, h, w)
-
-
-def reference_attention(attn, x=None, hw=None, token_mean=None, qkv=None):
-    """What :class:`InLineAttention` computes, from its parameters and the reference
-    functions: ``forward(x, hw, token_mean)``, or ``attend(qkv, hw, token_mean)``
-    when ``qkv`` is given."""
-    if qkv is None:
-        qkv = attn.qkv(x)
-        token_mean = x.mean(dim=1) if token_mean is None else token_mean
-    b, n, _ = qkv.shape
-    c, heads, d = attn.dim, attn.num_heads, attn.head_dim
-    h, w = hw
-    q, k, v = qkv.reshape(b, n, 3, heads, d).permute(2, 0, 3, 1, 4)
-    out = reference_inline_attention(q, k, v, attn.scale).transpose(1, 2).reshape(b, n, c)
-    v_img = v.transpose(1, 2).reshape(b, h, w, c).permute(0, 3, 1, 2)
-    kernels = attn.residual(token_mean.unsqueeze(-1)).reshape(b, c, 3, 3)
-    local = reference_local_residual(v_img, kernels)
-    if attn.lepe is not None:
-        local = local + attn.lepe(v_img)
-    out = out + local.flatten(2).transpose(1, 2)
-    return out if attn.proj is None else attn.proj(out)
+from inline_mm.models.attention import (_inline_traced, _InLineFunction, reference_attention,
+                                        reference_inline_attention, reference_local_residual)
 
 
 def _stir(module, gain=3.0):

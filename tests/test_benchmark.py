@@ -1,8 +1,10 @@
-"""tools/benchmark.py: the CI-sized run end to end, and its measuring helpers.
+"""tools/benchmark.py: the CI-sized run end to end, and its measuring helpers
+(``inline_mm.benchmark``).
 
-No timing is asserted (the machine is shared); what is checked is that every model
-and mode produced a measurement, that the outputs are written, and that the memory
-measurement and the skip prediction compute what they say.
+No timing is asserted here (the machine is shared; the performance criteria are in
+tests/test_performance.py); what is checked is that every model and mode produced a
+measurement, that the outputs are written, and that the memory measurement and the
+skip prediction compute what they say.
 """
 import csv
 import importlib.util
@@ -15,6 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from inline_mm.benchmark import backbones
+from inline_mm.benchmark.measure import cpu_peak_bytes, predict
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / 'tools' / 'benchmark.py'
@@ -40,9 +45,8 @@ def test_quick_run_writes_table_csv_and_plot(tmp_path):
 
     with open(tmp_path / 'backbones.csv') as f:
         rows = list(csv.DictReader(f))
-    tool = _load_tool()
-    expected = {(m, mode, f'{h}x{w}') for m in tool.MODELS for mode in tool.MODES
-                for h, w in tool.QUICK_SIZES}
+    expected = {(m, mode, f'{h}x{w}') for m in backbones.MODELS for mode in backbones.MODES
+                for h, w in backbones.QUICK_SIZES}
     assert {(r['model'], r['mode'], f'{r["height"]}x{r["width"]}') for r in rows} == expected
     for r in rows:
         assert r['status'] == 'ok', r
@@ -66,7 +70,6 @@ def test_quick_run_writes_table_csv_and_plot(tmp_path):
 
 
 def test_cpu_peak_bytes_counts_what_the_step_holds():
-    tool = _load_tool()
     keep = torch.ones(1)
     mib = 2 ** 20
 
@@ -78,29 +81,28 @@ def test_cpu_peak_bytes_counts_what_the_step_holds():
         del b, c
         keep.mul_(2)        # an in-place op on an older tensor adds nothing
 
-    assert tool.cpu_peak_bytes(step) == 6 * mib
+    assert cpu_peak_bytes(step) == 6 * mib
     # A tensor made in an earlier profiled step and freed in this one is not
     # credited against this step's own allocations.
     held = []
-    tool.cpu_peak_bytes(lambda: held.append(torch.empty(8 * mib, dtype=torch.uint8)))
+    cpu_peak_bytes(lambda: held.append(torch.empty(8 * mib, dtype=torch.uint8)))
 
     def step2():
         held.clear()
         torch.empty(3 * mib, dtype=torch.uint8)
 
-    assert tool.cpu_peak_bytes(step2) == 3 * mib
+    assert cpu_peak_bytes(step2) == 3 * mib
 
 
 def test_predict_extrapolates_growth():
-    tool = _load_tool()
-    assert tool.predict([], 100) is None
-    assert tool.predict([(1, 2.0)], 3) == pytest.approx(18.0)            # quadratic from one size
-    assert tool.predict([(1, 1.0), (4, 4.0)], 16) == pytest.approx(16.0)  # measured linear
-    assert tool.predict([(1, 1.0), (4, 2.0)], 16) == pytest.approx(8.0)   # clamped to >= 1
-    assert tool.predict([(1, 1.0), (2, 8.0)], 4) == pytest.approx(8.0 * 2 ** 2.2)
+    assert predict([], 100) is None
+    assert predict([(1, 2.0)], 3) == pytest.approx(18.0)            # quadratic from one size
+    assert predict([(1, 1.0), (4, 4.0)], 16) == pytest.approx(16.0)  # measured linear
+    assert predict([(1, 1.0), (4, 2.0)], 16) == pytest.approx(8.0)   # clamped to >= 1
+    assert predict([(1, 1.0), (2, 8.0)], 4) == pytest.approx(8.0 * 2 ** 2.2)
     # the exponent comes from a size at most half as large, not from a near neighbour
     grow = math.log(4.5) / math.log(4.1)
-    assert tool.predict([(1, 1.0), (4, 4.0), (4.1, 4.5)], 8.2) == pytest.approx(4.5 * 2 ** grow)
+    assert predict([(1, 1.0), (4, 4.0), (4.1, 4.5)], 8.2) == pytest.approx(4.5 * 2 ** grow)
 
 
 def test_bad_arguments_are_refused():

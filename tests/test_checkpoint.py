@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from inline_mm.checkpoint import CheckpointError, read_checkpoint
+from inline_mm.models.checkpoint import CheckpointError, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 

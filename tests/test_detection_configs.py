@@ -9,8 +9,9 @@ import pytest
 import torch
 from mmengine.config import Config
 
-import inline_mm  # noqa: F401  (registers the backbones)
-from inline_mm.models.backbones import inline_cswin, inline_deit, inline_pvt, inline_swin
+from conftest import CUSTOM_IMPORTS, out_channels, shrink_backbone
+
+from inline_mm.models import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob('configs/inline_*/mask-rcnn_*.py'))
@@ -18,13 +19,6 @@ CONFIGS = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob('configs/inline_*/m
 # the model is built once per 1x config (and the demo config).
 MODEL_CONFIGS = [p for p in CONFIGS if '_amp-' not in p and '_ms-crop-3x_' not in p]
 
-PRESETS = {'InLineSwin': inline_swin.ARCH_SETTINGS, 'InLinePVT': inline_pvt.ARCH_SETTINGS,
-           'InLineCSwin': inline_cswin.ARCH_SETTINGS, 'InLineDeiT': inline_deit.ARCH_SETTINGS}
-SHRINK = {'InLineSwin': dict(embed_dims=16, num_heads=(1, 2, 4, 8)),
-          'InLinePVT': dict(embed_dims=(16, 32, 48, 64), num_heads=(1, 2, 3, 4)),
-          'InLineCSwin': dict(embed_dims=16, num_heads=(1, 2, 4, 8)),
-          # plain: one stride-16 map from the last of two blocks, for the simple pyramid
-          'InLineDeiT': dict(embed_dims=32, num_heads=2, depth=2, out_indices=(1,))}
 README = (ROOT / 'checkpoints' / 'README.md').read_text()
 
 
@@ -62,14 +56,11 @@ def load(path):
     return copy.deepcopy(_parse(path))
 
 
-def stage_dims(backbone: dict):
-    """What the neck's ``in_channels`` must be: the four stage widths of a pyramid
-    backbone, the one width of a plain backbone (InLine-DeiT, simple pyramid)."""
-    preset = PRESETS[backbone['type']][backbone.get('arch', 'tiny')]
-    dims = backbone.get('embed_dims', preset['embed_dims'])
-    if backbone['type'] == 'InLineDeiT':
-        return dims
-    return list(dims) if not isinstance(dims, int) else [dims * 2 ** i for i in range(4)]
+def neck_in_channels(neck: dict, backbone: dict):
+    """What the neck takes: every output's channels (FPN), or the one map's channels of a
+    plain backbone (SimpleFPN, on the last output)."""
+    chans = out_channels(backbone)
+    return chans[-1] if neck.type == 'SimpleFPN' else chans
 
 
 def model_sibling(path: str) -> str:
@@ -90,10 +81,10 @@ def test_detection_config_families_present():
 def test_detection_config_parses(path):
     cfg = load(path)
     assert cfg.default_scope == 'mmdet'
-    assert cfg.custom_imports == dict(imports=['inline_mm'], allow_failed_imports=False)
+    assert cfg.custom_imports == CUSTOM_IMPORTS
     backbone = cfg.model.backbone
-    assert backbone.type in PRESETS
-    assert cfg.model.neck.in_channels == stage_dims(backbone)
+    assert backbone.type in FAMILIES
+    assert cfg.model.neck.in_channels == neck_in_channels(cfg.model.neck, backbone)
     ckpt = (backbone.init_cfg or {}).get('checkpoint')
     if 'toy-coco' in path:
         assert backbone.init_cfg is None          # the demo trains from scratch
@@ -118,15 +109,8 @@ def shrunken_model(cfg):
     from mmdet.registry import MODELS
     from mmdet.utils import register_all_modules
     register_all_modules()
-    b = cfg.model.backbone
-    preset = PRESETS[b.type][b.get('arch', 'tiny')]
-    b.update(SHRINK[b.type], init_cfg=None)
-    if 'stage_types' in preset:
-        # A mixed stage (InLine-Swin-B stage 3) keeps one block of each of its types.
-        types = b.get('stage_types') or preset['stage_types']
-        b.stage_types = [t if isinstance(t, str) else (t[0], t[-1]) for t in types]
-        b.depths = [1 if isinstance(t, str) else 2 for t in b.stage_types]
-    cfg.model.neck.in_channels = stage_dims(b)
+    shrink_backbone(cfg.model.backbone)
+    cfg.model.neck.in_channels = neck_in_channels(cfg.model.neck, cfg.model.backbone)
     model = MODELS.build(cfg.model)
     model.init_weights()
     return model

@@ -1,5 +1,6 @@
 """tools/get_flops.py and inline_mm.analysis: what is counted, and agreement with the
-backbone GMACs table of reference/ARCHITECTURES.md."""
+backbone GMACs table of the project's reference notes (shared/reference/ARCHITECTURES.md,
+kept beside the repository, not in it)."""
 import json
 import subprocess
 import sys
@@ -45,7 +46,7 @@ def test_flops_inline_attention_products_counted():
     assert cx.by_op['aten.convolution'] >= 3 * n * c * 9
 
 
-# Backbone GMACs at 512x512 from reference/ARCHITECTURES.md (official code, CPU).
+# Backbone GMACs at 512x512 from shared/reference/ARCHITECTURES.md (official code, CPU).
 TABLE_512 = {
     'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py': 24.2,
     'configs/inline_pvt/mask-rcnn_inline-pvt-t_fpn_1x_coco.py': 10.3,

@@ -16,8 +16,8 @@ from mmengine.runner import Runner
 from conftest import rel_err
 from inline_mm.engine import NonFiniteCheckHook, NonFiniteLossError
 from inline_mm.engine.nonfinite import first_nonfinite_module
-from inline_mm.models.backbones import InLineCSwin, InLinePVT, InLineSwin
-from inline_mm.models.inline_attention import InLineAttention
+from inline_mm.models import InLineCSwin, InLinePVT, InLineSwin
+from inline_mm.models.attention import InLineAttention
 from reliability_support import tiny_config, toy_ade, toy_coco
 
 LOW = [torch.bfloat16, torch.float16]

@@ -1,6 +1,7 @@
 """Bad training data through the real loading pipelines of the shipped configs: what
 mmdet/mmseg do on their own, and the clear errors inline_mm adds where they fail late,
-unclearly or silently (inline_mm/engine/data_checks.py)."""
+unclearly or silently (inline_mm/engine/data_checks.py, with the rules of
+inline_mm/datasets/checks.py: problems are (code, path, message), printed 'path: message')."""
 import copy
 import json
 
@@ -122,8 +123,8 @@ def test_check_coco_reports_missing_images_and_bad_ids(coco, tmp_path):
         ann['annotations'][1]['image_id'] = 12345
     ann_file = _edit_coco(coco, tmp_path, damage)
     report = check_coco(ann_file, str(coco / 'train2017'))
-    problems = '\n'.join(report['problems'])
-    assert f'image file not found: {coco / "train2017" / "gone.jpg"}' in problems
+    problems = '\n'.join(str(p) for p in report['problems'])
+    assert f'{coco / "train2017" / "gone.jpg"}: image file not found' in problems
     assert '1 annotation(s) have a category_id' in problems
     assert '1 annotation(s) refer to image ids' in problems
     good = check_coco(str(coco / 'annotations/instances_train2017.json'), str(coco / 'train2017'))
@@ -210,7 +211,7 @@ def test_dataset_check_hook_lists_wrong_size_masks(ade_bad_mask, tmp_path):
     with pytest.raises(ValueError) as err:
         runner.train()
     message = str(err.value)
-    assert '1 problem(s)' in message and f'mask {mask}' in message
+    assert '1 problem(s)' in message and f'{mask}: mask is' in message
     assert runner.iter == 0
 
 

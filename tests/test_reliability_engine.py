@@ -1,6 +1,8 @@
 """Fast checks of inline_mm.engine's changes to mmengine: checkpoint pruning after the
 save, the resume fallback, and that the changes are installed once and only where
-mmengine fails. The end-to-end versions (real processes killed with SIGKILL) are in
+mmengine fails. They run with the changes switched on (tests/conftest.py does it, as
+tools/train.py does); that a bare import switches nothing on is in test_package.py. The
+end-to-end versions (real processes killed with SIGKILL) are in
 tests/test_reliability_training.py."""
 import logging
 
@@ -12,7 +14,7 @@ from mmengine.model import BaseModel
 from mmengine.runner import Runner
 from torch.utils.data import DataLoader, TensorDataset
 
-import inline_mm  # noqa: F401
+import inline_mm.engine
 from inline_mm.engine import checkpointing, data_checks, distributed
 from inline_mm.engine.checkpointing import find_resumable, is_complete_checkpoint
 
@@ -119,6 +121,8 @@ def test_resume_uses_the_fallback(tmp_path, caplog):
 
 
 def test_installed_once_and_only_for_cpu_distributed():
+    inline_mm.engine.install()
+    assert inline_mm.engine.installed()
     wrap = Runner.wrap_model
     build = Runner.build_dataloader
     distributed.install()

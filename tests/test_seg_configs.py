@@ -12,8 +12,7 @@ from mmengine.structures import PixelData
 from mmseg.registry import MODELS
 from mmseg.structures import SegDataSample
 
-import inline_mm  # noqa: F401
-from inline_mm.models.backbones import inline_pvt, inline_swin
+from conftest import CUSTOM_IMPORTS, out_channels, shrink_backbone
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'
@@ -47,37 +46,10 @@ def test_every_recipe_has_its_configs():
     assert not missing, f'segmentation configs missing: {sorted(missing)}'
 
 
-def _tiny_stage_types(arch_types):
-    """One block per whole-type stage; a mixed stage keeps its first and last type."""
-    types, depths = [], []
-    for t in arch_types:
-        if isinstance(t, str):
-            types.append(t)
-            depths.append(1)
-        else:
-            types.append((t[0], t[-1]))
-            depths.append(2)
-    return tuple(types), tuple(depths)
-
-
 def shrink(cfg: Config) -> Config:
     """Narrow, shallow backbone and heads, 64-pixel inputs, no pretrained file."""
     model = cfg.model
-    bb = model.backbone
-    bb.init_cfg = None
-    if bb.type == 'InLineSwin':
-        types, depths = _tiny_stage_types(
-            inline_swin.ARCH_SETTINGS[bb.get('arch', 'tiny')]['stage_types'])
-        bb.update(embed_dims=16, depths=depths, num_heads=(1, 1, 2, 2), stage_types=types)
-        chans = [16, 32, 64, 128]
-    elif bb.type == 'InLinePVT':
-        chans = [16, 32, 40, 64]
-        bb.update(embed_dims=chans, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 2))
-    elif bb.type == 'InLineDeiT':      # plain: four blocks, each one output
-        chans = [32] * 4
-        bb.update(embed_dims=32, depth=4, num_heads=2, out_indices=(0, 1, 2, 3))
-    else:
-        raise AssertionError(f'no shrink rule for backbone {bb.type}')
+    chans = out_channels(shrink_backbone(model.backbone))
     model.data_preprocessor.size = (SIZE, SIZE)
     if model.get('neck'):
         model.neck.update(in_channels=chans, out_channels=16)
@@ -121,7 +93,7 @@ def _load(path) -> Config:
 def test_config_builds_and_trains_a_step(path):
     cfg = _load(path)
     assert cfg.default_scope == 'mmseg'
-    assert cfg.custom_imports == dict(imports=['inline_mm'], allow_failed_imports=False)
+    assert cfg.custom_imports == CUSTOM_IMPORTS
     ckpt = cfg.model.backbone.init_cfg.checkpoint
     assert ckpt.startswith('checkpoints/inline_') and ckpt.endswith('.pth')
     num_classes = cfg.model.decode_head.num_classes
@@ -150,8 +122,8 @@ def test_config_builds_and_trains_a_step(path):
 
 
 SWIN = {'t': ('tiny', 0.3, 96), 's': ('small', 0.3, 96), 'b': ('base', 0.5, 128)}
-DEIT = {'t': ('tiny', 192), 's': ('small', 320), 'b': ('base', 384)}   # -B is 384 wide
 PVT = {'t': 'tiny', 's': 'small', 'm': 'medium', 'l': 'large'}
+DEIT = {'t': ('tiny', 192), 's': ('small', 320), 'b': ('base', 384)}   # -B is 384 wide
 
 
 @pytest.mark.parametrize('v', SWIN)

@@ -162,7 +162,7 @@ def test_check_ade_config_uses_the_dataset_class_conventions(tmp_path, capsys):
 
 
 def test_check_cli_exit_status(data):
-    """The script itself (numpy + Pillow only) exits non-zero on a broken set."""
+    """The script itself exits non-zero on a broken set."""
     run = [sys.executable, str(ROOT / 'tools' / 'check_dataset.py')]
     ok = subprocess.run(run + [str(data[0] / 'good')], capture_output=True, text=True)
     bad = subprocess.run(run + [str(data[0] / 'broken' / 'rgb_masks')], capture_output=True,

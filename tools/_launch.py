@@ -2,8 +2,9 @@
 
 mmdet and mmsegmentation ship their ``tools/`` inside the wheel (``<pkg>/.mim/tools``,
 which is also what ``mim train`` runs).  We run those scripts unchanged, so every
-flag they document works, with ``inline_mm`` imported first so that its backbones
-are registered and its checkpoint compatibility is in place.
+flag they document works, with ``inline_mm`` imported first (its backbones are
+registered, its checkpoint compatibility is in place) and its mmengine behaviours
+switched on (:func:`inline_mm.engine.install`), whatever the config imports.
 """
 import os.path as osp
 import runpy
@@ -35,7 +36,8 @@ def run(tool: str):
     if len(sys.argv) < 2 or sys.argv[1].startswith('-'):
         sys.exit(f'usage: python tools/{tool}.py CONFIG [args of the stock mmdet/mmseg '
                  f'{tool}.py ...]')
-    import inline_mm  # noqa: F401  (registry + checkpoint compatibility)
+    import inline_mm.engine
+    inline_mm.engine.install()
     script = stock_script(config_scope(sys.argv[1]), tool)
     sys.argv = [script] + sys.argv[1:]
     runpy.run_path(script, run_name='__main__')

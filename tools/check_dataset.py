@@ -29,25 +29,17 @@ Problems (exit status 1; each line names the file):
 Warnings (exit status 0): files in image folders that are not images, classes that
 never occur in a split.
 
-Only numpy and Pillow are needed (``--config`` also needs mmengine and mmseg).
+The rules are those of ``inline_mm.datasets.checks``, which SegFolderDataset and the
+training hooks apply too (``--config`` also needs mmengine and mmseg).
 """
 import argparse
-import json
-import os
 import os.path as osp
 import sys
 from collections import Counter
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
-import numpy as np
-from PIL import Image
-
-IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp')
-#: EXIF orientations that OpenCV applies when decoding; 5-8 also swap width and height
-EXIF_ROTATING = {2, 3, 4, 5, 6, 7, 8}
-EXIF_SWAPPING = {5, 6, 7, 8}
-#: Pillow modes whose pixel values are label indices
-INDEX_MODES = {'L', 'P', 'I', 'I;16', 'I;16B', 'I;16L', '1'}
+from inline_mm.datasets.checks import (IMAGE_SUFFIXES, Problem, binary_problems, check_pair,
+                                       label_problems, read_meta, scan_split)
 
 
 class Report:
@@ -75,6 +67,10 @@ class Report:
             where = f' {self._rel(path)}:' if path else ''
             print(f'WARNING [{code}]{where} {message}')
 
+    def add(self, problems: Sequence[Problem], warning: bool = False):
+        for p in problems:
+            (self.warning if warning else self.problem)(*p)
+
 
 class Split:
     """One split: where its images and masks are."""
@@ -86,186 +82,18 @@ class Split:
         self.mask_suffix = mask_suffix
 
 
-def _walk(folder: str) -> List[str]:
-    """Relative paths of all files under ``folder``, sorted, hidden files skipped."""
-    out = []
-    for dirpath, dirnames, files in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith('.'))
-        out += [osp.relpath(osp.join(dirpath, f), folder) for f in files
-                if not f.startswith('.')]
-    return sorted(out)
-
-
-def read_meta(path: str, report: Report) -> Optional[dict]:
-    """meta.json as a dict, or None (with a ``meta`` problem) when it is unusable."""
-    if not osp.isfile(path):
-        return None
-    try:
-        with open(path) as f:
-            meta = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        report.problem('meta', path, f'cannot read it as JSON ({e})')
-        return None
-    classes = meta.get('classes') if isinstance(meta, dict) else None
-    if (not isinstance(classes, list) or len(classes) < 2
-            or not all(isinstance(c, str) and c for c in classes)):
-        report.problem('meta', path, '"classes" must be a list of at least two names, '
-                                     'e.g. {"classes": ["background", "road"]}')
-        return None
-    if len(set(classes)) != len(classes):
-        dup = [c for c, n in Counter(classes).items() if n > 1]
-        report.problem('meta', path, f'class names repeat: {dup}')
-    palette = meta.get('palette')
-    if palette is not None:
-        if not (isinstance(palette, list) and all(
-                isinstance(p, list) and len(p) == 3
-                and all(isinstance(v, int) and 0 <= v <= 255 for v in p) for p in palette)):
-            report.problem('meta', path, '"palette" must be a list of [r, g, b] (0..255)')
-        elif len(palette) != len(classes):
-            report.problem('meta', path, f'"palette" has {len(palette)} colours for '
-                                         f'{len(classes)} classes; give one per class')
-    return meta
-
-
-def _exif_orientation(im: Image.Image) -> int:
-    try:
-        return int(im.getexif().get(0x0112, 1) or 1)
-    except Exception:           # a corrupt EXIF block is not our problem to diagnose
-        return 1
-
-
-def check_split(split: Split, report: Report, num_classes: int, ignore_index: int,
-                reduce_zero_label: bool, stats: dict):
-    """Check one split; per-mask label histograms go to ``stats[split.name]``."""
-    for folder in (split.img_dir, split.mask_dir):
-        if not osp.isdir(folder):
-            report.problem('missing-dir', folder, f'{split.name} split folder does not exist')
-    if not (osp.isdir(split.img_dir) and osp.isdir(split.mask_dir)):
-        return
-    images: Dict[str, str] = {}
-    for rel in _walk(split.img_dir):
-        stem, ext = osp.splitext(rel)
-        path = osp.join(split.img_dir, rel)
-        if ext.lower() not in split.img_suffixes:
-            report.warning('skipped-file', path, f'not an image ({", ".join(split.img_suffixes)}); '
-                                                 'training ignores it')
-            continue
-        if stem in images:
-            report.problem('duplicate-name', path,
-                           f'{osp.basename(images[stem])} has the same name: both would use '
-                           f'mask {stem}{split.mask_suffix}; rename one')
-            continue
-        images[stem] = path
-    if not images:
-        report.problem('empty-split', split.img_dir,
-                       f'no images in the {split.name} split; it cannot be trained or scored')
-    masks: Dict[str, str] = {}
-    other_masks: Dict[str, str] = {}
-    for rel in _walk(split.mask_dir):
-        stem, ext = osp.splitext(rel)
-        (masks if ext == split.mask_suffix else other_masks)[stem] = osp.join(split.mask_dir,
-                                                                              rel)
-    for stem, path in other_masks.items():
-        if stem in masks:
-            continue
-        hint = (' JPEG compression changes label values: export the masks losslessly as PNG'
-                if osp.splitext(path)[1].lower() in ('.jpg', '.jpeg') else '')
-        report.problem('mask-format', path, f'masks must be {split.mask_suffix} files, so this '
-                                            f'one is not found for its image.{hint}')
-    for stem, path in images.items():
-        if stem not in masks and stem not in other_masks:
-            report.problem('unpaired-image', path, f'no mask {stem}{split.mask_suffix} in '
-                                                   f'{report._rel(split.mask_dir)}')
-    for stem, path in masks.items():
-        if stem not in images:
-            report.problem('unpaired-mask', path, f'no image named {stem}.* in '
-                                                  f'{report._rel(split.img_dir)}')
-
+def check_split(split: Split, report: Report, stats: dict):
+    """Check one split's files; per-mask label histograms go to ``stats[split.name]``."""
+    files = scan_split(split.img_dir, split.mask_dir, split.img_suffixes, split.mask_suffix,
+                       split.name)
+    report.add(files.warnings, warning=True)
+    report.add(files.problems)
     hist = stats.setdefault(split.name, {})
-    for stem in sorted(set(images) & set(masks)):
-        img_path, mask_path = images[stem], masks[stem]
-        try:
-            with Image.open(img_path) as im:
-                img_size, orientation = im.size, _exif_orientation(im)
-        except Exception as e:
-            report.problem('unreadable', img_path, f'cannot open the image ({e})')
-            continue
-        try:
-            with Image.open(mask_path) as mk:
-                mode, mask_size = mk.mode, mk.size
-                arr = np.asarray(mk) if mode in INDEX_MODES | {'RGB', 'RGBA'} else None
-        except Exception as e:
-            report.problem('unreadable', mask_path, f'cannot open the mask ({e})')
-            continue
-        loaded_size = img_size[::-1] if orientation in EXIF_SWAPPING else img_size
-        if orientation in EXIF_ROTATING:
-            report.problem('exif-rotation', img_path,
-                           f'EXIF orientation {orientation}: OpenCV (mmseg) rotates this image '
-                           f'when loading it (to {loaded_size[0]}x{loaded_size[1]}), but not its '
-                           'mask. Save the pixels upright without the tag (e.g. PIL '
-                           'ImageOps.exif_transpose) and make sure the mask matches them')
-        elif img_size != mask_size:
-            report.problem('size-mismatch', mask_path,
-                           f'mask is {mask_size[0]}x{mask_size[1]}, image '
-                           f'{osp.basename(img_path)} is {img_size[0]}x{img_size[1]}')
-        if mode in ('RGB', 'RGBA'):
-            grey = bool((arr[..., 0] == arr[..., 1]).all() and (arr[..., 1] == arr[..., 2]).all())
-            how = ('its three channels are equal, a grey index mask saved as RGB: '
-                   'tools/convert_masks.py --gray' if grey else
-                   'map colours to class indices with tools/convert_masks.py (palette from '
-                   'meta.json)')
-            report.problem('rgb-mask', mask_path, f'colour ({mode}) mask; masks must hold one '
-                                                  f'class index per pixel: {how}')
-            continue
-        if arr is None:
-            report.problem('mask-mode', mask_path,
-                           f'pixel format {mode} is not a label mask; save one class index per '
-                           'pixel as an 8-bit grey or palette PNG')
-            continue
-        values, counts = np.unique(arr.astype(np.int64) if arr.dtype == bool else arr,
-                                   return_counts=True)
-        hist[mask_path] = dict(zip(values.tolist(), counts.tolist()))
-
-
-def check_values(report: Report, stats: dict, num_classes: int, ignore_index: int,
-                 reduce_zero_label: bool, skip=()):
-    """``label-out-of-range`` for every mask (but those in ``skip``)."""
-    max_label = num_classes if reduce_zero_label else num_classes - 1
-    hists = {p: h for s in stats.values() for p, h in s.items() if p not in skip}
-    for mask_path, h in hists.items():
-        bad = {v: n for v, n in h.items() if v > max_label and v != ignore_index}
-        if not bad:
-            continue
-        shown = ', '.join(f'{v} ({n} px)' for v, n in sorted(bad.items())[:8])
-        valid = (f'1..{max_label} (0 = unlabelled)' if reduce_zero_label
-                 else f'0..{max_label}')
-        report.problem('label-out-of-range', mask_path,
-                       f'label values {shown}: valid are {valid} and the ignore index '
-                       f'{ignore_index}; fix the mask or num_classes')
-
-
-def check_binary(report: Report, stats: dict, num_classes: int, ignore_index: int,
-                 reduce_zero_label: bool):
-    """0/255 masks: no mask anywhere has a foreground label, and some hold 255.
-
-    Returns the masks reported (their values need no other report: same cause).
-    """
-    if reduce_zero_label:
-        return []
-    hists = {p: h for s in stats.values() for p, h in s.items()}
-    has_fg = any(0 < v < num_classes for h in hists.values() for v in h)
-    with_255 = [p for p, h in hists.items() if 255 in h and set(h) <= {0, 255}]
-    if has_fg or not with_255:
-        return []
-    fg = '1' if num_classes == 2 else f'1..{num_classes - 1}'
-    fix = ('convert them with tools/convert_masks.py (meta.json palette [[0,0,0],'
-           '[255,255,255]]) or save the foreground as 1')
-    for path in with_255:
-        report.problem('binary-0-255', path,
-                       f'mask holds only 0 and 255 and no mask of the dataset holds a label '
-                       f'{fg}: 255 is the ignore index ({ignore_index}) or out '
-                       f'of range, so the foreground would never be learned; {fix}')
-    return with_255
+    for img_path, mask_path in files.pairs:
+        problems, labels = check_pair(img_path, mask_path)
+        report.add(problems)
+        if labels is not None:
+            hist[mask_path] = labels
 
 
 def class_summary(stats: dict, classes: Optional[Sequence[str]], num_classes: int,
@@ -411,7 +239,10 @@ def main(argv=None) -> int:
         num_classes, ignore_index = args.num_classes, args.ignore_index
         reduce_zero_label = args.reduce_zero_label
     report = Report(root, args.quiet)
-    meta = read_meta(meta_path, report) if meta_path else None
+    meta = None
+    if meta_path:
+        meta, meta_found = read_meta(meta_path)
+        report.add(meta_found)
     if meta is not None:
         if classes is not None and list(classes) != meta['classes']:
             report.problem('meta', meta_path, f'classes {meta["classes"]} differ from the '
@@ -438,9 +269,13 @@ def main(argv=None) -> int:
 
     stats: dict = {}
     for split in splits:
-        check_split(split, report, num_classes, ignore_index, reduce_zero_label, stats)
-    binary = check_binary(report, stats, num_classes, ignore_index, reduce_zero_label)
-    check_values(report, stats, num_classes, ignore_index, reduce_zero_label, skip=binary)
+        check_split(split, report, stats)
+    histograms = {p: h for s in stats.values() for p, h in s.items()}
+    binary = binary_problems(histograms, num_classes, ignore_index, reduce_zero_label)
+    report.add(binary)
+    skip = {p.path for p in binary}
+    report.add(label_problems({p: h for p, h in histograms.items() if p not in skip},
+                              num_classes, ignore_index, reduce_zero_label))
     class_summary(stats, classes, num_classes, reduce_zero_label, report)
 
     if report.problems:

@@ -12,8 +12,9 @@ backbone's own key layout, and loads fast through init_cfg=dict(type='Pretrained
 import argparse
 import sys
 
-from inline_mm.checkpoint import (CheckpointError, convert_official, extract_state_dict,
-                                  read_checkpoint, save_converted)
+from inline_mm.models.checkpoint import (CheckpointError, extract_state_dict, read_checkpoint,
+                                         save_converted)
+from inline_mm.models.families import convert_official
 
 
 def parse_args(argv=None):

@@ -13,7 +13,10 @@ _base_ = [
     'mmseg::_base_/models/upernet_swin.py',
     'mmseg::_base_/default_runtime.py',
 ]
-custom_imports = dict(imports=['inline_mm'], allow_failed_imports=False)
+# inline_mm registers the backbones; inline_mm.engine.enable switches on its training fixes
+# for mmengine (CPU DDP, checkpoint pruning and resume fallback) under any launcher.
+custom_imports = dict(imports=['inline_mm', 'inline_mm.engine.enable'],
+                      allow_failed_imports=False)
 
 # ================================ your dataset: edit here ================================
 data_root = 'data/my_dataset'

@@ -1,6 +1,7 @@
-_base_ = '../inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py'
-# The InLine-Swin-T recipe with an InLine-CSwin-T backbone (InLine stages 1-2 global,
-# LePE stripe attention in stages 3-4).
+# Mask R-CNN + FPN with an InLine-CSwin-T backbone (InLine stages 1-2 global, LePE stripe
+# attention in stages 3-4) on COCO, 1x schedule (12 epochs): the shared recipe (../_base_/mask-rcnn_fpn_1x_coco.py).
+_base_ = '../_base_/mask-rcnn_fpn_1x_coco.py'
+
 model = dict(
     backbone=dict(
         _delete_=True,
@@ -11,8 +12,5 @@ model = dict(
         with_cp=False,
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_cswin_t.pth')),
     neck=dict(in_channels=[64, 128, 256, 512]))
-# No decay on LayerNorms (as for Swin). CSwin has no position tables to exempt: its
+# Only the base's no-decay key (LayerNorms): CSwin has no position tables to exempt, its
 # positional term (LePE) is a depthwise conv, decayed like any other weight.
-optim_wrapper = dict(paramwise_cfg=dict(_delete_=True, custom_keys={
-    'norm': dict(decay_mult=0.),
-}))

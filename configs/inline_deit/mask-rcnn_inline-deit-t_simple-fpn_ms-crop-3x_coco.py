@@ -1,29 +1,32 @@
-_base_ = './mask-rcnn_inline-deit-t_simple-fpn_1x_coco.py'
-# 3x schedule (36 epochs, steps at 27 and 33) with the DETR-style multi-scale + random
-# crop augmentation: short side 480..800 (long side <= 1333), or resize / crop / resize.
-# The position table is resized to every input's patch grid, so any scale works.
-_multi_scale = [(480, 1333), (512, 1333), (544, 1333), (576, 1333), (608, 1333), (640, 1333),
-                (672, 1333), (704, 1333), (736, 1333), (768, 1333), (800, 1333)]
-train_pipeline = [
-    dict(type='LoadImageFromFile', backend_args={{_base_.backend_args}}),
-    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-    dict(type='RandomFlip', prob=0.5),
-    dict(type='RandomChoice', transforms=[
-        [dict(type='RandomChoiceResize', scales=_multi_scale, keep_ratio=True)],
-        [dict(type='RandomChoiceResize', scales=[(400, 1333), (500, 1333), (600, 1333)],
-              keep_ratio=True),
-         dict(type='RandomCrop', crop_type='absolute_range', crop_size=(384, 600),
-              allow_negative_crop=True),
-         dict(type='RandomChoiceResize', scales=_multi_scale, keep_ratio=True)],
-    ]),
-    dict(type='PackDetInputs'),
-]
-train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
+# Mask R-CNN with an InLine-DeiT-T backbone and ViTDet's simple feature pyramid on COCO: the
+# shared 3x multi-scale + crop recipe (../_base_/mask-rcnn_fpn_ms-crop-3x_coco.py); model as in
+# the 1x config. The position table is resized to every input's patch grid, so any scale works.
+_base_ = '../_base_/mask-rcnn_fpn_ms-crop-3x_coco.py'
 
-max_epochs = 36
-train_cfg = dict(max_epochs=max_epochs)
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=1000),
-    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[27, 33],
-         gamma=0.1),
-]
+width = 192
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='InLineDeiT',
+        arch='tiny',
+        drop_path_rate=0.1,
+        out_indices=(11,),
+        final_norm=True,
+        with_cp=False,
+        # Official ImageNet weights, file name as in checkpoints/README.md.
+        init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_deit_t.pth')),
+    neck=dict(
+        _delete_=True,
+        type='SimpleFPN',
+        in_channels=width,
+        out_channels=256,
+        scales=(4, 2, 1, 0.5),
+        num_outs=5,
+        norm_cfg=dict(type='LN2d', eps=1e-6)))
+
+# No decay on the position table and the class token either (the base exempts norms,
+# the pyramid's included): decay would only erode what ImageNet taught them.
+optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
+    'pos_embed': dict(decay_mult=0.),
+    'cls_token': dict(decay_mult=0.),
+}))

@@ -1,5 +1,7 @@
-_base_ = '../inline_swin/mask-rcnn_inline-swin-t_fpn_ms-crop-3x_coco.py'
-# The InLine-Swin-T recipe with an InLine-PVT-T backbone (all blocks InLine, global).
+# Mask R-CNN + FPN with an InLine-PVT-T backbone (all blocks InLine, global) on COCO,
+# the shared 3x multi-scale + crop recipe (../_base_/mask-rcnn_fpn_ms-crop-3x_coco.py).
+_base_ = '../_base_/mask-rcnn_fpn_ms-crop-3x_coco.py'
+
 model = dict(
     backbone=dict(
         _delete_=True,
@@ -10,10 +12,8 @@ model = dict(
         with_cp=False,
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_pvt_t.pth')),
     neck=dict(in_channels=[64, 128, 320, 512]))
-# No decay on LayerNorms (as for Swin) nor on the absolute position tables: decay
-# would only shrink the positional signal learned on ImageNet, which adds no capacity
-# to regularise. PVT has no relative position bias tables, hence a fresh key set.
-optim_wrapper = dict(paramwise_cfg=dict(_delete_=True, custom_keys={
-    'norm': dict(decay_mult=0.),
+# No decay on the absolute position tables either: decay would only shrink the positional
+# signal learned on ImageNet, which adds no capacity to regularise.
+optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
     'pos_embed': dict(decay_mult=0.),
 }))

@@ -1,28 +1,19 @@
-_base_ = './mask-rcnn_inline-swin-t_fpn_1x_coco.py'
-# 3x schedule (36 epochs, steps at 27 and 33) with the DETR-style multi-scale + random
-# crop augmentation: short side 480..800 (long side <= 1333), or resize / crop / resize.
-_multi_scale = [(480, 1333), (512, 1333), (544, 1333), (576, 1333), (608, 1333), (640, 1333),
-                (672, 1333), (704, 1333), (736, 1333), (768, 1333), (800, 1333)]
-train_pipeline = [
-    dict(type='LoadImageFromFile', backend_args={{_base_.backend_args}}),
-    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-    dict(type='RandomFlip', prob=0.5),
-    dict(type='RandomChoice', transforms=[
-        [dict(type='RandomChoiceResize', scales=_multi_scale, keep_ratio=True)],
-        [dict(type='RandomChoiceResize', scales=[(400, 1333), (500, 1333), (600, 1333)],
-              keep_ratio=True),
-         dict(type='RandomCrop', crop_type='absolute_range', crop_size=(384, 600),
-              allow_negative_crop=True),
-         dict(type='RandomChoiceResize', scales=_multi_scale, keep_ratio=True)],
-    ]),
-    dict(type='PackDetInputs'),
-]
-train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
+# Mask R-CNN + FPN with an InLine-Swin-T backbone on COCO: the shared 3x multi-scale + crop
+# recipe (../_base_/mask-rcnn_fpn_ms-crop-3x_coco.py); backbone as in the 1x config.
+_base_ = '../_base_/mask-rcnn_fpn_ms-crop-3x_coco.py'
 
-max_epochs = 36
-train_cfg = dict(max_epochs=max_epochs)
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=1000),
-    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[27, 33],
-         gamma=0.1),
-]
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='InLineSwin',
+        arch='tiny',
+        drop_path_rate=0.2,
+        out_indices=(0, 1, 2, 3),
+        with_cp=False,
+        init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_swin_t.pth')),
+    neck=dict(in_channels=[96, 192, 384, 768]))
+
+# No decay on the relative position bias tables (see the 1x config).
+optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
+    'relative_position_bias_table': dict(decay_mult=0.),
+}))

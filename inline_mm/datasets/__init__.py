@@ -1,7 +1,9 @@
-"""Your own segmentation data: ``SegFolderDataset`` and ``PaletteIoUMetric``.
+"""Your own segmentation data: ``SegFolderDataset``, ``PaletteIoUMetric`` and the data
+checks (:mod:`.checks`) that ``tools/check_dataset.py`` and the training hooks share.
 
-``import inline_mm`` registers both names in mmseg's ``DATASETS`` / ``METRICS``, so
-configs can say ``type='SegFolderDataset'`` and ``type='PaletteIoUMetric'``.
+``import inline_mm`` registers ``SegFolderDataset`` and ``PaletteIoUMetric`` in mmseg's
+``DATASETS`` / ``METRICS`` when mmseg is installed, so configs can say
+``type='SegFolderDataset'`` and ``type='PaletteIoUMetric'``.
 
 The registry entries are small builders that import the real classes on first use:
 the classes subclass mmseg's dataset and metric bases, and importing those pulls in
@@ -11,12 +13,12 @@ importable as ``from inline_mm.datasets import SegFolderDataset, PaletteIoUMetri
 """
 import importlib
 
-from mmseg.registry import DATASETS, METRICS
+from ..models.registry import framework_registry
 
-__all__ = ['SegFolderDataset', 'PaletteIoUMetric', 'load_meta']
+__all__ = ['SegFolderDataset', 'PaletteIoUMetric', 'load_meta', 'IMAGE_SUFFIXES']
 
 _LAZY = {'SegFolderDataset': '.folder', 'load_meta': '.folder',
-         'IMAGE_SUFFIXES': '.folder', 'PaletteIoUMetric': '.metrics'}
+         'IMAGE_SUFFIXES': '.checks', 'PaletteIoUMetric': '.metrics'}
 
 
 def __getattr__(name):
@@ -33,5 +35,8 @@ def _builder(name: str):
     return build
 
 
-DATASETS.register_module(name='SegFolderDataset', module=_builder('SegFolderDataset'))
-METRICS.register_module(name='PaletteIoUMetric', module=_builder('PaletteIoUMetric'))
+_DATASETS = framework_registry('mmseg', 'DATASETS')
+if _DATASETS is not None:       # segmentation only: nothing to register without mmseg
+    _DATASETS.register_module(name='SegFolderDataset', module=_builder('SegFolderDataset'))
+    framework_registry('mmseg', 'METRICS').register_module(
+        name='PaletteIoUMetric', module=_builder('PaletteIoUMetric'))

@@ -1,15 +1,12 @@
 """A semantic-segmentation dataset for the folder layout people actually have."""
-import json
-import os
 import os.path as osp
 from typing import List, Optional, Sequence, Union
 
 from mmseg.datasets import BaseSegDataset
 
-__all__ = ['SegFolderDataset', 'IMAGE_SUFFIXES', 'load_meta']
+from .checks import IMAGE_SUFFIXES, read_meta, scan_split
 
-#: image extensions looked for by default (matched case-insensitively)
-IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp')
+__all__ = ['SegFolderDataset', 'IMAGE_SUFFIXES', 'load_meta']
 
 
 def load_meta(path: str) -> dict:
@@ -17,6 +14,7 @@ def load_meta(path: str) -> dict:
 
     The file is JSON: ``{"classes": [names...], "palette": [[r, g, b], ...]}``; the
     palette is optional (one colour per class, used for predicted masks and plots).
+    The rules are those of :func:`.checks.meta_problems` (as in tools/check_dataset.py).
 
     Raises:
         FileNotFoundError: when ``path`` does not exist.
@@ -26,32 +24,9 @@ def load_meta(path: str) -> dict:
         raise FileNotFoundError(
             f'dataset metadata file {path} not found. Write it as JSON, e.g. '
             '{"classes": ["background", "road"], "palette": [[0, 0, 0], [128, 64, 128]]}')
-    try:
-        with open(path) as f:
-            meta = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f'{path} is not valid JSON: {e}') from None
-    if not isinstance(meta, dict) or 'classes' not in meta:
-        raise ValueError(f'{path} must be a JSON object with a "classes" list '
-                         '(and optionally a "palette" list of [r, g, b])')
-    classes = meta['classes']
-    if (not isinstance(classes, list) or len(classes) < 2
-            or not all(isinstance(c, str) and c for c in classes)):
-        raise ValueError(f'{path}: "classes" must list at least two non-empty names, '
-                         f'got {classes!r}')
-    if len(set(classes)) != len(classes):
-        raise ValueError(f'{path}: class names must be unique, got {classes}')
-    palette = meta.get('palette')
-    if palette is not None:
-        ok = isinstance(palette, list) and all(
-            isinstance(p, list) and len(p) == 3
-            and all(isinstance(v, int) and 0 <= v <= 255 for v in p) for p in palette)
-        if not ok:
-            raise ValueError(f'{path}: "palette" must be a list of [r, g, b] with integers '
-                             '0..255')
-        if len(palette) != len(classes):
-            raise ValueError(f'{path}: "palette" has {len(palette)} colours for '
-                             f'{len(classes)} classes; give one colour per class')
+    meta, problems = read_meta(path)
+    if problems:
+        raise ValueError(str(problems[0]))
     return meta
 
 
@@ -135,31 +110,28 @@ class SegFolderDataset(BaseSegDataset):
             raise FileNotFoundError(f'mask folder {ann_dir} not found (data_root + '
                                     "data_prefix['seg_map_path']); for images without "
                                     'masks use with_masks=False')
-        data_list, missing, seen = [], [], {}
-        for dirpath, _, files in os.walk(img_dir):
-            for name in sorted(files):
-                stem, ext = osp.splitext(name)
-                if ext.lower() not in self.img_suffix:
-                    continue
-                rel = osp.relpath(osp.join(dirpath, stem), img_dir)
-                if rel in seen:
-                    raise ValueError(f'two images share the name {rel}: {seen[rel]} and '
-                                     f'{name}; they would share one mask, rename one')
-                seen[rel] = name
-                info = dict(img_path=osp.join(dirpath, name), label_map=self.label_map,
-                            reduce_zero_label=self.reduce_zero_label, seg_fields=[])
-                if self.with_masks:
-                    info['seg_map_path'] = osp.join(ann_dir, rel + self.seg_map_suffix)
-                    if not osp.isfile(info['seg_map_path']):
-                        missing.append(info['seg_map_path'])
-                data_list.append(info)
+        files = scan_split(img_dir, ann_dir if self.with_masks else None, self.img_suffix,
+                           self.seg_map_suffix)
+        for problem in files.problems:
+            if problem.code == 'duplicate-name':
+                raise ValueError(f'{problem}; two images with one name would share one mask')
+        if not files.images:
+            raise FileNotFoundError(
+                f'no images ({", ".join(self.img_suffix)}) in {img_dir}: an empty split '
+                'cannot be trained or evaluated')
+        data_list, missing = [], []
+        for stem, img_path in files.images.items():
+            info = dict(img_path=img_path, label_map=self.label_map,
+                        reduce_zero_label=self.reduce_zero_label, seg_fields=[])
+            if self.with_masks:
+                info['seg_map_path'] = files.masks.get(
+                    stem, osp.join(ann_dir, stem + self.seg_map_suffix))
+                if stem not in files.masks:
+                    missing.append(info['seg_map_path'])
+            data_list.append(info)
         if missing:
             shown = ', '.join(missing[:5]) + (f' and {len(missing) - 5} more'
                                               if len(missing) > 5 else '')
             raise FileNotFoundError(f'{len(missing)} image(s) in {img_dir} have no mask: '
                                     f'{shown}. Run tools/check_dataset.py for a full report')
-        if not data_list:
-            raise FileNotFoundError(
-                f'no images ({", ".join(self.img_suffix)}) in {img_dir}: an empty split '
-                'cannot be trained or evaluated')
         return sorted(data_list, key=lambda x: x['img_path'])

@@ -1,9 +1,9 @@
 """Checkpoints that survive a training process killed at any moment.
 
-What mmengine 0.10.7 already gets right (verified by ``tests/test_reliability_resume.py``,
-which kills a run with SIGKILL in the middle of writing a checkpoint): it writes
-``work_dir/last_checkpoint`` only after the checkpoint file is complete, so
-``--resume`` never picks a half-written file.
+What mmengine 0.10.7 already gets right (verified by
+``tests/test_reliability_training.py``, which kills a run with SIGKILL in the middle of
+writing a checkpoint): it writes ``work_dir/last_checkpoint`` only after the checkpoint
+file is complete, so ``--resume`` never picks a half-written file.
 
 What it gets wrong, and :func:`install` fixes:
 
@@ -29,7 +29,8 @@ import re
 import zipfile
 from typing import List, Optional
 
-__all__ = ['install', 'is_complete_checkpoint', 'complete_checkpoints', 'find_resumable']
+__all__ = ['install', 'installed', 'is_complete_checkpoint', 'complete_checkpoints',
+           'find_resumable']
 
 _CKPT_NAME = re.compile(r'^(iter|epoch)_(\d+)\.pth$')
 
@@ -158,3 +159,11 @@ def install():
 
         find_latest_checkpoint._inline_mm_safe = True
         runner_module.find_latest_checkpoint = find_latest_checkpoint
+
+
+def installed() -> bool:
+    import mmengine.runner.runner as runner_module
+    from mmengine.hooks import CheckpointHook
+    return (all(getattr(getattr(CheckpointHook, n), '_inline_mm_safe', False)
+                for n in ('_save_checkpoint_with_step', '_save_best_checkpoint'))
+            and getattr(runner_module.find_latest_checkpoint, '_inline_mm_safe', False))

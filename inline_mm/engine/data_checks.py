@@ -20,124 +20,27 @@ table and ``tests/test_reliability_data.py``):
   :class:`DatasetCheckHook` (all files up front) refuse it, naming both files.
 """
 import functools
-import json
 import os.path as osp
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from mmcv.transforms import BaseTransform
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
-from mmseg.registry import TRANSFORMS
+
+from ..datasets.checks import Problem, check_coco, dataset_file_problems
+from ..models.registry import framework_registry
 
 __all__ = ['CheckSegMapSize', 'DatasetCheckHook', 'check_coco', 'dataset_file_problems',
-           'install']
+           'install', 'installed']
 
 #: at most this many problems are listed in one error message (the count is exact)
 MAX_LISTED = 20
 
 
-def _listing(problems: List[str]) -> str:
-    shown = '\n  '.join(problems[:MAX_LISTED])
+def _listing(problems: List[Problem]) -> str:
+    shown = '\n  '.join(str(p) for p in problems[:MAX_LISTED])
     more = len(problems) - MAX_LISTED
     return '  ' + shown + (f'\n  ... and {more} more' if more > 0 else '')
-
-
-# ------------------------------------------------------------------ COCO files
-def check_coco(ann_file: str, img_dir: Optional[str] = None) -> Dict:
-    """Summarise a COCO annotation file and list what would break training.
-
-    Args:
-        ann_file (str): The ``instances_*.json`` file.
-        img_dir (str, optional): Folder the ``file_name`` entries are relative to;
-            when given, missing image files are listed. Default: None.
-
-    Returns:
-        dict: ``images``, ``annotations``, ``annotated_images`` (counts) and
-        ``problems`` (list of str, empty when the file is usable).
-    """
-    with open(ann_file) as f:
-        try:
-            coco = json.load(f)
-        except json.JSONDecodeError as e:
-            return dict(images=0, annotations=0, annotated_images=0,
-                        problems=[f'{ann_file} is not valid JSON ({e})'])
-    problems = []
-    missing_keys = [k for k in ('images', 'annotations', 'categories') if k not in coco]
-    if missing_keys:
-        problems.append(f'{ann_file} has no {", ".join(repr(k) for k in missing_keys)} '
-                        'list (a COCO file needs "images", "annotations", "categories")')
-    images = coco.get('images') or []
-    anns = coco.get('annotations') or []
-    image_ids = {im.get('id') for im in images}
-    cat_ids = {c.get('id') for c in coco.get('categories') or []}
-    annotated = {a.get('image_id') for a in anns} & image_ids
-    if not images:
-        problems.append(f'{ann_file} lists no images')
-    elif not anns:
-        problems.append(f'{ann_file} has {len(images)} images but no annotations: training '
-                        'skips images without annotations (filter_empty_gt), so nothing '
-                        'would be left to train on')
-    elif not annotated:
-        problems.append(f'{ann_file}: no annotation refers to a listed image id')
-    orphans = sum(a.get('image_id') not in image_ids for a in anns)
-    if orphans:
-        problems.append(f'{ann_file}: {orphans} annotation(s) refer to image ids that are '
-                        'not in "images"')
-    bad_cats = sum(a.get('category_id') not in cat_ids for a in anns)
-    if bad_cats and cat_ids:
-        problems.append(f'{ann_file}: {bad_cats} annotation(s) have a category_id that is '
-                        'not in "categories"')
-    if img_dir is not None:
-        missing = [osp.join(img_dir, im.get('file_name', '?')) for im in images
-                   if not osp.isfile(osp.join(img_dir, im.get('file_name', '')))]
-        problems += [f'image file not found: {p}' for p in missing]
-    return dict(images=len(images), annotations=len(anns),
-                annotated_images=len(annotated), problems=problems)
-
-
-# ------------------------------------------------------------------ built datasets
-def _image_size(path: str):
-    """(height, width) from the file header (no decoding)."""
-    from PIL import Image
-    with Image.open(path) as im:
-        return im.height, im.width
-
-
-def dataset_file_problems(dataset, check_sizes: bool = True) -> List[str]:
-    """Problems with the files a built mmengine dataset refers to.
-
-    Checks that every ``img_path`` (and ``seg_map_path``, when present) exists and,
-    with ``check_sizes``, that a segmentation mask has its image's size (read from
-    the file headers). EXIF rotations are not applied here; ``tools/check_dataset.py``
-    reports those.
-
-    Args:
-        dataset: A built dataset with ``get_data_info`` (mmdet/mmseg datasets).
-        check_sizes (bool): Compare image and mask sizes. Default: True.
-
-    Returns:
-        list[str]: One line per problem, naming the file(s).
-    """
-    problems = []
-    for i in range(len(dataset)):
-        info = dataset.get_data_info(i)
-        img = info.get('img_path')
-        seg = info.get('seg_map_path')
-        img_ok = img is None or osp.isfile(img)
-        if not img_ok:
-            problems.append(f'image file not found: {img}')
-        if seg is not None and not osp.isfile(seg):
-            problems.append(f'mask file not found: {seg} (for {img})')
-        elif seg is not None and img_ok and img is not None and check_sizes:
-            try:
-                img_hw, seg_hw = _image_size(img), _image_size(seg)
-            except OSError as e:
-                problems.append(f'cannot read {img} or {seg}: {e}')
-                continue
-            if img_hw != seg_hw:
-                problems.append(f'mask {seg} is {seg_hw[0]}x{seg_hw[1]} (HxW) but image {img} '
-                                f'is {img_hw[0]}x{img_hw[1]}')
-    return problems
 
 
 def _base_datasets(dataset) -> list:
@@ -190,7 +93,7 @@ class DatasetCheckHook(Hook):
             for dataset in _base_datasets(getattr(loader, 'dataset', None)):
                 problems += dataset_file_problems(dataset, self.check_sizes)
         if problems:
-            missing = all('not found' in p for p in problems)
+            missing = all(p.code == 'missing-file' for p in problems)
             message = (f'DatasetCheckHook: {len(problems)} problem(s) with the data files, '
                        'found before training started:\n' + _listing(problems) +
                        '\nFix or remove these samples (tools/check_dataset.py reports '
@@ -208,13 +111,13 @@ class DatasetCheckHook(Hook):
 
 
 # ------------------------------------------------------------------ pipeline step
-@TRANSFORMS.register_module()
 class CheckSegMapSize(BaseTransform):
     """Refuse a sample whose segmentation mask is not the size of its image.
 
     Place it directly after ``LoadAnnotations`` (in training pipelines before any
     resize): it compares the mask with the image's original size. Costs nothing
-    measurable (two shapes compared). Takes no arguments.
+    measurable (two shapes compared). Takes no arguments. Registered in mmseg's
+    ``TRANSFORMS`` (when mmseg is installed).
 
     Raises:
         ValueError: naming both files and both sizes.
@@ -235,6 +138,11 @@ class CheckSegMapSize(BaseTransform):
         return results
 
 
+_TRANSFORMS = framework_registry('mmseg', 'TRANSFORMS')
+if _TRANSFORMS is not None:        # a segmentation pipeline step
+    _TRANSFORMS.register_module(module=CheckSegMapSize)
+
+
 # ------------------------------------------------------------------ empty datasets
 def _describe_empty(dataset_cfg) -> Optional[str]:
     """Why a dataset from ``dataset_cfg`` came out empty, when it can be told."""
@@ -252,7 +160,7 @@ def _describe_empty(dataset_cfg) -> Optional[str]:
         summary = check_coco(path)
         facts = (f'{path} lists {summary["images"]} images and {summary["annotations"]} '
                  f'annotations ({summary["annotated_images"]} images annotated)')
-        hint = summary['problems'][0] if summary['problems'] else (
+        hint = str(summary['problems'][0]) if summary['problems'] else (
             'check metainfo.classes against the file\'s category names and the '
             'filter_cfg (min_size) of the dataset')
         return f'{what} has no samples: {facts}. {hint}.'
@@ -292,3 +200,8 @@ def install():
 
     build_dataloader._inline_mm_checked = True
     Runner.build_dataloader = staticmethod(build_dataloader)
+
+
+def installed() -> bool:
+    from mmengine.runner import Runner
+    return getattr(Runner.build_dataloader, '_inline_mm_checked', False)

@@ -28,7 +28,7 @@ import os
 
 import torch.nn as nn
 
-__all__ = ['install', 'sync_bn_layers', 'wrap_cpu_distributed']
+__all__ = ['install', 'installed', 'sync_bn_layers', 'wrap_cpu_distributed']
 
 SYNC_BN_WARNING = (
     'SyncBatchNorm needs GPU tensors, and this distributed run is on CPU: {n} SyncBN '
@@ -143,3 +143,10 @@ def install():
 
     wrap_model._inline_mm_cpu_ddp = True
     Runner.wrap_model = wrap_model
+
+
+def installed() -> bool:
+    import mmengine.dist.utils as dist_utils
+    from mmengine.runner import Runner
+    return (getattr(dist_utils._init_dist_pytorch, '_inline_mm_cpu_ddp', False)
+            and getattr(Runner.wrap_model, '_inline_mm_cpu_ddp', False))

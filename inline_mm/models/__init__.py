@@ -1,5 +1,26 @@
-from .backbones import *  # noqa: F401,F403  (registers the backbones)
-from .inline_attention import InLineAttention, inline_attention, local_residual
-from .simple_fpn import LayerNorm2d, SimpleFPN  # noqa: F401  (registers the neck in mmdet)
+"""The InLine backbones, self-contained: nothing here imports the rest of ``inline_mm``.
 
-__all__ = ['InLineAttention', 'inline_attention', 'local_residual', 'SimpleFPN', 'LayerNorm2d']
+Importing this package registers every family of :data:`FAMILIES` in mmdet's and
+mmseg's ``MODELS`` (whichever is installed).
+"""
+from .attention import (ATTENTIONS, GlobalSoftmaxAttention, InLineAttention, WindowAttention,
+                        inline_attention, local_residual, reference_attention)
+from .base import InLineBackbone
+from .checkpoint import CheckpointError, load_pretrained, read_checkpoint, save_converted
+from .families import FAMILIES, Family, convert_official, detect_family, get_family
+from .inline_cswin import InLineCSwin
+from .inline_pvt import InLinePVT
+from .inline_swin import InLineSwin
+from .registry import register_backbones
+from .simple_fpn import LayerNorm2d, SimpleFPN, register_neck
+
+#: frameworks the backbones were registered in (``'mmdet'``, ``'mmseg'``)
+REGISTERED_IN = register_backbones(f.cls for f in FAMILIES.values())
+# ViTDet's simple pyramid for plain backbones (InLine-DeiT), which mmdet's package lacks
+register_neck()
+
+__all__ = ['InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineBackbone', 'FAMILIES', 'Family',
+           'get_family', 'detect_family', 'convert_official', 'CheckpointError',
+           'read_checkpoint', 'load_pretrained', 'save_converted', 'InLineAttention',
+           'WindowAttention', 'GlobalSoftmaxAttention', 'ATTENTIONS', 'inline_attention',
+           'local_residual', 'reference_attention', 'REGISTERED_IN', 'SimpleFPN', 'LayerNorm2d']

@@ -13,9 +13,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModule
 
-from ..registry import MMDET_MODELS
+from .registry import framework_registry
 
-__all__ = ['SimpleFPN', 'LayerNorm2d']
+__all__ = ['SimpleFPN', 'LayerNorm2d', 'register_neck']
 
 
 class LayerNorm2d(nn.Module):
@@ -136,6 +136,12 @@ class SimpleFPN(BaseModule):
         return tuple(o.contiguous() for o in outs)
 
 
-for _cls, _name in ((SimpleFPN, 'SimpleFPN'), (LayerNorm2d, 'LN2d')):
-    if _name not in MMDET_MODELS.module_dict:    # a later mmdet may ship its own
-        MMDET_MODELS.register_module(name=_name, module=_cls)
+def register_neck() -> bool:
+    """Register ``SimpleFPN`` and ``LN2d`` in mmdet's ``MODELS`` (False: no mmdet)."""
+    registry = framework_registry('mmdet')
+    if registry is None:
+        return False
+    for cls, name in ((SimpleFPN, 'SimpleFPN'), (LayerNorm2d, 'LN2d')):
+        if name not in registry.module_dict:     # a later mmdet may ship its own
+            registry.register_module(name=name, module=cls)
+    return True

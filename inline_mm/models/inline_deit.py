@@ -1,27 +1,34 @@
-"""InLine-DeiT: a plain ViT/DeiT whose every block is InLine attention over all tokens."""
+"""InLine-DeiT: a plain ViT/DeiT whose every block is InLine attention over all tokens.
+
+The family's presets, official-key pattern and converter live here, next to the model.
+"""
 from collections import OrderedDict
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torch.utils.checkpoint as cp
 from timm.layers import DropPath, Mlp, trunc_normal_
 
-from ...checkpoint import CheckpointError, detect_family
-from ...registry import register_backbone
-from ..inline_attention import InLineAttention, _inline
-from .base import InLineBackbone, check_out_indices, resolve_arch, to_nchw
+from .attention import InLineAttention, _inline
+from .base import InLineBackbone
+from .checkpoint import CheckpointError
+from .layers import drop_path_rates, run_block, to_nchw
 
 __all__ = ['InLineDeiT', 'InLineAttentionWithClsToken', 'resize_pos_embed',
-           'convert_deit_checkpoint']
+           'convert_deit_checkpoint', 'ARCH_SETTINGS', 'OFFICIAL_KEYS']
+
+#: official and converted InLine-DeiT state dicts (the names agree), and no other
+#: family's, have a class token and top-level ``blocks``
+OFFICIAL_KEYS = (r'^cls_token$', r'^blocks\.0\.')
 
 #: The released layouts (official ``inline_deit_{tiny,small,base}``) and the image side
 #: each was trained at, which fixes the grid of its stored position table (14, 18, 28).
+#: ``depths`` is the depth as the family table reads it (one "stage" of blocks).
 ARCH_SETTINGS = {
-    'tiny': dict(embed_dims=192, depth=12, num_heads=6, pretrain_img_size=224),
-    'small': dict(embed_dims=320, depth=12, num_heads=10, pretrain_img_size=288),
-    'base': dict(embed_dims=384, depth=12, num_heads=12, pretrain_img_size=448),
+    'tiny': dict(embed_dims=192, depth=12, depths=(12,), num_heads=6, pretrain_img_size=224),
+    'small': dict(embed_dims=320, depth=12, depths=(12,), num_heads=10, pretrain_img_size=288),
+    'base': dict(embed_dims=384, depth=12, depths=(12,), num_heads=12, pretrain_img_size=448),
 }
 
 #: LayerNorm eps of the blocks and the final norm (timm ViT/DeiT).
@@ -77,17 +84,21 @@ class InLineAttentionWithClsToken(InLineAttention):
         return f'{super().extra_repr()}, num_prefix={self.num_prefix}'
 
     def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],
-               token_mean: torch.Tensor) -> torch.Tensor:
+               token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Everything between the qkv and output projections.
 
         Args:
             qkv (Tensor): ``(B, N, 3C)``, ``N = num_prefix + H * W``.
             hw (tuple[int, int]): The map size.
-            token_mean (Tensor): ``(B, C)`` mean the local kernels are predicted from.
+            token_mean (Tensor): ``(B, C)`` mean the local kernels are predicted from
+                (required here: it cannot be recovered from ``qkv``).
 
         Returns:
             Tensor: ``(B, N, C)`` before the projection.
         """
+        if token_mean is None:
+            raise ValueError('attend needs the (B, C) token mean the local kernels are '
+                             'predicted from')
         b, n, c3 = qkv.shape
         (h, w), p, c = hw, self.num_prefix, self.dim
         if p + h * w != n:
@@ -136,7 +147,6 @@ class DeiTBlock(nn.Module):
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
-@register_backbone
 class InLineDeiT(InLineBackbone):
     """InLine-DeiT backbone.
 
@@ -194,6 +204,11 @@ class InLineDeiT(InLineBackbone):
         ``out_indices``, in that order.
     """
 
+    presets = ARCH_SETTINGS
+    official_keys = OFFICIAL_KEYS
+    block_key = r'blocks\.(?P<block>\d+)\.'
+    min_input_size = 16          # one patch (at the default patch size)
+
     def __init__(self, arch: str = 'tiny', embed_dims: Optional[int] = None,
                  depth: Optional[int] = None, num_heads: Optional[int] = None,
                  pretrain_img_size: Optional[int] = None, in_channels: int = 3,
@@ -202,9 +217,8 @@ class InLineDeiT(InLineBackbone):
                  drop_path_rate: float = 0.1, out_indices: Sequence[int] = (2, 5, 8, 11),
                  final_norm: bool = True, frozen_stages: int = -1, with_cp: bool = False,
                  init_cfg: Optional[dict] = None):
-        cfg = resolve_arch('InLineDeiT', ARCH_SETTINGS, arch, embed_dims=embed_dims,
-                           depth=depth, num_heads=num_heads,
-                           pretrain_img_size=pretrain_img_size)
+        cfg = self.resolve_arch(arch, embed_dims=embed_dims, depth=depth, num_heads=num_heads,
+                                pretrain_img_size=pretrain_img_size)
         embed_dims, depth = cfg['embed_dims'], cfg['depth']
         num_heads, pretrain_img_size = cfg['num_heads'], cfg['pretrain_img_size']
         if depth < 1:
@@ -218,6 +232,7 @@ class InLineDeiT(InLineBackbone):
         self.arch_name = cfg['arch_name']
         self.embed_dims = embed_dims
         self.depth = depth
+        self.depths = (depth,)                    # the variant check of the base class
         self.dims = [embed_dims] * depth          # channels of every block's output
         self.in_channels = in_channels
         self.patch_size = patch_size
@@ -232,7 +247,7 @@ class InLineDeiT(InLineBackbone):
         self.pos_embed = nn.Parameter(
             torch.zeros(1, 1 + self.pos_grid[0] * self.pos_grid[1], embed_dims))
         self.pos_drop = nn.Dropout(drop_rate)
-        dpr = torch.linspace(0, drop_path_rate, depth, device='cpu').tolist()
+        (dpr,) = drop_path_rates(drop_path_rate, (depth,))
         self.blocks = nn.ModuleList(
             DeiTBlock(embed_dims, num_heads, mlp_ratio, qkv_bias, drop_rate, attn_drop_rate,
                       dpr[i]) for i in range(depth))
@@ -243,40 +258,27 @@ class InLineDeiT(InLineBackbone):
 
     # The blocks are the "stages" of the base class: out_indices and frozen_stages
     # count blocks, and there are no per-output norms.
-    @property
-    def with_cp(self) -> bool:
-        return self._with_cp
-
-    @with_cp.setter
-    def with_cp(self, value: bool):
-        self._with_cp = bool(value)
-
     def _stage_list(self) -> nn.ModuleList:
         return self.blocks
 
-    def _stem_modules(self):
-        return [self.patch_embed]
+    def _stage_modules(self, i: int):
+        last = i == self.depth - 1 and self.final_norm
+        return [self.blocks[i]] + ([self.norm] if last else [])
 
-    def _freeze_stages(self):
-        if self.frozen_stages < 0:
-            return
-        frozen = [self.patch_embed] + list(self.blocks[:self.frozen_stages])
-        if self.frozen_stages == self.depth and self.final_norm:
-            frozen.append(self.norm)
-        for m in frozen:
-            m.eval()
-            for p in m.parameters():
-                p.requires_grad = False
-        self.cls_token.requires_grad = False
-        self.pos_embed.requires_grad = False
+    def _stem_modules(self):
+        return [self.patch_embed, self.cls_token, self.pos_embed]
 
     def _init_extra(self):
         trunc_normal_(self.pos_embed, std=.02)
         trunc_normal_(self.cls_token, std=.02)
 
+    def _convert_official(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        return convert_deit_checkpoint(state)
+
     def convert_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        state = convert_deit_checkpoint(state)
-        check_deit_layout(self, state)
+        """The base checks (family, depth), then the position table's grid."""
+        state = super().convert_checkpoint(state)
+        check_position_grid(self, state)
         return state
 
     def embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
@@ -298,10 +300,7 @@ class InLineDeiT(InLineBackbone):
         outs = {}
         last = max(self.out_indices)
         for i, blk in enumerate(self.blocks[:last + 1]):
-            if self.with_cp and x.requires_grad:
-                x = cp.checkpoint(blk, x, hw, use_reentrant=False)
-            else:
-                x = blk(x, hw)
+            x = run_block(blk, x, hw, self.with_cp)
             if i == self.depth - 1 and self.final_norm:
                 x = self.norm(x)
             if i in self.out_indices:
@@ -321,38 +320,24 @@ def convert_deit_checkpoint(state: Dict[str, torch.Tensor]) -> Dict[str, torch.T
                        and k != 'dist_token')
 
 
-def check_deit_layout(model: InLineDeiT, state: Dict[str, torch.Tensor]) -> None:
-    """Refuse a state dict of another family, or of another depth or position grid.
+def check_position_grid(model: InLineDeiT, state: Dict[str, torch.Tensor]) -> None:
+    """Refuse a position table of another training grid, naming the variant it is of.
 
-    Widths are checked by shape when loading; what shapes cannot show is a deeper or
-    shallower model of the same width, and a table of another grid is named here
-    with the variant it belongs to rather than as a bare shape mismatch.
+    (Another width shows as other shapes, another depth is refused by the base class;
+    a table of another grid would only show as a bare shape mismatch.)
     """
-    name = type(model).__name__
-    try:
-        family = detect_family(state)
-    except CheckpointError:
-        return                   # unknown keys: the coverage check of the loader reports it
-    if family != name:
-        raise CheckpointError(f'this is a checkpoint of {family}, not of {name}: build '
-                              f'type={family!r} or load a {name} checkpoint.')
-    blocks = {int(k.split('.')[1]) for k in state if k.startswith('blocks.')}
-    found = max(blocks) + 1 if blocks else 0
-    if found != model.depth:
-        raise CheckpointError(
-            f'checkpoint of {name} with depth {found}, but this {name} ({model.arch_name}) '
-            f'has depth {model.depth}: it is another variant. Build the model with the '
-            'matching arch or load the matching file.')
     pos = state.get('pos_embed')
-    if pos is not None and pos.shape[-1] == model.embed_dims \
-            and pos.shape[1] != model.pos_embed.shape[1]:
-        side = round((pos.shape[1] - 1) ** 0.5)
-        guess = [a for a, s in ARCH_SETTINGS.items()
-                 if s['pretrain_img_size'] // model.patch_size == side
-                 and s['embed_dims'] == model.embed_dims]
-        hint = (f' (arch={guess[0]!r})' if guess
-                else f' (pretrain_img_size={side * model.patch_size})')
-        raise CheckpointError(
-            f'the position table of this checkpoint has a {side}x{side} grid{hint}, but this '
-            f'{name} ({model.arch_name}) stores {model.pos_grid[0]}x{model.pos_grid[1]}: it is '
-            'another variant. Build the model with the matching arch or pretrain_img_size.')
+    if pos is None or pos.shape[-1] != model.embed_dims \
+            or pos.shape[1] == model.pos_embed.shape[1]:
+        return
+    name = type(model).__name__
+    side = round((pos.shape[1] - 1) ** 0.5)
+    guess = [a for a, s in ARCH_SETTINGS.items()
+             if s['pretrain_img_size'] // model.patch_size == side
+             and s['embed_dims'] == model.embed_dims]
+    hint = (f' (arch={guess[0]!r})' if guess
+            else f' (pretrain_img_size={side * model.patch_size})')
+    raise CheckpointError(
+        f'the position table of this checkpoint has a {side}x{side} grid{hint}, but this '
+        f'{name} ({model.arch_name}) stores {model.pos_grid[0]}x{model.pos_grid[1]}: it is '
+        'another variant. Build the model with the matching arch or pretrain_img_size.')

@@ -1,4 +1,14 @@
-"""InLine attention: injective linear attention plus a predicted local 3x3 term.
+"""The attentions of the InLine backbones, all called alike, and the plain reference.
+
+Every attention here is an ``nn.Module`` called as ``attn(x, hw, token_mean=None)``
+on ``(B, H*W, C)`` tokens of an ``hw = (H, W)`` map (``token_mean`` feeds InLine's
+local kernels; the others ignore it); those that can run on a projection made
+elsewhere (InLine-CSwin keeps qkv in its block) also offer
+``attend(qkv, hw, token_mean=None)``. Constructors share ``(dim, num_heads, *,
+qkv_bias, attn_drop, proj_drop)`` plus their own options. :data:`ATTENTIONS` names
+them, so a block picks its attention from a table instead of branching.
+
+InLine attention: injective linear attention plus a predicted local 3x3 term.
 
 Han et al., "Bridging the Divide: Reconsidering Softmax and Linear Attention",
 NeurIPS 2024 (arXiv 2412.06590).  For one head with ``n`` tokens, head dim ``d``
@@ -47,8 +57,16 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from timm.layers import trunc_normal_
 
-__all__ = ['inline_attention', 'local_residual', 'InLineAttention']
+from .layers import window_merge, window_partition
+
+__all__ = ['INLINE', 'SOFTMAX', 'ATTENTIONS', 'inline_attention', 'local_residual',
+           'InLineAttention', 'WindowAttention', 'GlobalSoftmaxAttention',
+           'reference_inline_attention', 'reference_local_residual', 'reference_attention']
+
+#: the two block types of ``stage_types``
+INLINE, SOFTMAX = 'inline', 'softmax'
 
 _F32 = torch.float32
 
@@ -314,7 +332,7 @@ class InLineAttention(nn.Module):
         return self.residual(token_mean.unsqueeze(-1)).reshape(b, self.dim, 3, 3)
 
     def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],
-               token_mean: torch.Tensor) -> torch.Tensor:
+               token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Attention from precomputed ``qkv`` ``(B, N, 3C)``; returns ``(B, N, C)``
         before the projection.
 
@@ -322,8 +340,12 @@ class InLineAttention(nn.Module):
             qkv (Tensor): ``(B, N, 3C)`` queries, keys, values (in that order along
                 the last axis, heads contiguous within each).
             hw (tuple[int, int]): The map size, ``H * W == N``.
-            token_mean (Tensor): ``(B, C)`` mean the local kernels are predicted from.
+            token_mean (Tensor): ``(B, C)`` mean the local kernels are predicted from
+                (required here: it cannot be recovered from ``qkv``).
         """
+        if token_mean is None:
+            raise ValueError('InLineAttention.attend needs the (B, C) token mean the local '
+                             'kernels are predicted from')
         b, n, c3 = qkv.shape
         h, w = hw
         if h * w != n:
@@ -360,3 +382,213 @@ class InLineAttention(nn.Module):
             token_mean = x.mean(dim=1)
         out = self.attend(self.qkv(x), hw, token_mean)
         return self.proj_drop(self.proj(out))
+
+
+# ----------------------------------------------------------------------------- softmax
+def _region_ids(size: int, padded: int, window: int, shift: int, device) -> torch.Tensor:
+    """Per-position region label along one axis of a padded, shifted map.
+
+    Regions are those of the Swin shift mask; padded positions get label -1 so that
+    they can be masked out as keys.
+    """
+    ids = torch.zeros(padded, dtype=torch.long, device=device)
+    if shift:
+        ids[padded - window:padded - shift] = 1
+        ids[padded - shift:] = 2
+    valid = torch.arange(padded, device=device) < size
+    # Shift the validity the same way the features are rolled.
+    valid = torch.roll(valid, -shift) if shift else valid
+    return torch.where(valid, ids, torch.full_like(ids, -1))
+
+
+class WindowAttention(nn.Module):
+    """Swin (shifted) window softmax attention with relative position bias.
+
+    Windows and shifts are derived from the run-time map size: a map side that fits
+    in one window uses a window of exactly that side, unpadded and unshifted (the
+    official behaviour at 224: the 7x7 last stage is neither padded nor shifted).
+    Other sides are padded to a multiple of the window; padded positions are masked
+    out as keys, so padding never changes the result of real tokens.
+
+    Args:
+        dim (int): Channels.
+        num_heads (int): Heads.
+        window_size (int): Window side. Default: 7.
+        shift (bool): Shift the windows by half a window (Swin's odd blocks).
+            Default: False.
+        qkv_bias (bool): Default: True.
+        attn_drop (float): Dropout on attention weights. Default: 0.
+        proj_drop (float): Dropout after the projection. Default: 0.
+    """
+
+    def __init__(self, dim: int, num_heads: int, window_size: int = 7, shift: bool = False,
+                 qkv_bias: bool = True, attn_drop: float = 0., proj_drop: float = 0.):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f'dim ({dim}) must be divisible by num_heads ({num_heads})')
+        self.dim, self.num_heads, self.window_size = dim, num_heads, window_size
+        self.shift = shift
+        self.scale = (dim // num_heads) ** -0.5
+        self.relative_position_bias_table = nn.Parameter(
+            torch.zeros((2 * window_size - 1) ** 2, num_heads))
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        trunc_normal_(self.relative_position_bias_table, std=.02)
+
+    def extra_repr(self) -> str:
+        return (f'dim={self.dim}, num_heads={self.num_heads}, window_size={self.window_size}, '
+                f'shift={self.shift}')
+
+    def _relative_bias(self, wh: int, ww: int) -> torch.Tensor:
+        ws = self.window_size
+        dev = self.relative_position_bias_table.device
+        ys, xs = torch.meshgrid(torch.arange(wh, device=dev), torch.arange(ww, device=dev),
+                                indexing='ij')
+        ys, xs = ys.flatten(), xs.flatten()
+        index = (ys[:, None] - ys[None, :] + ws - 1) * (2 * ws - 1) + (xs[:, None] - xs[None, :] + ws - 1)
+        bias = self.relative_position_bias_table[index.flatten()]
+        return bias.view(wh * ww, wh * ww, -1).permute(2, 0, 1)          # (heads, N, N)
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
+                token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``x``: ``(B, H*W, C)``; ``token_mean`` is not used. Returns ``(B, H*W, C)``."""
+        b, n, c = x.shape
+        h, w = hw
+        ws = self.window_size
+        wh, ww = min(ws, h), min(ws, w)
+        sh = ws // 2 if self.shift and h > ws else 0
+        sw = ws // 2 if self.shift and w > ws else 0
+        hp, wp = -(-h // wh) * wh, -(-w // ww) * ww
+
+        x = x.view(b, h, w, c)
+        if hp != h or wp != w:
+            x = F.pad(x, (0, 0, 0, wp - w, 0, hp - h))
+        if sh or sw:
+            x = torch.roll(x, shifts=(-sh, -sw), dims=(1, 2))
+        windows = window_partition(x, wh, ww)                            # (B*nW, N, C)
+
+        bw, nt, _ = windows.shape
+        qkv = self.qkv(windows).reshape(bw, nt, 3, self.num_heads, c // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        attn = (q * self.scale) @ k.transpose(-2, -1)
+        attn = attn + self._relative_bias(wh, ww).unsqueeze(0).to(attn.dtype)
+        mask = self._mask(h, w, hp, wp, wh, ww, sh, sw, x.device)
+        if mask is not None:
+            nw = mask.shape[0]
+            attn = attn.view(bw // nw, nw, self.num_heads, nt, nt) + mask[None, :, None].to(attn.dtype)
+            attn = attn.view(bw, self.num_heads, nt, nt)
+        attn = self.attn_drop(attn.softmax(dim=-1))
+        out = (attn @ v).transpose(1, 2).reshape(bw, nt, c)
+        out = self.proj_drop(self.proj(out))
+
+        out = window_merge(out, wh, ww, hp, wp)
+        if sh or sw:
+            out = torch.roll(out, shifts=(sh, sw), dims=(1, 2))
+        return out[:, :h, :w].reshape(b, n, c)
+
+    @staticmethod
+    def _mask(h, w, hp, wp, wh, ww, sh, sw, device) -> Optional[torch.Tensor]:
+        """``(nW, N, N)`` additive mask (0 / -100, as the official code) or None."""
+        if not (sh or sw or hp != h or wp != w):
+            return None
+        rows = _region_ids(h, hp, wh, sh, device)
+        cols = _region_ids(w, wp, ww, sw, device)
+        # Region label of each position; -1 anywhere along an axis means padding.
+        label = rows[:, None] * 3 + cols[None, :]
+        label = torch.where((rows[:, None] < 0) | (cols[None, :] < 0),
+                            torch.full_like(label, -1), label)
+        win = window_partition(label[None, :, :, None], wh, ww).squeeze(-1)  # (nW, N)
+        blocked = (win[:, None, :] != win[:, :, None]) | (win[:, None, :] < 0)
+        return torch.zeros(blocked.shape, device=device).masked_fill_(blocked, -100.0)
+
+
+class GlobalSoftmaxAttention(nn.Module):
+    """Softmax attention over all ``H * W`` tokens (multi-head, no position bias): what
+    InLine's global attention replaces, at quadratic cost (the benchmark's baseline).
+
+    Args:
+        dim (int): Channels.
+        num_heads (int): Heads.
+        qkv_bias (bool): Default: True.
+        attn_drop (float): Dropout on attention weights. Default: 0.
+        proj_drop (float): Dropout after the projection. Default: 0.
+    """
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.,
+                 proj_drop: float = 0.):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f'dim ({dim}) must be divisible by num_heads ({num_heads})')
+        self.dim, self.num_heads = dim, num_heads
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def extra_repr(self) -> str:
+        return f'dim={self.dim}, num_heads={self.num_heads}'
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
+                token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        out = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.attn_drop if self.training else 0.)
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b, n, c)))
+
+
+#: attention by name; a family maps its block types (``'inline'``, ``'softmax'``) to
+#: these or to its own classes with the same call signature.
+ATTENTIONS = {'inline': InLineAttention, 'window': WindowAttention,
+              'global': GlobalSoftmaxAttention}
+
+
+# --------------------------------------------------------------------------- reference
+# The formula of Han et al. (NeurIPS 2024, arXiv 2412.06590, eq. 5 with the ``s / n``
+# scale of the official code), written term by term with autograd doing the backward:
+# what the tests hold the fast kernel to, and what tools/benchmark.py times it against.
+
+def reference_inline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               scale: float) -> torch.Tensor:
+    """``(B, heads, N, d)`` -> ``(B, heads, N, d)``:
+    ``(s / n) q_i K^T V + (1 - s q_i mean(K)^T) mean(V)``."""
+    n = k.shape[-2]
+    k_mean = k.mean(dim=-2, keepdim=True)
+    v_mean = v.mean(dim=-2, keepdim=True)
+    return (scale / n) * (q @ (k.transpose(-2, -1) @ v)) \
+        + (1 - scale * (q @ k_mean.transpose(-2, -1))) * v_mean
+
+
+def reference_local_residual(v_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
+    """Per-sample depthwise 3x3 convolution as the official code writes it: the batch
+    folded into the channels of one grouped convolution, zero padding 1."""
+    b, c, h, w = v_img.shape
+    out = F.conv2d(v_img.reshape(1, b * c, h, w), kernels.reshape(b * c, 1, 3, 3),
+                   padding=1, groups=b * c)
+    return out.reshape(b, c, h, w)
+
+
+def reference_attention(attn: InLineAttention, x: Optional[torch.Tensor] = None,
+                        hw: Optional[Tuple[int, int]] = None,
+                        token_mean: Optional[torch.Tensor] = None,
+                        qkv: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """What :class:`InLineAttention` computes, from its parameters and the reference
+    functions: ``forward(x, hw, token_mean)``, or ``attend(qkv, hw, token_mean)``
+    when ``qkv`` is given."""
+    if qkv is None:
+        qkv = attn.qkv(x)
+        token_mean = x.mean(dim=1) if token_mean is None else token_mean
+    b, n, _ = qkv.shape
+    c, heads, d = attn.dim, attn.num_heads, attn.head_dim
+    h, w = hw
+    q, k, v = qkv.reshape(b, n, 3, heads, d).permute(2, 0, 3, 1, 4)
+    out = reference_inline_attention(q, k, v, attn.scale).transpose(1, 2).reshape(b, n, c)
+    v_img = v.transpose(1, 2).reshape(b, h, w, c).permute(0, 3, 1, 2)
+    kernels = attn.residual(token_mean.unsqueeze(-1)).reshape(b, c, 3, 3)
+    local = reference_local_residual(v_img, kernels)
+    if attn.lepe is not None:
+        local = local + attn.lepe(v_img)
+    out = out + local.flatten(2).transpose(1, 2)
+    return out if attn.proj is None else attn.proj(out)

@@ -1,5 +1,8 @@
 """Reading checkpoints safely and loading them into the InLine backbones.
 
+Family-neutral: each family declares its own official-key pattern, presets and
+converter (in its file); the functions here take them as arguments.
+
 Accepted inputs (all through ``init_cfg=dict(type='Pretrained', checkpoint=PATH)``):
 
 * the official classification files (``{'model': state_dict, ...}``; CSwin also has
@@ -21,13 +24,13 @@ import pickle
 import re
 import zipfile
 from collections import OrderedDict
-from typing import Dict, Optional
+from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 import torch
 from mmengine.logging import print_log
 
 __all__ = ['CheckpointError', 'read_checkpoint', 'extract_state_dict', 'load_pretrained',
-           'save_converted', 'detect_family', 'check_layout', 'convert_official']
+           'save_converted', 'matches_keys', 'identify_family', 'check_layout']
 
 #: foreign globals the official checkpoints are known to hold (metadata, no tensors).
 KNOWN_METADATA_GLOBALS = ('yacs.config.CfgNode', 'argparse.Namespace')
@@ -77,7 +80,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
 class _restricted_pickle:  # noqa: N801  (a stand-in for the ``pickle`` module)
     Unpickler = _RestrictedUnpickler
     load = staticmethod(lambda f, **kw: _RestrictedUnpickler(f, **kw).load())
-    __name__ = 'inline_mm.checkpoint._restricted_pickle'
+    __name__ = 'inline_mm.models.checkpoint._restricted_pickle'
 
 
 def _allow_pickle_default() -> bool:
@@ -250,38 +253,44 @@ def save_converted(state: Dict[str, torch.Tensor], path: str, metadata: Optional
         torch.save({'state_dict': state, 'meta': dict(metadata or {})}, path)
 
 
-def detect_family(state: Dict[str, torch.Tensor]) -> str:
-    """Which InLine backbone a state dict (official or converted) belongs to."""
+def matches_keys(keys: Iterable[str], patterns: Sequence[str]) -> bool:
+    """Whether every regex of ``patterns`` matches (``re.search``) at least one key."""
+    keys = list(keys)
+    return all(any(re.search(p, k) for k in keys) for p in patterns)
+
+
+def identify_family(state: Dict[str, torch.Tensor],
+                    families: Iterable[Tuple[str, Sequence[str]]]) -> Optional[str]:
+    """The name of the first family whose key patterns all match ``state``'s keys
+    (official or converted layout), or None. ``families``: ``(name, patterns)`` pairs."""
     keys = list(state)
-    if any(k.startswith('layers.0.blocks.') for k in keys):
-        return 'InLineSwin'
-    if any(k.startswith(('block1.', 'pos_embed1', 'stages.0.blocks.')) for k in keys) and \
-            any('pos_embed' in k for k in keys):
-        return 'InLinePVT'
-    if any(k.startswith(('stage1_conv_embed', 'stem.')) for k in keys) and \
-            any('merge' in k for k in keys):
-        return 'InLineCSwin'
-    if 'cls_token' in state and any(k.startswith('blocks.0.') for k in keys):
-        return 'InLineDeiT'
-    raise CheckpointError(f'not an InLine-Swin/PVT/CSwin/DeiT checkpoint (first keys: {keys[:5]})')
+    return next((name for name, patterns in families if matches_keys(keys, patterns)), None)
 
 
-def check_layout(model: torch.nn.Module, state: Dict[str, torch.Tensor],
+def check_layout(state: Dict[str, torch.Tensor], name: str, family: Optional[str],
+                 depths: Sequence[int], arch_name: str = 'custom',
                  presets: Optional[dict] = None,
-                 block_key: str = r'stages\.(\d+)\.blocks\.(\d+)\.') -> None:
+                 block_key: str = r'stages\.(?P<stage>\d+)\.blocks\.(?P<block>\d+)\.') -> None:
     """Refuse a converted state dict of another backbone family or other stage depths.
 
     ``load_pretrained`` catches other widths (shapes) and too little coverage; what
     it cannot see is a deeper variant of the same widths (InLine-PVT-S loaded into
-    PVT-T would fill every tensor and silently drop the extra blocks). ``model``
-    needs ``depths``; ``presets`` (name -> dict with ``depths``) names the variant
-    the checkpoint is probably of. A state dict of no known family passes: the
-    coverage check reports it.
+    PVT-T would fill every tensor and silently drop the extra blocks).
+
+    Args:
+        state: The converted state dict.
+        name (str): The model's family (class name).
+        family (str, optional): The family ``state`` was identified as
+            (:func:`identify_family`); None (no known family) passes: the coverage
+            check of :func:`load_pretrained` reports it.
+        depths (Sequence[int]): The model's blocks per stage.
+        arch_name (str): The model's preset name (for the message).
+        presets (dict, optional): name -> dict with ``depths``; names the variant the
+            checkpoint is probably of.
+        block_key (str): Regex of a block's keys with groups ``block`` and, for
+            families with several stages, ``stage``.
     """
-    name = type(model).__name__
-    try:
-        family = detect_family(state)
-    except CheckpointError:
+    if family is None:
         return
     if family != name:
         raise CheckpointError(f'this is a checkpoint of {family}, not of {name}: build '
@@ -290,21 +299,15 @@ def check_layout(model: torch.nn.Module, state: Dict[str, torch.Tensor],
     for k in state:
         m = re.match(block_key, k)
         if m:
-            found[int(m[1])] = max(found.get(int(m[1]), 0), int(m[2]) + 1)
+            stage = int(m.groupdict().get('stage') or 0)
+            found[stage] = max(found.get(stage, 0), int(m['block']) + 1)
     if not found:
         return
-    depths = tuple(found.get(i, 0) for i in range(max(max(found) + 1, len(model.depths))))
-    if depths != tuple(model.depths):
-        guess = [a for a, p in (presets or {}).items() if tuple(p['depths']) == depths]
+    found_depths = tuple(found.get(i, 0) for i in range(max(max(found) + 1, len(depths))))
+    if found_depths != tuple(depths):
+        guess = [a for a, p in (presets or {}).items() if tuple(p['depths']) == found_depths]
         hint = f" (arch={guess[0]!r})" if guess else ''
         raise CheckpointError(
-            f'checkpoint of {name} with depths {depths}{hint}, but this {name} '
-            f'({getattr(model, "arch_name", "custom")}) has depths {tuple(model.depths)}: it is '
-            'another variant. Build the model with the matching arch or load the matching file.')
-
-
-def convert_official(state: Dict[str, torch.Tensor]):
-    """Detect the backbone family and convert; returns ``(family, state)``."""
-    from .models.backbones import CONVERTERS  # late: backbones import this module
-    family = detect_family(state)
-    return family, CONVERTERS[family](state)
+            f'checkpoint of {name} with depths {found_depths}{hint}, but this {name} '
+            f'({arch_name}) has depths {tuple(depths)}: it is another variant. Build the '
+            'model with the matching arch or load the matching file.')

@@ -1,4 +1,7 @@
-"""InLine-PVT: Pyramid Vision Transformer whose blocks use global InLine attention."""
+"""InLine-PVT: Pyramid Vision Transformer whose blocks use global InLine attention.
+
+The family's presets, official-key pattern and converter live here, next to the model.
+"""
 import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -6,16 +9,18 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torch.utils.checkpoint as cp
 from timm.layers import DropPath, Mlp, trunc_normal_
 
-from ...checkpoint import check_layout
-from ...registry import register_backbone
-from ..inline_attention import InLineAttention
-from .base import INLINE, InLineBackbone, parse_stage_types, resolve_arch, to_nchw
-from .inline_swin import PatchEmbed
+from .attention import INLINE, SOFTMAX, InLineAttention
+from .base import InLineBackbone, check_heads, parse_stage_types
+from .layers import BlockStage, PatchEmbed, drop_path_rates, to_nchw
 
-__all__ = ['InLinePVT', 'SpatialReductionAttention', 'convert_pvt_checkpoint']
+__all__ = ['InLinePVT', 'PositionEmbedding', 'SpatialReductionAttention',
+           'convert_pvt_checkpoint', 'ARCH_SETTINGS', 'OFFICIAL_KEYS']
+
+#: official (``block1.``, ``pos_embed1``) and converted (``stages.0.blocks.``) InLine-PVT
+#: state dicts, and no other family's, have such keys
+OFFICIAL_KEYS = (r'^(block1\.|pos_embed1|stages\.0\.blocks\.)', r'pos_embed')
 
 _PVT_COMMON = dict(embed_dims=(64, 128, 320, 512), num_heads=(2, 4, 10, 16),
                    mlp_ratios=(8, 8, 4, 4), stage_types=('inline',) * 4)
@@ -97,7 +102,9 @@ class SpatialReductionAttention(nn.Module):
     def extra_repr(self) -> str:
         return f'dim={self.dim}, num_heads={self.num_heads}, sr_ratio={self.sr_ratio}'
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
+                token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``x``: ``(B, H*W, C)``; ``token_mean`` is not used. Returns ``(B, H*W, C)``."""
         b, n, c = x.shape
         heads, d = self.num_heads, c // self.num_heads
         q = self.q(x).view(b, n, heads, d).transpose(1, 2)
@@ -110,20 +117,23 @@ class SpatialReductionAttention(nn.Module):
         return self.proj_drop(self.proj(out))
 
 
-class PVTBlock(nn.Module):
-    """Pre-norm transformer block with global InLine or spatial-reduction softmax attention."""
+#: attention of each block type, all called as ``attn(x, hw)``
+ATTENTIONS = {INLINE: InLineAttention, SOFTMAX: SpatialReductionAttention}
 
-    def __init__(self, dim: int, num_heads: int, attn_type: str, sr_ratio: int, mlp_ratio: float,
-                 qkv_bias: bool, drop: float, attn_drop: float, drop_path: float):
+
+class PVTBlock(nn.Module):
+    """Pre-norm transformer block; its attention comes from :data:`ATTENTIONS`, with
+    ``attn_options[attn_type]`` (if any) as extra arguments."""
+
+    def __init__(self, dim: int, num_heads: int, attn_type: str, mlp_ratio: float,
+                 qkv_bias: bool, drop: float, attn_drop: float, drop_path: float,
+                 attn_options: Optional[Dict[str, dict]] = None):
         super().__init__()
         self.attn_type = attn_type
         self.norm1 = nn.LayerNorm(dim, eps=BLOCK_NORM_EPS)
-        if attn_type == INLINE:
-            self.attn = InLineAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
-                                        proj_drop=drop)
-        else:
-            self.attn = SpatialReductionAttention(dim, num_heads, sr_ratio, qkv_bias=qkv_bias,
-                                                  attn_drop=attn_drop, proj_drop=drop)
+        self.attn = ATTENTIONS[attn_type](dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                                          proj_drop=drop,
+                                          **(attn_options or {}).get(attn_type, {}))
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = nn.LayerNorm(dim, eps=BLOCK_NORM_EPS)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
@@ -133,31 +143,23 @@ class PVTBlock(nn.Module):
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
-class PVTStage(nn.Module):
+class PVTStage(BlockStage):
     """Patch embedding (stride 4 or 2, padded), position embedding, blocks."""
 
     def __init__(self, patch_embed: PatchEmbed, pos_embed: PositionEmbedding, drop: float,
                  blocks: List[PVTBlock]):
-        super().__init__()
+        super().__init__(blocks)
         self.patch_embed = patch_embed
         self.pos_embed = pos_embed
         self.pos_drop = nn.Dropout(drop)
-        self.blocks = nn.ModuleList(blocks)
-        self.with_cp = False
 
     def forward(self, x: torch.Tensor):
         """``(B, C_in, H, W)`` -> ``(B, H' * W', C)`` tokens and ``(H', W')``."""
         x, hw = self.patch_embed(x)
         x = self.pos_drop(self.pos_embed(x, hw))
-        for blk in self.blocks:
-            if self.with_cp and x.requires_grad:
-                x = cp.checkpoint(blk, x, hw, use_reentrant=False)
-            else:
-                x = blk(x, hw)
-        return x, hw
+        return self.run_blocks(x, hw), hw
 
 
-@register_backbone
 class InLinePVT(InLineBackbone):
     """InLine-PVT backbone.
 
@@ -215,6 +217,8 @@ class InLinePVT(InLineBackbone):
         ``H_i = ceil(H / (patch_size * 2**i))`` (likewise ``W_i``).
     """
 
+    presets = ARCH_SETTINGS
+    official_keys = OFFICIAL_KEYS
     official_final_norm = False     # the official PVT has no final norm
 
     def __init__(self, arch: str = 'tiny', embed_dims: Optional[Sequence[int]] = None,
@@ -227,8 +231,8 @@ class InLinePVT(InLineBackbone):
                  drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.1,
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
                  with_cp: bool = False, init_cfg: Optional[dict] = None):
-        cfg = resolve_arch('InLinePVT', ARCH_SETTINGS, arch, embed_dims=embed_dims, depths=depths,
-                           num_heads=num_heads, mlp_ratios=mlp_ratios, stage_types=stage_types)
+        cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
+                                mlp_ratios=mlp_ratios, stage_types=stage_types)
         embed_dims = cfg['embed_dims']
         depths = cfg['depths']
         num_heads = cfg['num_heads']
@@ -246,22 +250,20 @@ class InLinePVT(InLineBackbone):
         super().__init__(out_indices, frozen_stages, n, init_cfg=init_cfg)
         self.arch_name = cfg['arch_name']
         block_types = parse_stage_types(stage_types, depths)
-        for i, (d, h) in enumerate(zip(embed_dims, num_heads)):
-            if d % h:
-                raise ValueError(f'stage {i}: {d} channels are not divisible by {h} heads')
+        check_heads(embed_dims, num_heads)
         self.dims = list(embed_dims)
         self.depths = depths
         self.in_channels = in_channels
         self.min_input_size = patch_size * 2 ** (n - 1)
 
-        dpr = torch.linspace(0, drop_path_rate, sum(depths), device='cpu').tolist()
+        dpr = drop_path_rates(drop_path_rate, depths)
         self.stages = nn.ModuleList()
         for i, depth in enumerate(depths):
             stride = patch_size if i == 0 else 2
             grid = pretrain_img_size // (patch_size * 2 ** i)
-            start = sum(depths[:i])
-            blocks = [PVTBlock(embed_dims[i], num_heads[i], block_types[i][j], sr_ratios[i],
-                               mlp_ratios[i], qkv_bias, drop_rate, attn_drop_rate, dpr[start + j])
+            blocks = [PVTBlock(embed_dims[i], num_heads[i], block_types[i][j], mlp_ratios[i],
+                               qkv_bias, drop_rate, attn_drop_rate, dpr[i][j],
+                               {SOFTMAX: dict(sr_ratio=sr_ratios[i])})
                       for j in range(depth)]
             self.stages.append(PVTStage(
                 PatchEmbed(in_channels if i == 0 else embed_dims[i - 1], embed_dims[i], stride),
@@ -277,10 +279,8 @@ class InLinePVT(InLineBackbone):
         for stage in self.stages:
             trunc_normal_(stage.pos_embed.weight, std=.02)
 
-    def convert_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        state = convert_pvt_checkpoint(state)
-        check_layout(self, state, ARCH_SETTINGS)
-        return state
+    def _convert_official(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        return convert_pvt_checkpoint(state)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         self.check_input(x)
@@ -288,7 +288,7 @@ class InLinePVT(InLineBackbone):
         for i, stage in enumerate(self.stages):
             tokens, hw = stage(x)
             if i in self.out_indices:
-                outs.append(to_nchw(getattr(self, f'norm{i}')(tokens), hw))
+                outs.append(to_nchw(self._output_norm(i)(tokens), hw))
             if i + 1 < len(self.stages):
                 x = to_nchw(tokens, hw)
         return tuple(outs)

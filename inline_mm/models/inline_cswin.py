@@ -1,4 +1,7 @@
-"""InLine-CSwin: CSWin Transformer with global InLine stages and LePE stripe stages."""
+"""InLine-CSwin: CSWin Transformer with global InLine stages and LePE stripe stages.
+
+The family's presets, official-key pattern and converter live here, next to the model.
+"""
 import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -6,16 +9,18 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torch.utils.checkpoint as cp
 from timm.layers import DropPath, Mlp
 
-from ...checkpoint import check_layout
-from ...registry import register_backbone
-from ..inline_attention import InLineAttention
-from .base import INLINE, InLineBackbone, parse_stage_types, resolve_arch, to_nchw
-from .inline_swin import _window_merge, _window_partition
+from .attention import INLINE, SOFTMAX, InLineAttention
+from .base import InLineBackbone, check_heads, parse_stage_types
+from .layers import BlockStage, drop_path_rates, to_nchw, to_tokens, window_merge, window_partition
 
-__all__ = ['InLineCSwin', 'LePEStripeAttention', 'convert_cswin_checkpoint']
+__all__ = ['InLineCSwin', 'LePEStripeAttention', 'convert_cswin_checkpoint', 'ARCH_SETTINGS',
+           'OFFICIAL_KEYS']
+
+#: official (``stage1_conv_embed``, ``merge1``) and converted (``stem.``, ``stages.1.merge``)
+#: InLine-CSwin state dicts, and no other family's, have such keys
+OFFICIAL_KEYS = (r'^(stage1_conv_embed|stem\.)', r'merge')
 
 ARCH_SETTINGS = {
     'tiny': dict(embed_dims=64, depths=(2, 4, 18, 1), num_heads=(2, 4, 8, 16)),
@@ -23,7 +28,7 @@ ARCH_SETTINGS = {
     'base': dict(embed_dims=96, depths=(3, 6, 29, 2), num_heads=(4, 8, 16, 32)),
 }
 for _preset in ARCH_SETTINGS.values():
-    _preset['stage_types'] = ('inline', 'inline', 'softmax', 'softmax')
+    _preset['stage_types'] = (INLINE, INLINE, SOFTMAX, SOFTMAX)
 
 VERTICAL, HORIZONTAL, GLOBAL = 'vertical', 'horizontal', 'global'
 
@@ -75,9 +80,12 @@ class LePEStripeAttention(nn.Module):
             return min(self.split_size, h), w
         return h, w
 
-    def forward(self, qkv: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
-        """``qkv``: ``(B, N, 3, C)`` of an ``hw`` map; returns ``(B, N, C)``."""
-        b, n, _, c = qkv.shape
+    def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],
+               token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``qkv``: ``(B, N, 3C)`` (queries, keys, values along the last axis) of an
+        ``hw`` map; ``token_mean`` is not used. Returns ``(B, N, C)``."""
+        b, n, c3 = qkv.shape
+        c = c3 // 3
         h, w = hw
         heads, d = self.num_heads, c // self.num_heads
         sh, sw = self.stripe(hw)
@@ -87,7 +95,7 @@ class LePEStripeAttention(nn.Module):
             # Padding after the projection: padded q/k/v are exact zeros, like the
             # LePE convolution's own zero padding at the map border.
             x = F.pad(x, (0, 0, 0, wp - w, 0, hp - h))
-        windows = _window_partition(x, sh, sw)                       # (B*nW, sh*sw, 3C)
+        windows = window_partition(x, sh, sw)                       # (B*nW, sh*sw, 3C)
         bw, nt = windows.shape[:2]
         q, k, v = windows.view(bw, nt, 3, heads, d).permute(2, 0, 3, 1, 4)
 
@@ -98,17 +106,37 @@ class LePEStripeAttention(nn.Module):
         if hp != h or wp != w:
             real = torch.zeros(1, hp, wp, 1, dtype=torch.bool, device=x.device)
             real[:, :h, :w] = True
-            mask = _window_partition(real, sh, sw).view(-1, 1, 1, nt)    # (nW, 1, 1, N)
+            mask = window_partition(real, sh, sw).view(-1, 1, 1, nt)    # (nW, 1, 1, N)
             mask = mask.repeat(b, 1, 1, 1)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.attn_drop if self.training else 0.)
         out = (out + lepe.to(out.dtype)).transpose(1, 2).reshape(bw, nt, c)
-        out = _window_merge(out, sh, sw, hp, wp)
+        out = window_merge(out, sh, sw, hp, wp)
         return out[:, :h, :w].reshape(b, n, c)
 
 
+def _inline_branches(dim: int, num_heads: int, split_size: Optional[int], last_stage: bool,
+                     attn_drop: float) -> List[nn.Module]:
+    """One global InLine branch with LePE (the block owns qkv and the projection)."""
+    return [InLineAttention(dim, num_heads, proj=False, lepe=True, attn_drop=attn_drop)]
+
+
+def _stripe_branches(dim: int, num_heads: int, split_size: Optional[int], last_stage: bool,
+                     attn_drop: float) -> List[nn.Module]:
+    """Vertical and horizontal stripes on half the channels each; global in the last stage."""
+    if last_stage:
+        return [LePEStripeAttention(dim, num_heads, GLOBAL, attn_drop=attn_drop)]
+    return [LePEStripeAttention(dim // 2, num_heads // 2, direction, split_size, attn_drop)
+            for direction in (VERTICAL, HORIZONTAL)]
+
+
+#: the attention branches of each block type, each called as ``branch.attend(qkv, hw, mean)``
+ATTENTIONS = {INLINE: _inline_branches, SOFTMAX: _stripe_branches}
+
+
 class CSwinBlock(nn.Module):
-    """CSWin block: shared qkv and projection around one or two attention branches.
+    """CSWin block: shared qkv and projection around one or two attention branches,
+    each called as ``branch.attend(qkv, hw, token_mean)`` on its share of the channels.
 
     ``'inline'`` blocks have one global InLine branch whose local kernels are
     predicted from the block input's token mean (before ``norm1``, as in the
@@ -124,16 +152,9 @@ class CSwinBlock(nn.Module):
         self.attn_type = attn_type
         self.norm1 = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        if attn_type == INLINE:
-            self.attns = nn.ModuleList([InLineAttention(dim, num_heads, proj=False, lepe=True,
-                                                        attn_drop=attn_drop)])
-        elif last_stage:
-            self.attns = nn.ModuleList([LePEStripeAttention(dim, num_heads, GLOBAL,
-                                                            attn_drop=attn_drop)])
-        else:
-            self.attns = nn.ModuleList([
-                LePEStripeAttention(dim // 2, num_heads // 2, direction, split_size, attn_drop)
-                for direction in (VERTICAL, HORIZONTAL)])
+        self.attns = nn.ModuleList(ATTENTIONS[attn_type](dim, num_heads, split_size, last_stage,
+                                                         attn_drop))
+        self.branch_dims = [a.dim for a in self.attns]
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(drop)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
@@ -142,16 +163,11 @@ class CSwinBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
         b, n, c = x.shape
-        qkv = self.qkv(self.norm1(x))
-        if self.attn_type == INLINE:
-            y = self.attns[0].attend(qkv, hw, x.mean(dim=1))
-        elif len(self.attns) == 1:
-            y = self.attns[0](qkv.view(b, n, 3, c), hw)
-        else:
-            qkv = qkv.view(b, n, 3, c)
-            half = c // 2
-            y = torch.cat([self.attns[0](qkv[..., :half], hw),
-                           self.attns[1](qkv[..., half:], hw)], dim=-1)
+        qkv = self.qkv(self.norm1(x)).view(b, n, 3, c).split(self.branch_dims, dim=-1)
+        means = x.mean(dim=1).split(self.branch_dims, dim=-1)
+        y = [attn.attend(part.reshape(b, n, -1), hw, mean)
+             for attn, part, mean in zip(self.attns, qkv, means)]
+        y = y[0] if len(y) == 1 else torch.cat(y, dim=-1)
         x = x + self.drop_path(self.proj_drop(self.proj(y)))
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
@@ -169,9 +185,8 @@ class ConvStem(nn.Module):
         h, w = x.shape[-2:]
         if h % 4 or w % 4:
             x = F.pad(x, (0, -w % 4, 0, -h % 4))
-        x = self.conv(x)
-        hw = (x.shape[2], x.shape[3])
-        return self.norm(x.flatten(2).transpose(1, 2)), hw
+        x, hw = to_tokens(self.conv(x))
+        return self.norm(x), hw
 
 
 class ConvMerge(nn.Module):
@@ -183,30 +198,23 @@ class ConvMerge(nn.Module):
         self.norm = nn.LayerNorm(dim_out)
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int]):
-        x = self.conv(to_nchw(x, hw))
-        hw = (x.shape[2], x.shape[3])
-        return self.norm(x.flatten(2).transpose(1, 2)), hw
+        x, hw = to_tokens(self.conv(to_nchw(x, hw)))
+        return self.norm(x), hw
 
 
-class CSwinStage(nn.Module):
+class CSwinStage(BlockStage):
+    """The merge in front of the stage (none in stage 0), then the blocks."""
+
     def __init__(self, merge: Optional[ConvMerge], blocks: List[CSwinBlock]):
-        super().__init__()
+        super().__init__(blocks)
         self.merge = merge
-        self.blocks = nn.ModuleList(blocks)
-        self.with_cp = False
 
-    def forward(self, x, hw):
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int]):
         if self.merge is not None:
             x, hw = self.merge(x, hw)
-        for blk in self.blocks:
-            if self.with_cp and x.requires_grad:
-                x = cp.checkpoint(blk, x, hw, use_reentrant=False)
-            else:
-                x = blk(x, hw)
-        return x, hw
+        return self.run_blocks(x, hw), hw
 
 
-@register_backbone
 class InLineCSwin(InLineBackbone):
     """InLine-CSwin backbone.
 
@@ -258,6 +266,9 @@ class InLineCSwin(InLineBackbone):
         ``H_i = ceil(H / 2**(i + 2))`` (likewise ``W_i``).
     """
 
+    presets = ARCH_SETTINGS
+    official_keys = OFFICIAL_KEYS
+
     def __init__(self, arch: str = 'tiny', embed_dims: Optional[int] = None,
                  depths: Optional[Sequence[int]] = None,
                  num_heads: Optional[Sequence[int]] = None,
@@ -267,8 +278,8 @@ class InLineCSwin(InLineBackbone):
                  attn_drop_rate: float = 0., drop_path_rate: float = 0.2,
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
                  with_cp: bool = False, init_cfg: Optional[dict] = None):
-        cfg = resolve_arch('InLineCSwin', ARCH_SETTINGS, arch, embed_dims=embed_dims,
-                           depths=depths, num_heads=num_heads, stage_types=stage_types)
+        cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
+                                stage_types=stage_types)
         embed_dims = cfg['embed_dims']
         depths = cfg['depths']
         num_heads = cfg['num_heads']
@@ -285,10 +296,9 @@ class InLineCSwin(InLineBackbone):
         self.arch_name = cfg['arch_name']
         block_types = parse_stage_types(stage_types, depths)
         dims = [embed_dims * 2 ** i for i in range(n)]
-        for i, (d, h) in enumerate(zip(dims, num_heads)):
-            if d % h:
-                raise ValueError(f'stage {i}: {d} channels are not divisible by {h} heads')
-            if i < n - 1 and 'softmax' in block_types[i] and h % 2:
+        check_heads(dims, num_heads)
+        for i, h in enumerate(num_heads):
+            if i < n - 1 and SOFTMAX in block_types[i] and h % 2:
                 raise ValueError(f'stage {i}: softmax blocks split the heads between two '
                                  f'stripe branches, so num_heads must be even (got {h})')
         self.dims = dims
@@ -297,14 +307,13 @@ class InLineCSwin(InLineBackbone):
         self.min_input_size = 2 ** (n + 1)
 
         self.stem = ConvStem(in_channels, embed_dims)
-        dpr = torch.linspace(0, drop_path_rate, sum(depths), device='cpu').tolist()
+        dpr = drop_path_rates(drop_path_rate, depths)
         self.stages = nn.ModuleList()
         for i, depth in enumerate(depths):
-            start = sum(depths[:i])
             last = i == n - 1
             blocks = [CSwinBlock(dims[i], num_heads[i], block_types[i][j],
                                  None if last else split_sizes[i], last, mlp_ratio, qkv_bias,
-                                 drop_rate, attn_drop_rate, dpr[start + j])
+                                 drop_rate, attn_drop_rate, dpr[i][j])
                       for j in range(depth)]
             merge = ConvMerge(dims[i - 1], dims[i]) if i else None
             self.stages.append(CSwinStage(merge, blocks))
@@ -315,10 +324,8 @@ class InLineCSwin(InLineBackbone):
     def _stem_modules(self):
         return [self.stem]
 
-    def convert_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        state = convert_cswin_checkpoint(state, last_stage=len(self.dims) - 1)
-        check_layout(self, state, ARCH_SETTINGS)
-        return state
+    def _convert_official(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        return convert_cswin_checkpoint(state, last_stage=len(self.dims) - 1)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         self.check_input(x)
@@ -327,7 +334,7 @@ class InLineCSwin(InLineBackbone):
         for i, stage in enumerate(self.stages):
             x, hw = stage(x, hw)
             if i in self.out_indices:
-                outs.append(to_nchw(getattr(self, f'norm{i}')(x), hw))
+                outs.append(to_nchw(self._output_norm(i)(x), hw))
         return tuple(outs)
 
 

@@ -1,27 +1,33 @@
-"""What the three InLine backbones share: output norms, freezing, weight loading."""
+"""The contract every InLine backbone keeps, and the code it shares.
+
+A family subclasses :class:`InLineBackbone` and declares, as class attributes, its
+``presets`` (arch name -> settings), ``official_keys`` (regexes that identify its
+state dicts, official or converted) and ``block_key`` (where block indices sit in
+its keys); it implements ``_convert_official`` (its converter), ``_stem_modules``,
+``_stage_modules`` if a stage owns more than ``self.stages[i]``, and ``forward``.
+The base class gives it: presets with overrides, argument checks, output norms,
+``frozen_stages`` re-applied by ``train()``, ``with_cp`` on every stage, input
+checks, and ``init_cfg`` loading through :mod:`.checkpoint` with the checks against
+other families and variants.
+
+What a "stage" is follows the family: a resolution stage of a pyramid (InLine-Swin,
+-PVT, -CSwin), or one block of a plain ViT (``out_indices`` and ``frozen_stages``
+then count blocks).
+"""
 import re
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 from mmengine.model import BaseModule
 from timm.layers import trunc_normal_
 
-from ...checkpoint import load_pretrained
+from .attention import INLINE, SOFTMAX
+from .checkpoint import check_layout, identify_family, load_pretrained
 
-__all__ = ['InLineBackbone', 'to_nchw', 'parse_stage_types', 'check_out_indices',
-           'resolve_arch']
+__all__ = ['InLineBackbone', 'parse_stage_types', 'check_out_indices', 'resolve_arch']
 
-INLINE, SOFTMAX = 'inline', 'softmax'
 _TYPE_ALIASES = {'inline': INLINE, 'i': INLINE, 'softmax': SOFTMAX, 's': SOFTMAX}
-
-
-def to_nchw(x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
-    """``(B, H*W, C)`` tokens -> contiguous ``(B, C, H, W)``."""
-    # Contiguous, not the channels-last view the transpose gives: mmcv's RoIAlign
-    # (CPU and CUDA) indexes its input as dense NCHW and silently reads a strided
-    # map wrongly, so a Mask R-CNN on such features cannot learn its RoI heads.
-    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *hw).contiguous()
 
 
 def parse_stage_types(stage_types: Sequence, depths: Sequence[int]) -> List[List[str]]:
@@ -51,7 +57,8 @@ def parse_stage_types(stage_types: Sequence, depths: Sequence[int]) -> List[List
 
 def resolve_arch(name: str, presets: dict, arch: str, **overrides) -> dict:
     """The preset ``arch`` of backbone ``name`` with every non-None override applied
-    (sequences become tuples)."""
+    (sequences become tuples); ``arch_name`` is ``arch``, or ``'custom'`` when an
+    override changed the preset."""
     if arch not in presets:
         raise ValueError(f'unknown {name} arch {arch!r}; choose one of {sorted(presets)} or '
                          f'override {"/".join(overrides)}')
@@ -76,17 +83,35 @@ def check_out_indices(out_indices: Sequence[int], num_stages: int) -> Tuple[int,
     return out_indices
 
 
-class InLineBackbone(BaseModule):
-    """Base of the InLine backbones: output norms, frozen stages, pretrained loading.
+def check_heads(dims: Sequence[int], num_heads: Sequence[int]):
+    """Every stage's channels divide into its heads."""
+    for i, (d, h) in enumerate(zip(dims, num_heads)):
+        if d % h:
+            raise ValueError(f'stage {i}: {d} channels are not divisible by {h} heads')
 
-    Subclasses build ``self.stem`` (frozen with stage 0) and define
-    :meth:`_stage_modules` (the modules owned by stage ``i``), ``convert_checkpoint``
-    (official layout -> ours; a pure, idempotent function) and ``fresh_keys``
-    (keys that a classification checkpoint cannot provide).
+
+class InLineBackbone(BaseModule):
+    """Base of the InLine backbones: presets, output norms, frozen stages, ``with_cp``,
+    input checks and pretrained loading.
+
+    Subclasses build ``self.stages`` (or override :meth:`_stage_list`), each stage with
+    a ``with_cp`` attribute, set ``self.dims`` (channels of every stage) and
+    ``self.depths`` (blocks per stage, for the variant check), and define the class
+    attributes and methods listed in the module docstring.
     """
 
-    #: official state dict -> this backbone's; set by subclasses.
-    convert_checkpoint: Callable[[Dict[str, torch.Tensor]], Dict[str, torch.Tensor]]
+    #: arch name -> settings (``depths`` at least); set by every family.
+    presets: Dict[str, dict] = {}
+    #: regexes that all match some key of this family's state dicts (official or
+    #: converted) and no other family's; set by every family.
+    official_keys: Tuple[str, ...] = ()
+    #: regex of a block's state-dict keys, groups ``stage`` (optional) and ``block``.
+    block_key = r'stages\.(?P<stage>\d+)\.blocks\.(?P<block>\d+)\.'
+    #: whether the official model's final ``norm`` initialises the last output norm
+    #: (InLine-Swin, InLine-CSwin); InLine-PVT has none, so all its output norms start fresh.
+    official_final_norm = True
+    #: total stride of the last stage; smaller inputs are refused (see ``check_input``).
+    min_input_size = 32
 
     def __init__(self, out_indices, frozen_stages, num_stages, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
@@ -96,8 +121,32 @@ class InLineBackbone(BaseModule):
         self.frozen_stages = frozen_stages
         self.num_stages = num_stages
 
-    #: total stride of the last stage; smaller inputs are refused (see ``check_input``).
-    min_input_size = 32
+    @classmethod
+    def resolve_arch(cls, arch: str, **overrides) -> dict:
+        """:func:`resolve_arch` with this family's name and presets."""
+        return resolve_arch(cls.__name__, cls.presets, arch, **overrides)
+
+    @staticmethod
+    def family_classes() -> List[type]:
+        """Every InLine backbone family: the subclasses that declare ``official_keys``.
+
+        The same classes as ``families.FAMILIES`` (a contract test checks it), found
+        through the class hierarchy because the table imports this module, not the other
+        way round: loading knows every family's key pattern without an import cycle.
+        """
+        found, todo = [], list(InLineBackbone.__subclasses__())
+        while todo:
+            cls = todo.pop(0)
+            if 'official_keys' in vars(cls) and cls not in found:
+                found.append(cls)
+            todo += cls.__subclasses__()
+        return found
+
+    @property
+    def out_channels(self) -> Tuple[int, ...]:
+        """Channels of each output, in ``out_indices`` order (e.g. a neck's
+        ``in_channels``)."""
+        return tuple(self.dims[i] for i in self.out_indices)
 
     def check_input(self, x: torch.Tensor):
         """Refuse input the backbone cannot use, saying what to do about it."""
@@ -115,14 +164,15 @@ class InLineBackbone(BaseModule):
                              f'stride ({self.min_input_size}); resize or pad images to at least '
                              f'{self.min_input_size} px per side (e.g. a Resize or Pad transform)')
 
+    # ------------------------------------------------------------------ outputs
     def _add_output_norms(self, dims: Sequence[int], eps: float = 1e-5):
         for i in self.out_indices:
             self.add_module(f'norm{i}', nn.LayerNorm(dims[i], eps=eps))
 
-    #: whether the official model's final ``norm`` initialises the last output norm
-    #: (InLine-Swin, InLine-CSwin); InLine-PVT has none, so all its output norms start fresh.
-    official_final_norm = True
+    def _output_norm(self, i: int) -> Optional[nn.Module]:
+        return getattr(self, f'norm{i}', None)
 
+    # ------------------------------------------------------------------ stages
     def _stage_list(self) -> nn.ModuleList:
         """The stages, each with a ``with_cp`` attribute (``self.stages`` by default)."""
         return self.stages
@@ -131,6 +181,8 @@ class InLineBackbone(BaseModule):
         return [self._stage_list()[i]]
 
     def _stem_modules(self) -> List[nn.Module]:
+        """What stage 0 depends on (frozen by ``frozen_stages=0``): modules or
+        parameters."""
         raise NotImplementedError
 
     @property
@@ -143,13 +195,6 @@ class InLineBackbone(BaseModule):
         for stage in self._stage_list():
             stage.with_cp = self._with_cp
 
-    def fresh_keys(self) -> List[str]:
-        """State-dict keys a classification checkpoint does not provide: the output
-        norms, except the last one where the official final norm initialises it."""
-        keep = f'norm{self.num_stages - 1}.' if self.official_final_norm else None
-        return [k for k in self.state_dict()
-                if re.match(r'norm\d+\.', k) and not (keep and k.startswith(keep))]
-
     # ------------------------------------------------------------------ freezing
     def _freeze_stages(self):
         if self.frozen_stages < 0:
@@ -157,9 +202,13 @@ class InLineBackbone(BaseModule):
         frozen = list(self._stem_modules())
         for i in range(self.frozen_stages):
             frozen += self._stage_modules(i)
-            if i in self.out_indices:
-                frozen.append(getattr(self, f'norm{i}'))
+            norm = self._output_norm(i) if i in self.out_indices else None
+            if norm is not None:
+                frozen.append(norm)
         for m in frozen:
+            if isinstance(m, nn.Parameter):
+                m.requires_grad = False
+                continue
             m.eval()
             for p in m.parameters():
                 p.requires_grad = False
@@ -170,6 +219,27 @@ class InLineBackbone(BaseModule):
         return self
 
     # ------------------------------------------------------------------ weights
+    def fresh_keys(self) -> List[str]:
+        """State-dict keys a classification checkpoint does not provide: the output
+        norms, except the last one where the official final norm initialises it."""
+        keep = f'norm{self.num_stages - 1}.' if self.official_final_norm else None
+        return [k for k in self.state_dict()
+                if re.match(r'norm\d+\.', k) and not (keep and k.startswith(keep))]
+
+    def _convert_official(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Official state dict -> this backbone's keys (the family's pure, idempotent
+        converter)."""
+        raise NotImplementedError
+
+    def convert_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Convert (idempotent) and refuse a state dict of another family or variant."""
+        state = self._convert_official(state)
+        families = [(c.__name__, c.official_keys) for c in self.family_classes()]
+        family = identify_family(state, families)
+        check_layout(state, type(self).__name__, family, self.depths,
+                     getattr(self, 'arch_name', 'custom'), self.presets, self.block_key)
+        return state
+
     def _init_default(self, m: nn.Module):
         if isinstance(m, nn.Linear):
             trunc_normal_(m.weight, std=.02)

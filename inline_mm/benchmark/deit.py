@@ -1,50 +1,28 @@
-#!/usr/bin/env python
-"""InLine-DeiT-T against DeiT-T at high resolution: the paper's speed claim, measured.
+"""InLine-DeiT-T against DeiT-T at high resolution (``tools/benchmark.py --deit``).
 
-    python tools/benchmark_deit.py                 # 224 384 640 1024 1536, CPU (+ CUDA if present)
-    python tools/benchmark_deit.py --quick         # CI-sized run (seconds)
-    python tools/benchmark_deit.py --ratio-only    # only the attention / linear-layer split at 1024
-
-The InLine paper (Han et al., NeurIPS 2024, arXiv 2412.06590, Fig. 3c, on a GPU) reports
+The InLine paper (Han et al., NeurIPS 2024, arXiv 2412.06590, Fig. 3c, GPU) reports
 InLine-DeiT-T about as fast as DeiT-T at 224, 2.4x faster at 640 and 4.8x at 1024:
-Softmax attention over all tokens is quadratic in the number of tokens, InLine is linear.
+Softmax attention over all tokens is quadratic in the number of tokens, InLine linear.
 
-Backbones, compared in one process (random weights, stochastic depth off, batch 1, the
-outputs of blocks 3, 6, 9, 12 as in the UperNet configs):
+Backbones (random weights, stochastic depth off, the outputs of blocks 3, 6, 9, 12):
 
-  InLine-DeiT-T   inline_mm InLineDeiT(arch='tiny'): 192 wide, 12 blocks, 6 heads
-  DeiT-T          mmseg VisionTransformer with the same width, depth and heads. Its
-                  attention is mmcv's MultiheadAttention, i.e. torch.nn.MultiheadAttention
-                  with need_weights=True: the attention matrix is formed explicitly (what
-                  an mmseg user runs)
-  DeiT-T-sdpa     the same DeiT-T with need_weights=False, so torch runs its fused
-                  scaled_dot_product_attention kernel (the fastest Softmax baseline)
+  InLine-DeiT-T   InLineDeiT(arch='tiny'): 192 wide, 12 blocks, 6 heads
+  DeiT-T          mmseg VisionTransformer with the same width, depth and heads; its
+                  attention is mmcv's MultiheadAttention (torch.nn.MultiheadAttention with
+                  need_weights=True, so the attention matrix is formed: what mmseg runs)
+  DeiT-T-sdpa     the same with need_weights=False: torch's fused
+                  scaled_dot_product_attention (the fastest Softmax baseline)
 
-Timing and memory follow tools/benchmark.py (whose measuring code this reuses): per mode
-(inference = no_grad forward; training = forward + backward) every model is warmed up and
-its peak memory measured at each size in increasing order, then all (model, size) pairs
-are timed in ``--repeats`` interleaved rounds and the median is reported. A size whose run
-is predicted, from the growth at the smaller sizes, to take longer than ``--max-run-s``
-or more than ``--max-mem-gb`` is skipped and the table says so.
-
-The split: at 1024x1024 (64x64 patches + class token = 4097 tokens) one InLine-DeiT-T
-block is timed in parts: the attention proper (everything between the qkv and output
-projections: the token mean, the kernel prediction, the linear attention and the local
-3x3 term) against the block's linear layers (qkv, proj and the MLP), forward and
-forward + backward, interleaved, medians. The goal is attention / linear < 0.3. The
-Softmax attention proper of the same shapes (fused SDPA) is timed beside it for scale.
-
-Outputs in ``--out-dir`` (default work_dirs/benchmark_deit): ``deit.csv``, ``deit.png``
-(time against pixels and the speed-up curve with the paper's points), ``deit_split.csv``,
-``meta.json``; the tables on stdout.
+They are timed by :func:`.backbones.run_backbones` (interleaved rounds, medians, peak
+memory, predicted skips). The split (:func:`run_split`): at 1024x1024 (4097 tokens) one
+InLine-DeiT-T block's attention proper (everything between the qkv and output
+projections) against its linear layers (qkv, proj, MLP), forward and forward +
+backward; the goal is a ratio below 0.3. The fused Softmax attention proper of the
+same shapes is timed beside it for scale.
 """
-import argparse
 import csv
 import functools
-import json
-import os
 import statistics
-import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -52,10 +30,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchmark as bench  # noqa: E402  (tools/benchmark.py: the shared measuring code)
+from .backbones import MODES, Result, _size
+from .measure import Timer
 
-ROOT = Path(__file__).resolve().parents[1]
+__all__ = ['MODELS', 'FULL_SIZES', 'QUICK_SIZES', 'PAPER_SPEEDUP', 'SPLIT_SIZE', 'SPLIT_GOAL',
+           'ratio_table', 'write_csv', 'plot', 'run_split', 'split_table', 'write_split_csv']
+
 FULL_SIZES = [(224, 224), (384, 384), (640, 640), (1024, 1024), (1536, 1536)]
 QUICK_SIZES = [(64, 64), (96, 128)]
 INLINE = 'InLine-DeiT-T'
@@ -67,7 +47,7 @@ OUT_INDICES = (2, 5, 8, 11)
 
 
 def build_inline_deit_t():
-    from inline_mm.models.backbones import InLineDeiT
+    from ..models.inline_deit import InLineDeiT
     return InLineDeiT(arch='tiny', drop_path_rate=0., out_indices=OUT_INDICES)
 
 
@@ -95,12 +75,12 @@ MODELS = {
 
 # ------------------------------------------------------------------------ ratio table
 
-def ratio_table(results: List['bench.Result'], models) -> str:
+def ratio_table(results: List[Result], models) -> str:
     by_key = {(r.device, r.model, r.mode, r.size): r for r in results}
     sizes = sorted({r.size for r in results}, key=lambda s: s[0] * s[1])
     lines = []
     for dev in sorted({r.device for r in results}):
-        for mode in bench.MODES:
+        for mode in MODES:
             if not any(r.device == dev and r.mode == mode for r in results):
                 continue
             what = 'forward, no_grad' if mode == 'inference' else 'forward + backward'
@@ -108,7 +88,7 @@ def ratio_table(results: List['bench.Result'], models) -> str:
             lines.append(f'{"size":>10s}{"tokens":>8s}' + ''.join(f'{m:>20s}' for m in models))
             for size in sizes:
                 tokens = 1 + -(-size[0] // 16) * -(-size[1] // 16)
-                row = f'{bench._size(size):>10s}{tokens:>8d}'
+                row = f'{_size(size):>10s}{tokens:>8d}'
                 for m in models:
                     r = by_key.get((dev, m, mode, size))
                     if r is None:
@@ -129,7 +109,7 @@ def ratio_table(results: List['bench.Result'], models) -> str:
             lines.append(f'{"size":>10s}' + head + (f'{"paper (GPU)":>14s}' if mode ==
                                                     'inference' else ''))
             for size in sizes:
-                row = f'{bench._size(size):>10s}'
+                row = f'{_size(size):>10s}'
                 ri = by_key.get((dev, INLINE, mode, size))
                 for b in base:
                     rb = by_key.get((dev, b, mode, size))
@@ -150,7 +130,7 @@ def ratio_table(results: List['bench.Result'], models) -> str:
                              f'{dev.upper()})')
         skipped = [r for r in results if r.device == dev and r.status.startswith('skipped')]
         for r in skipped:
-            lines.append(f'  {r.model} {r.mode} {bench._size(r.size)}: {r.status}')
+            lines.append(f'  {r.model} {r.mode} {_size(r.size)}: {r.status}')
     return '\n'.join(lines)
 
 
@@ -185,7 +165,7 @@ def plot(results, path: Path, title: str):
     styles = {INLINE: ('tab:blue', 'o', '-'), 'DeiT-T': ('tab:orange', 's', '--'),
               'DeiT-T-sdpa': ('tab:red', '^', ':')}
     for i, dev in enumerate(devices):
-        for j, mode in enumerate(bench.MODES):
+        for j, mode in enumerate(MODES):
             ax = axes[i][j]
             for name in MODELS:
                 pts = sorted((r.pixels / 1e6, r.median * 1e3) for r in results
@@ -231,7 +211,7 @@ def plot(results, path: Path, title: str):
 
 def run_split(args, device: torch.device) -> List[dict]:
     """Attention proper vs linear layers of one InLine-DeiT-T block at ``args.split_size``."""
-    timer = bench.Timer(device)
+    timer = Timer(device)
     torch.manual_seed(0)
     block = build_inline_deit_t().blocks[0].to(device)
     attn = block.attn
@@ -293,7 +273,7 @@ def run_split(args, device: torch.device) -> List[dict]:
 def split_table(rows: List[dict], quick: bool) -> str:
     lines = []
     for dev in sorted({r['device'] for r in rows}):
-        for mode in bench.MODES:
+        for mode in MODES:
             sel = {r['part']: r for r in rows if r['device'] == dev and r['mode'] == mode}
             if not sel:
                 continue
@@ -314,102 +294,9 @@ def split_table(rows: List[dict], quick: bool) -> str:
     return '\n'.join(lines)
 
 
-# ----------------------------------------------------------------------------- driver
-
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog='See the module docstring for what is measured and how.')
-    p.add_argument('--quick', action='store_true',
-                   help='CI-sized run: 64x64 and 96x128, the split on 96x96, 2 repeats')
-    p.add_argument('--ratio-only', action='store_true',
-                   help='only the attention / linear-layer split')
-    p.add_argument('--sizes', nargs='+', type=bench.parse_size, default=None,
-                   help='input sizes, N or HxW (default: 224 384 640 1024 1536)')
-    p.add_argument('--models', nargs='+', choices=list(MODELS), default=list(MODELS))
-    p.add_argument('--modes', nargs='+', choices=bench.MODES, default=list(bench.MODES))
-    p.add_argument('--device', choices=['auto', 'cpu', 'cuda', 'all'], default='auto',
-                   help='auto: CUDA when present, else CPU; all: CPU and CUDA')
-    p.add_argument('--batch', type=int, default=1)
-    p.add_argument('--repeats', type=int, default=None,
-                   help='timed runs per model and size (default 5; --quick 2)')
-    p.add_argument('--split-repeats', type=int, default=None,
-                   help='timed runs per part of the split (default 15; --quick 2)')
-    p.add_argument('--warmup', type=int, default=1)
-    p.add_argument('--threads', type=int, default=None)
-    p.add_argument('--max-run-s', type=float, default=None,
-                   help='skip a size whose predicted single run takes longer (default 60; '
-                        '--quick 20)')
-    p.add_argument('--max-mem-gb', type=float, default=None,
-                   help='skip a size whose predicted peak memory is larger (default: half '
-                        'of the available memory)')
-    p.add_argument('--out-dir', type=Path, default=ROOT / 'work_dirs' / 'benchmark_deit')
-    args = p.parse_args(argv)
-    if args.batch < 1 or args.warmup < 0:
-        p.error('--batch must be >= 1 and --warmup >= 0')
-    if args.sizes is None:
-        args.sizes = QUICK_SIZES if args.quick else FULL_SIZES
-    args.sizes = sorted(args.sizes, key=lambda s: s[0] * s[1])
-    args.repeats = args.repeats or (2 if args.quick else 5)
-    args.split_repeats = args.split_repeats or (2 if args.quick else 15)
-    args.max_run_s = args.max_run_s or (20. if args.quick else 60.)
-    args.split_size = (96, 96) if args.quick else SPLIT_SIZE
-    return args
-
-
-def main(argv=None):
-    args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    import inline_mm  # noqa: F401
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    info = bench.machine_info()
-    devices = bench.devices_for(args.device)
-    print(f'machine: {info["cpu"]}, {info["logical_cores"]} logical cores, torch '
-          f'{info["torch"]} with {info["torch_threads"]} thread(s)'
-          + (f', GPU {info["cuda"]}' if info['cuda'] else '')
-          + (f'; load average {info["load_average_start"][0]:.2f}'
-             if 'load_average_start' in info else ''))
-    print('timings are medians of interleaved runs; other processes on a shared machine '
-          'still add noise')
-    outputs = []
-    if not args.ratio_only:
-        results, mem_methods = [], {}
-        for device in devices:
-            models = {name: MODELS[name][0]().to(device) for name in args.models}
-            print(f'\n{device.type.upper()}: sizes {", ".join(bench._size(s) for s in args.sizes)}'
-                  f'; {args.warmup} warm-up + {args.repeats} timed runs each, batch {args.batch}')
-            results += bench.run_backbones(args, device, models, {})
-            mem_methods[device.type] = bench.Timer(device).mem_method
-            del models
-            bench._free(device)
-        print(ratio_table(results, args.models))
-        csv_path = args.out_dir / 'deit.csv'
-        write_csv(results, csv_path, args, mem_methods)
-        png_path = args.out_dir / 'deit.png'
-        plot(results, png_path, f'{info["cpu"]}, torch {info["torch"]}, '
-             f'{torch.get_num_threads()} thread(s), batch {args.batch}'
-             + (f', GPU {info["cuda"]}' if info['cuda'] else ''))
-        outputs += [csv_path, png_path]
-    rows = []
-    for device in devices:
-        rows += run_split(args, device)
-    print(split_table(rows, args.quick))
-    split_path = args.out_dir / 'deit_split.csv'
-    with open(split_path, 'w', newline='') as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0]))
-        wr.writeheader()
+def write_split_csv(rows: List[dict], path: Path):
+    with open(path, 'w', newline='') as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
         for r in rows:
-            wr.writerow({k: (f'{v:.3f}' if isinstance(v, float) else v) for k, v in r.items()})
-    outputs.append(split_path)
-    if hasattr(os, 'getloadavg'):
-        info['load_average_end'] = os.getloadavg()
-    info['arguments'] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    meta = args.out_dir / 'meta.json'
-    meta.write_text(json.dumps(info, indent=2, default=str))
-    outputs.append(meta)
-    print('\nwrote ' + ', '.join(str(p) for p in outputs))
-
-
-if __name__ == '__main__':
-    main()
+            w.writerow({k: (f'{v:.3f}' if isinstance(v, float) else v) for k, v in r.items()})

@@ -1,0 +1,7 @@
+"""What ``tools/benchmark.py`` measures, as importable parts: :mod:`.measure` (timing,
+peak memory, cost prediction), :mod:`.backbones` (whole backbones against their Softmax
+counterparts) and :mod:`.attention` (the attention against its plain reference).
+
+The pass/fail criteria of these measurements live in ``tests/test_performance.py``.
+Not imported by ``import inline_mm``.
+"""

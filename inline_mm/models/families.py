@@ -1,0 +1,167 @@
+"""The table of InLine backbone families: the one list that loading, registration,
+``inline_mm.env``, the converter tool, config checks and the tests read.
+
+How to add a family (InLine-DeiT is the example the table was shaped for):
+
+1. Write ``inline_mm/models/inline_<family>.py`` with the backbone class, a subclass
+   of :class:`~.base.InLineBackbone`, and next to it everything particular to the
+   family: ``ARCH_SETTINGS`` (the released presets, at least ``depths``),
+   ``OFFICIAL_KEYS`` (regexes that each match some key of its official *and* its
+   converted state dicts, and together match no other family's) and
+   ``convert_<family>_checkpoint(state)`` (official state dict -> the backbone's
+   keys; pure, idempotent). The class declares ``presets = ARCH_SETTINGS``,
+   ``official_keys = OFFICIAL_KEYS``, ``block_key`` (a regex with groups ``block``
+   and, for pyramids, ``stage``) and ``min_input_size``; its ``__init__`` calls
+   ``super().__init__(out_indices, frozen_stages, num_stages, init_cfg)`` and sets
+   ``self.dims`` (channels per stage, or per block for a plain ViT), ``self.depths``
+   and ``self.arch_name`` (``self.resolve_arch`` gives it); it implements
+   ``_convert_official``, ``_stem_modules`` (modules or parameters, e.g. a class token),
+   ``_stage_list`` if its stages are not ``self.stages``, and ``forward``. Blocks take
+   their attention from ``attention.py`` (called ``attn(x, hw)``) and run through
+   ``layers.BlockStage`` / ``layers.run_block`` for ``with_cp``. Import only from
+   ``inline_mm/models`` and third-party packages.
+2. Add one :class:`Family` entry to :data:`FAMILIES` below; its ``smoke`` arguments
+   must include ``embed_dims`` and ``depths`` (or ``depth``), as the contract tests
+   derive wider and deeper variants from them.
+
+That is all: the backbone is then registered in mmdet's and mmseg's ``MODELS``
+(whichever is installed), its official checkpoints are recognised by
+``tools/convert_checkpoint.py``, and ``tests/test_backbone_contract.py`` runs every
+contract test (shapes at normal, odd and non-square sizes, minimum input, frozen
+stages, ``with_cp``, invalid arguments, checkpoint layouts, wrong-variant refusal,
+registration) on the entry's ``smoke`` configuration. Family-specific tests (goldens
+against the official code, parameter counts, quirks) go in
+``tests/test_inline_<family>.py``.
+"""
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+
+from .base import InLineBackbone
+from .checkpoint import CheckpointError, identify_family
+from .inline_cswin import InLineCSwin, convert_cswin_checkpoint
+from .inline_deit import InLineDeiT, convert_deit_checkpoint
+from .inline_pvt import InLinePVT, convert_pvt_checkpoint
+from .inline_swin import InLineSwin, convert_swin_checkpoint
+
+__all__ = ['Family', 'FAMILIES', 'get_family', 'detect_family', 'convert_official']
+
+StateDict = Dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Family:
+    """What the rest of the project needs to know about one backbone family.
+
+    The presets, official-key pattern and minimum input size are read from the class
+    (declared in the family's file); the entry adds what is true of the family as a
+    whole.
+
+    Args:
+        cls (type): The backbone class (registered under its name).
+        convert (callable): Official state dict -> the class's keys (pure, idempotent).
+        strides (tuple[int]): Output stride of each stage at the default patch size; a
+            family with ``out_unit='block'`` has one stride for every block.
+        smoke (dict): Arguments of a small model with every kind of block (builds and
+            runs in milliseconds): contract tests, config smoke tests.
+        out_unit (str): What ``out_indices`` and ``frozen_stages`` count: ``'stage'``
+            (a pyramid) or ``'block'`` (a plain ViT). Default: ``'stage'``.
+        output_norms (bool): Every output passes its own LayerNorm ``norm{i}``.
+            Default: True.
+        class_token (bool): The model carries a class token. Default: False.
+        configs (str, optional): Folder of its configs under ``configs/``.
+        checkpoints (tuple[str]): Official ImageNet file names expected in
+            ``checkpoints/`` (see ``checkpoints/README.md``).
+    """
+
+    cls: type
+    convert: Callable[[StateDict], StateDict]
+    strides: Tuple[int, ...]
+    smoke: dict
+    out_unit: str = 'stage'
+    output_norms: bool = True
+    class_token: bool = False
+    configs: Optional[str] = None
+    checkpoints: Tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        if not issubclass(self.cls, InLineBackbone) or 'official_keys' not in vars(self.cls):
+            raise TypeError(f'{self.cls!r} is not an InLineBackbone family (it must subclass '
+                            'InLineBackbone and declare official_keys)')
+        if self.out_unit not in ('stage', 'block'):
+            raise ValueError(f"out_unit must be 'stage' or 'block', got {self.out_unit!r}")
+
+    @property
+    def name(self) -> str:
+        return self.cls.__name__
+
+    @property
+    def presets(self) -> Dict[str, dict]:
+        return self.cls.presets
+
+    @property
+    def official_keys(self) -> Tuple[str, ...]:
+        return self.cls.official_keys
+
+    @property
+    def min_input_size(self) -> int:
+        """Smallest image side the presets accept (the total stride)."""
+        return self.cls.min_input_size
+
+    def stride(self, i: int) -> int:
+        """Output stride of stage (or block) ``i``."""
+        return self.strides[i] if self.out_unit == 'stage' else self.strides[0]
+
+
+FAMILIES: Dict[str, Family] = {f.name: f for f in (
+    Family(InLineSwin, convert_swin_checkpoint, strides=(4, 8, 16, 32),
+           smoke=dict(embed_dims=16, depths=(1, 2, 2, 2), num_heads=(1, 2, 4, 8),
+                      stage_types=('inline', 'softmax', ('inline', 'softmax'), 'softmax'),
+                      drop_path_rate=0.),
+           configs='inline_swin',
+           checkpoints=('inline_swin_t.pth', 'inline_swin_s.pth', 'inline_swin_b.pth')),
+    Family(InLinePVT, convert_pvt_checkpoint, strides=(4, 8, 16, 32),
+           smoke=dict(embed_dims=(16, 32, 48, 64), depths=(1, 2, 2, 1), num_heads=(1, 2, 3, 4),
+                      mlp_ratios=(2, 2, 2, 2), drop_path_rate=0.,
+                      stage_types=(('softmax',), 'inline', ('inline', 'softmax'), 'softmax')),
+           configs='inline_pvt',
+           checkpoints=('inline_pvt_t.pth', 'inline_pvt_s.pth', 'inline_pvt_m.pth',
+                        'inline_pvt_l.pth')),
+    Family(InLineCSwin, convert_cswin_checkpoint, strides=(4, 8, 16, 32),
+           smoke=dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(2, 2, 4, 8),
+                      stage_types=('inline', ('inline', 'softmax'), 'softmax', 'softmax'),
+                      drop_path_rate=0.),
+           configs='inline_cswin',
+           checkpoints=('inline_cswin_t.pth', 'inline_cswin_s.pth', 'inline_cswin_b.pth')),
+    Family(InLineDeiT, convert_deit_checkpoint, strides=(16,),
+           smoke=dict(embed_dims=32, depth=12, num_heads=2, mlp_ratio=1., pretrain_img_size=64,
+                      drop_path_rate=0.),
+           out_unit='block', output_norms=False, class_token=True, configs='inline_deit',
+           checkpoints=('inline_deit_t.pth', 'inline_deit_s.pth', 'inline_deit_b.pth')),
+)}
+
+
+def get_family(name: str) -> Family:
+    """The entry of backbone ``name`` (e.g. a config's ``backbone.type``)."""
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise KeyError(f'{name!r} is not an InLine backbone; known: {", ".join(FAMILIES)}') \
+            from None
+
+
+def detect_family(state: StateDict) -> str:
+    """Which family a state dict (official or converted) belongs to."""
+    name = identify_family(state, [(f.name, f.official_keys) for f in FAMILIES.values()])
+    if name is None:
+        raise CheckpointError(f'not a checkpoint of any InLine backbone ({", ".join(FAMILIES)}); '
+                              f'first keys: {list(state)[:5]}')
+    return name
+
+
+def convert_official(state: StateDict) -> Tuple[str, StateDict]:
+    """Detect the family of an official (or converted) state dict and convert it;
+    returns ``(family name, converted state dict)``."""
+    name = detect_family(state)
+    return name, FAMILIES[name].convert(state)

@@ -1,0 +1,190 @@
+"""The package's shape: dependencies point one way, importing it only registers, and the
+engine behaviours are switched on by name (STYLE.md points 11-12).
+
+Imports are read from the source (every ``import`` statement, inside functions too), so a
+late import inside a function counts as a dependency like any other.
+"""
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, Set
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / 'inline_mm'
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix('').parts)
+    if parts[-1] == '__init__':
+        parts = parts[:-1]
+    return '.'.join(parts)
+
+
+def _imports(path: Path, modules: Set[str]) -> Set[str]:
+    """The ``modules`` (dotted names) that the file at ``path`` imports."""
+    name = _module_name(path)
+    package = name if path.name == '__init__.py' else name.rpartition('.')[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split('.')
+                base = base[:len(base) - node.level + 1]
+                stem = '.'.join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module
+            # `from pkg import name`: the submodule pkg.name if there is one, else pkg.
+            targets = [f'{stem}.{a.name}' if f'{stem}.{a.name}' in modules else stem
+                       for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:          # a.b.c -> the module a.b
+                target = target.rpartition('.')[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def import_graph() -> Dict[str, Set[str]]:
+    files = {_module_name(p): p for p in PACKAGE.rglob('*.py')}
+    return {name: _imports(path, set(files)) for name, path in files.items()}
+
+
+def test_no_import_cycle():
+    graph = import_graph()
+    state: Dict[str, int] = {}            # 1: on the current path, 2: done
+
+    def visit(node, path):
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                pytest.fail('import cycle: ' + ' -> '.join(cycle))
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_models_import_nothing_of_the_package_around_them():
+    outside = {name: sorted(m for m in deps if not m.startswith('inline_mm.models'))
+               for name, deps in import_graph().items() if name.startswith('inline_mm.models')}
+    assert not {k: v for k, v in outside.items() if v}
+
+
+def test_tools_import_nothing_from_tests():
+    tests = {p.stem for p in (ROOT / 'tests').glob('*.py')} | {'tests'}
+    loaders = {'spec_from_file_location', 'run_path', 'SourceFileLoader', 'import_module'}
+    bad = []
+    for path in (ROOT / 'tools').rglob('*.py'):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or '']
+            elif isinstance(node, ast.Call):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, 'id', '')
+                text = ast.unparse(node)
+                if called in loaders and 'test' in text:
+                    bad.append(f'{path.relative_to(ROOT)}: {text}')
+            bad += [f'{path.relative_to(ROOT)}: import {n}' for n in names
+                    if n.split('.')[0] in tests]
+    assert not bad
+
+
+def _run(code: str) -> str:
+    out = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout + out.stderr
+
+
+SNAPSHOT = '''
+    import mmengine.dist.utils as dist_utils
+    import mmengine.runner.runner as runner_module
+    from mmengine.hooks import CheckpointHook
+    from mmengine.runner import Runner
+
+    def snapshot():
+        return (dict(vars(Runner)), dict(vars(CheckpointHook)), dist_utils._init_dist_pytorch,
+                runner_module.find_latest_checkpoint)
+'''
+
+
+def test_bare_import_leaves_mmengine_untouched():
+    _run(SNAPSHOT + '''
+    before = snapshot()
+    import inline_mm
+    after = snapshot()
+    for a, b in zip(before, after):
+        if isinstance(a, dict):
+            changed = [k for k in set(a) | set(b) if a.get(k) is not b.get(k)]
+            assert not changed, changed
+        else:
+            assert a is b, (a, b)
+
+    import inline_mm.engine.enable     # switched on by name: now they change
+    assert inline_mm.engine.installed()
+    assert Runner.wrap_model is not before[0]['wrap_model']
+    assert CheckpointHook._save_checkpoint_with_step is not \\
+        before[1]['_save_checkpoint_with_step']
+    ''')
+
+
+@pytest.mark.parametrize('missing,present', [('mmseg', 'mmdet'), ('mmdet', 'mmseg')])
+def test_registers_with_only_one_framework_installed(missing, present):
+    out = _run(f'''
+    import sys
+    sys.modules['{missing}'] = None        # as if it were not installed
+    import inline_mm
+    from inline_mm.models import FAMILIES, REGISTERED_IN
+    from {present}.registry import MODELS
+    assert REGISTERED_IN == ['{present}'], REGISTERED_IN
+    assert all(name in MODELS.module_dict for name in FAMILIES)
+    import inline_mm.env
+    print(inline_mm.env.collect_env()['inline_mm'])
+    ''')
+    assert f'in {present}; {missing} not installed' in out
+
+
+CONFIG = """
+_base_ = 'mmseg::_base_/default_runtime.py'
+custom_imports = dict(imports={imports!r}, allow_failed_imports=False)
+"""
+
+
+@pytest.mark.parametrize('imports,engine_first,warned', [
+    (['inline_mm'], False, True),                           # a config from the old template
+    (['inline_mm', 'inline_mm.engine.enable'], False, False),
+    (['inline_mm'], True, False),                            # tools/train.py switched them on
+])
+def test_config_without_the_engine_line_warns_once(tmp_path, imports, engine_first, warned):
+    config = tmp_path / 'cfg.py'
+    config.write_text(CONFIG.format(imports=imports))
+    out = _run(f'''
+    import warnings
+    warnings.simplefilter('always')
+    if {engine_first}:
+        import inline_mm.engine
+        inline_mm.engine.install()
+    from mmengine.config import Config
+    for _ in range(2):
+        Config.fromfile({str(config)!r})
+    import inline_mm.engine
+    print('installed', inline_mm.engine.installed())
+    ''')
+    line = "custom_imports = dict(imports=['inline_mm', 'inline_mm.engine.enable']"
+    assert out.count(line) == (1 if warned else 0), out
+    assert f'installed {not warned}' in out

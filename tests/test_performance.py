@@ -1,0 +1,50 @@
+"""Performance criteria of the InLine implementation, measured with the parts of
+``tools/benchmark.py`` (``inline_mm.benchmark``).
+
+Timings on a shared machine are noisy, so these run only when asked for:
+``INLINE_MM_PERF=1 python -m pytest tests/test_performance.py`` (one thread is what the
+criteria were set at: ``OMP_NUM_THREADS=1``). Each takes a few minutes on a 2-core CPU.
+"""
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from inline_mm.benchmark.attention import run_attention
+from inline_mm.benchmark.backbones import build_models, run_backbones
+
+pytestmark = [
+    pytest.mark.performance,
+    pytest.mark.skipif(os.environ.get('INLINE_MM_PERF') != '1',
+                       reason='timing criteria: set INLINE_MM_PERF=1 to measure them'),
+]
+
+#: InLine-Swin-T forward time may grow at most this much from 512^2 to 1024^2 pixels (4x:
+#: linear in pixels, plus what the allocator costs at high resolution; see README)
+MAX_GROWTH_512_TO_1024 = 4.6
+#: the production attention must be at least this much faster than the plain reference,
+#: forward + backward, at stage 1 of an 800x1333 image, and need no more memory
+MIN_ATTENTION_SPEEDUP = 1.3
+
+
+def test_inline_swin_t_forward_grows_linearly_with_pixels():
+    args = SimpleNamespace(sizes=[(512, 512), (1024, 1024)], modes=['inference'],
+                           models=['InLine-Swin-T'], batch=1, warmup=1, repeats=5,
+                           max_run_s=60., max_mem_gb=None)
+    device = torch.device('cpu')
+    results = run_backbones(args, device, build_models(args.models, device))
+    small, large = (r for r in results if r.model == 'InLine-Swin-T')
+    assert small.median and large.median, (small.status, large.status)
+    growth = large.median / small.median
+    assert growth <= MAX_GROWTH_512_TO_1024, f'grew {growth:.2f}x'
+
+
+def test_attention_kernel_beats_the_reference():
+    args = SimpleNamespace(attention_hw=(-(-800 // 4), -(-1333 // 4)), batch=1,
+                           modes=['training'], warmup=1, attention_repeats=9)
+    rows = {r['path'].split()[0]: r for r in run_attention(args, torch.device('cpu'))}
+    prod, ref = rows['production'], rows['reference']
+    speedup = ref['median_ms'] / prod['median_ms']
+    assert speedup >= MIN_ATTENTION_SPEEDUP, f'{speedup:.2f}x'
+    assert prod['peak_mib'] <= ref['peak_mib']
