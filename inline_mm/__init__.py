@@ -3,7 +3,8 @@
 ``import inline_mm`` registers, and does nothing else:
 
 - the backbones of :data:`inline_mm.models.FAMILIES` (``InLineSwin``, ``InLinePVT``,
-  ``InLineCSwin``) in mmdet's and mmseg's ``MODELS`` (whichever is installed);
+  ``InLineCSwin``, ``InLineDeiT``) in mmdet's and mmseg's ``MODELS`` (whichever is
+  installed), and ViTDet's ``SimpleFPN`` neck with its ``LN2d`` in mmdet's;
 - ``SegFolderDataset`` / ``PaletteIoUMetric`` / ``CheckSegMapSize`` in mmseg's
   registries (with mmseg) and the opt-in ``NonFiniteCheckHook`` / ``DatasetCheckHook``;
 - mmengine's own checkpoint types on torch's ``weights_only`` allowlist

@@ -41,6 +41,7 @@ import torch
 from .base import InLineBackbone
 from .checkpoint import CheckpointError, identify_family
 from .inline_cswin import InLineCSwin, convert_cswin_checkpoint
+from .inline_deit import InLineDeiT, convert_deit_checkpoint
 from .inline_pvt import InLinePVT, convert_pvt_checkpoint
 from .inline_swin import InLineSwin, convert_swin_checkpoint
 
@@ -133,6 +134,11 @@ FAMILIES: Dict[str, Family] = {f.name: f for f in (
                       drop_path_rate=0.),
            configs='inline_cswin',
            checkpoints=('inline_cswin_t.pth', 'inline_cswin_s.pth', 'inline_cswin_b.pth')),
+    Family(InLineDeiT, convert_deit_checkpoint, strides=(16,),
+           smoke=dict(embed_dims=32, depth=12, num_heads=2, mlp_ratio=1., pretrain_img_size=64,
+                      drop_path_rate=0.),
+           out_unit='block', output_norms=False, class_token=True, configs='inline_deit',
+           checkpoints=('inline_deit_t.pth', 'inline_deit_s.pth', 'inline_deit_b.pth')),
 )}
 
 
