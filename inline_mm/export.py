@@ -74,7 +74,7 @@ def trace_backbone(model: nn.Module, size: Tuple[int, int], batch: int = 2) -> t
     batch size runs, any other ``H, W`` raises."""
     model = model.eval()
     with torch.no_grad():
-        return torch.jit.trace(SizeLocked(model, size), _example(model, size, batch),
+        return torch.jit.trace(SizeLocked(model, size).eval(), _example(model, size, batch),
                                check_trace=False)
 
 
@@ -92,7 +92,7 @@ def export_onnx(model: nn.Module, path: str, size: Tuple[int, int], opset: int =
     names = output_names(model)
     axes = {'input': {0: 'batch'}, **{n: {0: 'batch'} for n in names}}
     with torch.no_grad():
-        torch.onnx.export(SizeLocked(model, size), (_example(model, size, batch),), path,
+        torch.onnx.export(SizeLocked(model, size).eval(), (_example(model, size, batch),), path,
                           input_names=['input'], output_names=names, dynamic_axes=axes,
                           opset_version=opset, dynamo=False, do_constant_folding=True)
     return path
