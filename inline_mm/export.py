@@ -84,12 +84,13 @@ def output_names(model: nn.Module) -> List[str]:
 
 
 def export_onnx(model: nn.Module, path: str, size: Tuple[int, int], opset: int = 17,
-                batch: int = 2) -> str:
-    """Export ``model`` (eval mode) to ONNX for ``size = (H, W)`` input with a dynamic
-    batch (TorchScript exporter, ``dynamo=False``). Input ``input``, outputs
-    :func:`output_names`. Returns ``path``."""
+                batch: int = 2, names: Optional[Sequence[str]] = None) -> str:
+    """Export ``model`` (eval mode; any module returning a tuple of tensors whose first
+    axis is the batch) to ONNX for ``size = (H, W)`` input with a dynamic batch
+    (TorchScript exporter, ``dynamo=False``). Input ``input``, outputs ``names``
+    (default :func:`output_names`). Returns ``path``."""
     model = model.eval()
-    names = output_names(model)
+    names = list(names or output_names(model))
     axes = {'input': {0: 'batch'}, **{n: {0: 'batch'} for n in names}}
     with torch.no_grad():
         torch.onnx.export(SizeLocked(model, size).eval(), (_example(model, size, batch),), path,

@@ -8,7 +8,9 @@ with ONNX Runtime against PyTorch.
         --size 800 1216 --out swin_t_800x1216.onnx          # the config's backbone
     python tools/export_onnx.py --family InLinePVT --arch smoke --size 64 96 --bench
 
-A graph is made for one height and width (``inline_mm.export`` says why) and refuses
+``--whole`` exports the config's whole model in tensor mode (``model._forward``: a
+segmentor's logits; see the README for what a Mask R-CNN does).  A graph is made
+for one height and width (``inline_mm.export`` says why) and refuses
 any other; the batch is free.  TorchScript exporter (``dynamo=False``), opset 17 by
 default.  ``--arch smoke`` is the family table's tiny test model.  With
 ``--checkpoint`` the file goes through the project's safe loader (official,
@@ -19,6 +21,9 @@ also prints median CPU seconds per forward of both.
 import argparse
 import json
 import sys
+from pathlib import Path
+
+import torch
 
 
 def parse_args(argv=None):
@@ -28,6 +33,9 @@ def parse_args(argv=None):
     p.add_argument('--arch', default='tiny', help="preset, or 'smoke' (the family table's "
                    'tiny model); with --family. Default: tiny')
     p.add_argument('--checkpoint', help='weights (official, converted or mm checkpoint)')
+    p.add_argument('--whole', action='store_true',
+                   help="the config's whole model in tensor mode (model._forward), not its "
+                        'backbone; the checkpoint is then an mm checkpoint of that model')
     p.add_argument('--size', type=int, nargs=2, required=True, metavar=('H', 'W'),
                    help='input height and width the graph is made for')
     p.add_argument('--out', help='output .onnx path (default: <family>_<arch>_<H>x<W>.onnx)')
@@ -65,14 +73,51 @@ def build_backbone(args):
     return model.eval(), tag
 
 
+class TensorMode(torch.nn.Module):
+    """A whole OpenMMLab model's tensor-mode forward (``_forward``) as a tuple."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        out = self.model._forward(x)
+        return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+
+
+def build_whole(args):
+    import inline_mm  # noqa: F401  (registers the backbones)
+    from mmengine.config import Config
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import load_checkpoint
+    if not args.config:
+        raise SystemExit('error: --whole needs a config')
+    cfg = Config.fromfile(args.config)
+    cfg.model.backbone.init_cfg = None
+    scope = cfg.get('default_scope')
+    init_default_scope(scope)
+    if scope == 'mmseg':
+        from mmseg.registry import MODELS
+    else:
+        from mmdet.registry import MODELS
+    model = revert_sync_batchnorm(MODELS.build(cfg.model))
+    if args.checkpoint:
+        load_checkpoint(model, args.checkpoint, map_location='cpu')
+    return TensorMode(model).eval(), Path(args.config).stem
+
+
 def main(argv=None):
     args = parse_args(argv)
     from inline_mm.export import check_onnx, export_onnx, time_onnx_vs_eager
-    model, tag = build_backbone(args)
+    model, tag = build_whole(args) if args.whole else build_backbone(args)
     h, w = args.size
     out = args.out or f'{tag}_{h}x{w}.onnx'
-    export_onnx(model, out, (h, w), opset=args.opset)
-    report = dict(onnx=out, size=[h, w], opset=args.opset, outputs=list(model.out_channels))
+    names = ['logits'] if args.whole else None
+    export_onnx(model, out, (h, w), opset=args.opset, names=names)
+    report = dict(onnx=out, size=[h, w], opset=args.opset)
+    if not args.whole:
+        report['outputs'] = list(model.out_channels)
     if not args.no_check:
         errors = check_onnx(out, model, (h, w), batches=args.batches)
         report['max_abs_err'] = {str(b): e for b, e in errors.items()}
