@@ -1,4 +1,5 @@
-# Every target sets up .venv first (idempotent; the first run builds mmcv, ~15 min on 2 cores).
+# Every target sets up .venv first (idempotent; nothing is compiled: mmcv-lite + torchvision ops).
+# INLINE_MM_MMCV=full make setup builds compiled mmcv instead (see README, "mmcv without compiling").
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 

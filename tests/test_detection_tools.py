@@ -208,3 +208,47 @@ def test_det_toy_coco_is_valid_coco(tmp_path):
         assert (tmp_path / 'a' / rel).read_bytes() == (tmp_path / 'b' / rel).read_bytes()
     with pytest.raises(ValueError, match='distinct names'):
         make_coco_toy(str(tmp_path / 'c'), classes=('circle', 'circle'))
+
+
+def test_demo_data_stamp_detects_other_generators(tmp_path, monkeypatch):
+    """The demo reuses data/toy_coco only if this generator, with these arguments and
+    library versions, wrote exactly those files; anything else is regenerated."""
+    import json
+    from inline_mm.toydata import STAMP_FILE, stamp_mismatch
+    from inline_mm.toydata.coco import coco_toy_stamp
+    args = dict(num_train=3, num_val=2, size=48)
+    root = tmp_path / 'toy'
+    s = make_coco_toy(str(root), **args)
+    assert stamp_mismatch(str(root), coco_toy_stamp(**args)) is None
+    assert len(s['content_sha256']) == 64
+    assert 'params' in stamp_mismatch(str(root), coco_toy_stamp(num_train=4, num_val=2, size=48))
+    other = json.loads((root / STAMP_FILE).read_text())
+    other['generator_sha256'] = '0' * 64                  # an older generator's data
+    (root / STAMP_FILE).write_text(json.dumps(other))
+    assert 'generator_sha256' in stamp_mismatch(str(root), coco_toy_stamp(**args))
+    make_coco_toy(str(root), **args)
+    (root / 'val2017' / '000001.jpg').write_bytes(b'edited')
+    assert 'changed' in stamp_mismatch(str(root), coco_toy_stamp(**args))
+    (root / STAMP_FILE).unlink()                          # data from before stamps existed
+    assert 'no readable' in stamp_mismatch(str(root), coco_toy_stamp(**args))
+
+    demo = _load_demo()
+    calls = []
+    monkeypatch.setattr(demo, 'run', lambda cmd: (calls.append(cmd), make_coco_toy(
+        demo.DEFAULT_DATA, **args)))
+    # The demo asks for the default arguments' stamp; here: the small set's.
+    monkeypatch.setattr('inline_mm.toydata.coco.coco_toy_stamp',
+                        lambda *a, **k: coco_toy_stamp(*a, **(k or ({} if a else args))))
+    monkeypatch.setattr(demo, 'DEFAULT_DATA', str(root))
+    first = demo.ensure_data(False, 0.0)                  # no stamp: regenerates
+    assert len(calls) == 1 and len(first) == 64
+    assert demo.ensure_data(False, 0.0) == first and len(calls) == 1   # reused
+    assert demo.ensure_data(True, 0.0) == first and len(calls) == 2    # --regenerate
+
+
+def _load_demo():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('_demo', ROOT / 'tools' / 'demo.py')
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -188,3 +188,17 @@ def test_config_without_the_engine_line_warns_once(tmp_path, imports, engine_fir
     line = "custom_imports = dict(imports=['inline_mm', 'inline_mm.engine.enable']"
     assert out.count(line) == (1 if warned else 0), out
     assert f'installed {not warned}' in out
+
+
+def test_frameworks_without_any_mmcv_say_what_to_install():
+    """mmdet/mmseg installed but neither mmcv-lite nor a compiled mmcv: the import names the
+    two ways out instead of failing deep inside mmdet with "No module named 'mmcv'"."""
+    out = subprocess.run([sys.executable, '-c', textwrap.dedent('''
+    import sys
+    sys.modules['mmcv'] = None             # as if no mmcv distribution were installed
+    import inline_mm
+    ''')], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith('ImportError: mmdet is installed but mmcv is not importable'), last
+    assert 'mmcv-lite==2.1.0' in last and 'INLINE_MM_MMCV=full make setup' in last

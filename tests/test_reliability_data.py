@@ -170,28 +170,32 @@ def _seg_dataset(root, pipeline_edit=None):
     init_default_scope('mmseg')
     ds = copy.deepcopy(cfg.train_dataloader.dataset)
     ds.data_root = str(root)
-    ds.pipeline[2]['scale'] = (128, 64)             # the shipped RandomResize, smaller
-    ds.pipeline[3]['crop_size'] = (64, 64)
+    steps = [t['type'] for t in ds.pipeline]
+    ds.pipeline[steps.index('RandomResize')]['scale'] = (128, 64)   # the shipped one, smaller
+    ds.pipeline[steps.index('RandomCrop')]['crop_size'] = (64, 64)
     if pipeline_edit:
         pipeline_edit(ds.pipeline)
     return DATASETS.build(ds)
 
 
-def test_wrong_size_mask_is_silent_in_mmseg(ade_bad_mask):
-    """Documents the hazard: the shipped pipeline rescales image and mask into one box,
-    so a half-size mask is stretched over its image without any error."""
+def _stock_mmseg_pipeline(pipeline):
+    """The pipeline as mmseg's ADE20K base has it: without inline_mm's check."""
+    pipeline[:] = [t for t in pipeline if t['type'] != 'CheckSegMapSize']
+
+
+def test_wrong_size_mask_is_silent_in_stock_mmseg(ade_bad_mask):
+    """Documents the hazard: mmseg's pipeline rescales image and mask into one box, so a
+    half-size mask is stretched over its image without any error."""
     root, _ = ade_bad_mask
-    sample = _seg_dataset(root)[0]
+    sample = _seg_dataset(root, _stock_mmseg_pipeline)[0]
     assert sample['data_samples'].seg_map_path.endswith('ADE_train_00000001.png')
     assert sample['inputs'].shape[1:] == sample['data_samples'].gt_sem_seg.data.shape[1:]
 
 
-def test_check_seg_map_size_refuses_wrong_size_mask(ade_bad_mask):
+def test_shipped_pipeline_refuses_wrong_size_mask(ade_bad_mask):
+    """The shipped configs have CheckSegMapSize after LoadAnnotations (by default)."""
     root, mask = ade_bad_mask
-
-    def add_check(pipeline):
-        pipeline.insert(2, dict(type='CheckSegMapSize'))
-    dataset = _seg_dataset(root, add_check)
+    dataset = _seg_dataset(root)
     with pytest.raises(ValueError) as err:
         dataset[0]
     message = str(err.value)

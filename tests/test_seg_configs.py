@@ -281,3 +281,16 @@ def test_custom_template_heads_follow_the_classes():
     assert predict.test_evaluator.format_only is True
     assert not any(t.type == 'LoadAnnotations' for t in predict.test_dataloader.dataset.pipeline)
     assert predict.val_dataloader.dataset.get('with_masks', True) is True
+
+
+@pytest.mark.parametrize('path', [p for p in SEG_CONFIGS if '_predict' not in p.name], ids=[
+    p.name for p in SEG_CONFIGS if '_predict' not in p.name])
+def test_masks_of_another_size_are_refused_by_default(path):
+    """CheckSegMapSize directly after every LoadAnnotations (train, val, test): a mask
+    whose size differs from its image's stops with an error naming both files, instead of
+    being stretched over the image in training (mmseg's own pipelines do that silently)."""
+    cfg = Config.fromfile(str(path))
+    assert 'inline_mm.engine.enable' in cfg.custom_imports['imports']  # registers the step
+    for split in ('train', 'val', 'test'):
+        steps = [t['type'] for t in cfg[f'{split}_dataloader'].dataset.pipeline]
+        assert steps[steps.index('LoadAnnotations') + 1] == 'CheckSegMapSize', (split, steps)

@@ -4,8 +4,10 @@
     python tools/demo.py          # defaults below; 6-12 min on 2 shared cores
 
 1. writes the toy COCO dataset (``tools/make_toy_dataset.py coco``: shapes on textured
-   backgrounds, polygon and RLE masks, 300 train / 60 val images of 256 px) unless it
-   is already there;
+   backgrounds, polygon and RLE masks, 300 train / 60 val images of 256 px) unless the
+   one already there carries the stamp of this generator, these arguments and these
+   library versions, with its files unchanged (anything else is regenerated: figures
+   measured on an older generator's data are not this demo's figures);
 2. trains a narrow InLine-Swin Mask R-CNN from scratch with ``tools/train.py``
    (config ``configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py``),
    printing mmengine's progress lines;
@@ -14,7 +16,11 @@
 4. draws the predicted masks on val images into ``<work-dir>/predictions.png``.
 
 It exits with status 1 when box or mask AP stays below ``--target`` (0.5), so the
-command doubles as a check that training works end to end.
+command doubles as a check that training works end to end.  The figures, times, load
+averages and the data's hash also go to ``<work-dir>/demo_result.json``.
+
+Reproducible: the same command on the same machine gives the same AP (same thread count:
+a different ``OMP_NUM_THREADS`` sums floats in another order and gives other figures).
 """
 import argparse
 import glob
@@ -23,6 +29,7 @@ import os
 import os.path as osp
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -61,13 +68,55 @@ def run(cmd):
         sys.exit(f'demo: {cmd[1]} failed with exit status {rc}')
 
 
-def ensure_data(regenerate: bool, t0: float):
-    ann = osp.join(DEFAULT_DATA, 'annotations', 'instances_val2017.json')
-    if osp.isfile(ann) and not regenerate:
-        banner(f'reusing the toy dataset in {DEFAULT_DATA} (--regenerate to rewrite it)', t0)
-        return
-    banner(f'writing the toy COCO dataset to {DEFAULT_DATA}', t0)
-    run([sys.executable, 'tools/make_toy_dataset.py', 'coco', DEFAULT_DATA])
+def ensure_data(regenerate: bool, t0: float) -> str:
+    """Make sure DEFAULT_DATA holds what this generator writes with its defaults;
+    return the data's content hash."""
+    from inline_mm.toydata import read_stamp, stamp_mismatch
+    from inline_mm.toydata.coco import coco_toy_stamp
+    why = 'asked to (--regenerate)' if regenerate else stamp_mismatch(DEFAULT_DATA,
+                                                                      coco_toy_stamp())
+    if why is None:
+        banner(f'reusing the toy dataset in {DEFAULT_DATA}: same generator, arguments and '
+               'files (--regenerate to rewrite it)', t0)
+    else:
+        banner(f'writing the toy COCO dataset to {DEFAULT_DATA} ({why})', t0)
+        run([sys.executable, 'tools/make_toy_dataset.py', 'coco', DEFAULT_DATA])
+    return read_stamp(DEFAULT_DATA)['content_sha256']
+
+
+def load_average() -> str:
+    try:
+        return ' / '.join(f'{v:.1f}' for v in os.getloadavg())
+    except OSError:          # not available on this platform
+        return 'unknown'
+
+
+class LoadSampler:
+    """The 1-minute load average every ``period`` seconds while the demo runs: the
+    times it reports mean little without the load they were measured under."""
+
+    def __init__(self, period: float = 15.0):
+        self.samples, self._stop = [], threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
+        self._thread.start()
+
+    def _run(self, period):
+        while True:
+            try:
+                self.samples.append(os.getloadavg()[0])
+            except OSError:
+                return
+            if self._stop.wait(period):
+                return
+
+    def summary(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        s = sorted(self.samples)
+        if not s:
+            return {}
+        return dict(min=round(s[0], 2), median=round(s[len(s) // 2], 2), max=round(s[-1], 2),
+                    samples=len(s))
 
 
 def read_metrics(test_dir: str) -> dict:
@@ -139,9 +188,13 @@ def main(argv=None):
     os.chdir(ROOT)          # the config's data_root and the tools are relative to the repo
     t0 = time.time()
     threads = os.environ.get('OMP_NUM_THREADS', '1')
+    load_start = load_average()
+    sampler = LoadSampler()
     print(f'demo: {os.cpu_count()} CPUs, {threads} compute thread(s) per tool '
-          f'(set OMP_NUM_THREADS to change); config {args.config}', flush=True)
-    ensure_data(args.regenerate, t0)
+          f'(set OMP_NUM_THREADS to change); load average (1 / 5 / 15 min) {load_start}; '
+          f'config {args.config}', flush=True)
+    data_hash = ensure_data(args.regenerate, t0)
+    print(f'toy data content sha256 {data_hash[:12]}', flush=True)
 
     from mmengine.config import Config
     cfg = Config.fromfile(args.config)
@@ -176,12 +229,24 @@ def main(argv=None):
          ' (score >= 0.5)', args.num_images)
     total = time.time() - t0
     reached = box >= args.target and mask >= args.target
+    load_end = load_average()
+    load_run = sampler.summary()
+    result = {k: metrics.get(k) for k in ('coco/bbox_mAP', 'coco/segm_mAP', 'coco/bbox_mAP_50',
+                                          'coco/segm_mAP_50')}
+    result.update(iters=iters, train_min=round(t_train / 60, 2), total_min=round(total / 60, 2),
+                  threads=threads, cpus=os.cpu_count(), load_start=load_start,
+                  load_end=load_end, load_1min_during_run=load_run, data_sha256=data_hash, checkpoint=ckpt)
+    with open(osp.join(wd, 'demo_result.json'), 'w') as f:
+        json.dump(result, f, indent=1)
     banner('done', t0)
     print(f'box AP  (coco/bbox_mAP): {box:.3f}\n'
           f'mask AP (coco/segm_mAP): {mask:.3f}\n'
           f'AP50 box / mask: {metrics.get("coco/bbox_mAP_50", float("nan")):.3f} / '
           f'{metrics.get("coco/segm_mAP_50", float("nan")):.3f}\n'
-          f'training {t_train / 60:.1f} min, total {total / 60:.1f} min\n'
+          f'training {t_train / 60:.1f} min, total {total / 60:.1f} min '
+          f'(1-minute load average during the run: median {load_run.get("median")}, '
+          f'{load_run.get("min")}-{load_run.get("max")}; 1 / 5 / 15 min: {load_start} at the '
+          f'start, {load_end} at the end)\n'
           f'checkpoint {ckpt}\npredictions drawn in {png}\n'
           f'target box and mask AP >= {args.target}: {"reached" if reached else "NOT reached"}',
           flush=True)

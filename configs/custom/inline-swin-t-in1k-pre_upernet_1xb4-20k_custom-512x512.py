@@ -35,6 +35,10 @@ num_classes = len(classes)    # the decode head, auxiliary head and metric all u
 #   fixes it.
 reduce_zero_label = False
 ignore_index = 255
+# Backbone weights: the official ImageNet-1k file (name as in checkpoints/README.md).
+# None starts from random weights: for rehearsing on the toy set without a download
+# (real data needs the ImageNet weights).
+pretrained = 'checkpoints/inline_swin_t.pth'
 # ==========================================================================================
 
 # Training size and length. Images are resized to fit within img_scale (long x short
@@ -42,14 +46,19 @@ ignore_index = 255
 # must be >= 2: the heads use batch norm, and pooled 1x1 maps of one image cannot be
 # normalised. The learning rate is the ADE20K one (16 images per step); it works for
 # fine-tuning at 4-16 images per step. Change these here rather than with --cfg-options:
-# the warm-up, the poly schedule and the checkpoint interval are derived from them.
+# the warm-up, the poly schedule, the log and checkpoint intervals are derived from them,
+# so a short run (max_iters=100) warms up over 10 iterations and then decays to 0.
 crop_size = (512, 512)
 img_scale = (2048, 512)
 batch_size = 4
 max_iters = 20000
 val_interval = 2000
 lr = 6e-5
-warmup_iters = min(1500, max_iters // 10)
+# Linear warm-up over 10% of the run (at most 1500 iterations). mmengine's LinearLR reaches
+# the full lr at iteration warmup_iters - 1, so it needs >= 2 iterations to ramp at all:
+# with 1 it would stay at lr * 1e-6 and the poly decay would continue from there.
+warmup_iters = min(1500, max(2, max_iters // 10))
+log_interval = min(50, max(1, max_iters // 20))
 
 data_preprocessor = dict(size=crop_size, seg_pad_val=ignore_index)
 model = dict(
@@ -60,18 +69,21 @@ model = dict(
         arch='tiny',
         drop_path_rate=0.3,
         out_indices=(0, 1, 2, 3),
-        # Official ImageNet weights, file name as in checkpoints/README.md. To start from
-        # a model trained on ADE20K instead, also set load_from = '<that checkpoint>':
-        # the class layers of the heads differ in shape and are skipped (with a warning).
-        init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_swin_t.pth')),
+        # To start from a model trained on ADE20K instead, also set
+        # load_from = '<that checkpoint>': the class layers of the heads differ in shape
+        # and are skipped (with a warning).
+        init_cfg=dict(type='Pretrained', checkpoint=pretrained) if pretrained else None),
     decode_head=dict(in_channels=[96, 192, 384, 768], num_classes=num_classes,
                      ignore_index=ignore_index),
     auxiliary_head=dict(in_channels=384, num_classes=num_classes,
                         ignore_index=ignore_index))
 
+# CheckSegMapSize (inline_mm.engine) refuses an image/mask pair of different sizes, naming
+# both files; without it mmseg stretches such a mask over its image in training, silently.
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations'),     # reduce_zero_label comes from the dataset
+    dict(type='CheckSegMapSize'),
     dict(type='RandomResize', scale=img_scale, ratio_range=(0.5, 2.0), keep_ratio=True),
     dict(type='RandomCrop', crop_size=crop_size, cat_max_ratio=0.75,
          ignore_index=ignore_index),
@@ -83,6 +95,7 @@ test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=img_scale, keep_ratio=True),
     dict(type='LoadAnnotations'),     # after Resize: scores are computed at full size
+    dict(type='CheckSegMapSize'),
     dict(type='PackSegInputs'),
 ]
 train_dataloader = dict(
@@ -128,18 +141,21 @@ optim_wrapper = dict(
     }))
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=warmup_iters),
-    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=warmup_iters, end=max_iters,
-         by_epoch=False),
+    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=warmup_iters,
+         end=max(max_iters, warmup_iters + 1), by_epoch=False),
 ]
 train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=val_interval)
 val_cfg = dict(type='ValLoop')
 test_cfg = dict(type='TestLoop')
 default_hooks = dict(
     timer=dict(type='IterTimerHook'),
-    logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
+    logger=dict(type='LoggerHook', interval=log_interval, log_metric_by_epoch=False),
     param_scheduler=dict(type='ParamSchedulerHook'),
     # Keeps the last 2 checkpoints and the best one by val mIoU (best_mIoU_iter_*.pth).
     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=val_interval,
                     max_keep_ckpts=2, save_best='mIoU'),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'))
+# Seeded: the same command on the same machine trains the same model (another machine,
+# thread count or GPU may sum floats in another order and end with slightly other figures).
+randomness = dict(seed=0)

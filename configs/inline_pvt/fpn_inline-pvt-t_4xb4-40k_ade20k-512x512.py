@@ -5,7 +5,7 @@
 # fpn_inline-pvt-* config in this folder is a short child of this file.
 _base_ = [
     'mmseg::_base_/models/fpn_r50.py',
-    'mmseg::_base_/datasets/ade20k.py',
+    '../_base_/ade20k_512x512.py',   # mmseg's ADE20K + the mask size check
     'mmseg::_base_/default_runtime.py',
     'mmseg::_base_/schedules/schedule_40k.py',
 ]

@@ -29,7 +29,12 @@ That is all: the backbone is then registered in mmdet's and mmseg's ``MODELS``
 ``tools/convert_checkpoint.py``, and ``tests/test_backbone_contract.py`` runs every
 contract test (shapes at normal, odd and non-square sizes, minimum input, frozen
 stages, ``with_cp``, invalid arguments, checkpoint layouts, wrong-variant refusal,
-registration) on the entry's ``smoke`` configuration. Family-specific tests (goldens
+registration) on the entry's ``smoke`` configuration; ``tests/test_export.py`` traces
+and exports it to ONNX (so write size arithmetic with ``layers.round_up`` /
+``layers.pad_amount``, not ``-(-h // w)`` / ``-h % p``, which ONNX's truncating integer
+division exports wrongly, and no per-sample Python loops, which a tracer bakes into the
+graph); and ``inline_mm.timm`` registers every preset as ``inline_<family>_<preset>``
+(``tests/test_timm.py``). Family-specific tests (goldens
 against the official code, parameter counts, quirks) go in
 ``tests/test_inline_<family>.py``.
 """

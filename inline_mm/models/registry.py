@@ -23,10 +23,25 @@ def framework_registry(framework: str, name: str = 'MODELS'):
     try:
         module = importlib.import_module(f'{framework}.registry')
     except ModuleNotFoundError as e:
-        if e.name is not None and e.name.split('.')[0] == framework:
+        missing = (e.name or '').split('.')[0]
+        if missing == framework:
             return None
+        if missing in ('mmcv', 'mmengine'):
+            raise ImportError(
+                f'{framework} is installed but {missing} is not importable ({e}). '
+                + (MMCV_HINT if missing == 'mmcv' else
+                   'Install mmengine 0.10.x (`pip install "mmengine>=0.10.4,<0.11"`); '
+                   '`make setup` installs the whole stack.')) from e
         raise
     return getattr(module, name)
+
+
+#: What to do when mmdet/mmseg are installed without any mmcv.
+MMCV_HINT = ('Install one of: mmcv-lite 2.1.0 (pure Python, nothing to compile; inline_mm backs '
+             'the NMS/RoIAlign ops the shipped configs use with torchvision): '
+             '`pip install mmcv-lite==2.1.0 && python -m _inline_mm_mmcv_hook install`; or a '
+             'compiled mmcv 2.1.x: `INLINE_MM_MMCV=full make setup`. `make setup` does the '
+             'former.')
 
 
 def register_backbones(classes: Iterable[type],

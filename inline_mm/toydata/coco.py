@@ -15,7 +15,9 @@ class is the shape, never the colour.  Masks are stored the ways COCO stores the
 polygons for polygonal shapes (triangles, rectangles), compressed RLE for discs
 and uncompressed RLE for rings (a ring has a hole, which a polygon cannot hold),
 so a dataset exercises every mask decoding path of the loaders and the metric.
-Everything is drawn from one seed: the same arguments give the same files.
+Everything is drawn from one seed: the same arguments give the same files (with the same
+numpy / OpenCV); ``OUT/toy_dataset.json`` records the generator, the arguments and a hash
+of the files (:mod:`inline_mm.toydata`), so a reader can tell data of another generator.
 """
 import argparse
 import json
@@ -28,7 +30,10 @@ import cv2
 import numpy as np
 from pycocotools import mask as mask_utils
 
-__all__ = ['SHAPES', 'DEFAULT_CLASSES', 'KIND_HELP', 'add_arguments', 'run', 'make_coco_toy']
+from . import STAMP_FILE, expected_stamp, write_stamp
+
+__all__ = ['SHAPES', 'DEFAULT_CLASSES', 'KIND_HELP', 'add_arguments', 'run', 'make_coco_toy',
+           'coco_toy_stamp']
 
 #: every shape the generator can draw, with the mask encoding it is stored in
 SHAPES = {'circle': 'rle', 'triangle': 'polygon', 'rectangle': 'polygon',
@@ -162,7 +167,8 @@ def _draw_image(rng: np.random.Generator, size: int, classes: Sequence[str], max
 
 # --------------------------------------------------------------------- writing
 def _write_split(out: str, split: str, n: int, rng: np.random.Generator, size: int,
-                 classes: Sequence[str], max_objects: int, quality: int) -> Dict[str, int]:
+                 classes: Sequence[str], max_objects: int, quality: int,
+                 written: List[str]) -> Dict[str, int]:
     img_dir = osp.join(out, f'{split}2017')
     os.makedirs(img_dir, exist_ok=True)
     images, annotations = [], []
@@ -172,6 +178,7 @@ def _write_split(out: str, split: str, n: int, rng: np.random.Generator, size: i
         # cv2 writes BGR; the colours are random, so the channel order does not matter.
         if not cv2.imwrite(osp.join(img_dir, name), img, [cv2.IMWRITE_JPEG_QUALITY, quality]):
             raise OSError(f'could not write {osp.join(img_dir, name)}')
+        written.append(f'{split}2017/{name}')
         images.append(dict(id=i + 1, file_name=name, width=size, height=size))
         for a in anns:
             a.update(id=len(annotations) + 1, image_id=i + 1)
@@ -184,7 +191,17 @@ def _write_split(out: str, split: str, n: int, rng: np.random.Generator, size: i
     os.makedirs(osp.join(out, 'annotations'), exist_ok=True)
     with open(osp.join(out, 'annotations', f'instances_{split}2017.json'), 'w') as f:
         json.dump(coco, f)
+    written.append(f'annotations/instances_{split}2017.json')
     return dict(images=len(images), instances=len(annotations))
+
+
+def coco_toy_stamp(num_train: int = 300, num_val: int = 60, size: int = 256,
+                   classes: Sequence[str] = DEFAULT_CLASSES, max_objects: int = 4,
+                   seed: int = 0, quality: int = 90) -> dict:
+    """The stamp :func:`make_coco_toy` writes for these arguments (same defaults)."""
+    return expected_stamp(__name__, dict(
+        num_train=num_train, num_val=num_val, size=size, classes=list(classes),
+        max_objects=max_objects, seed=seed, quality=quality))
 
 
 def make_coco_toy(out: str, num_train: int = 300, num_val: int = 60, size: int = 256,
@@ -204,7 +221,8 @@ def make_coco_toy(out: str, num_train: int = 300, num_val: int = 60, size: int =
         quality (int): JPEG quality. Default: 90.
 
     Returns:
-        dict: ``classes``, ``root`` and per split the image and instance counts.
+        dict: ``classes``, ``root``, per split the image and instance counts, and
+        ``content_sha256`` (the hash of the written files, also in the stamp).
     """
     classes = tuple(classes)
     unknown = [c for c in classes if c not in SHAPES]
@@ -220,9 +238,18 @@ def make_coco_toy(out: str, num_train: int = 300, num_val: int = 60, size: int =
         raise ValueError(f'max_objects must be >= 1, got {max_objects}')
     # Independent streams per split: changing num_train leaves val unchanged.
     train_rng, val_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    os.makedirs(out, exist_ok=True)
+    if osp.exists(osp.join(out, STAMP_FILE)):
+        os.remove(osp.join(out, STAMP_FILE))    # stale until the new files are complete
     summary = dict(root=out, classes=classes)
+    written: List[str] = []
     for split, n, rng in (('train', num_train, train_rng), ('val', num_val, val_rng)):
-        summary[split] = _write_split(out, split, n, rng, size, classes, max_objects, quality)
+        summary[split] = _write_split(out, split, n, rng, size, classes, max_objects, quality,
+                                      written)
+    write_stamp(out, coco_toy_stamp(num_train, num_val, size, classes, max_objects, seed,
+                                    quality), written)
+    with open(osp.join(out, STAMP_FILE)) as f:
+        summary['content_sha256'] = json.load(f)['content_sha256']
     return summary
 
 
@@ -247,4 +274,5 @@ def run(args: argparse.Namespace):
         raise SystemExit(f'error: {e}')
     print(f"wrote {s['root']}: classes {', '.join(s['classes'])}; "
           f"train {s['train']['images']} images / {s['train']['instances']} instances, "
-          f"val {s['val']['images']} images / {s['val']['instances']} instances")
+          f"val {s['val']['images']} images / {s['val']['instances']} instances; "
+          f"content sha256 {s['content_sha256'][:12]}")

@@ -73,9 +73,18 @@ BROKEN_VARIANTS = {
 
 
 # --------------------------------------------------------------------- drawing
-def _texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
-    """A random ``(h, w, 3)`` uint8 background: smooth noise or stripes, plus noise."""
-    c0, c1 = rng.uniform(0, 255, 3), rng.uniform(0, 255, 3)
+def _texture(rng: np.random.Generator, h: int, w: int) -> Tuple[np.ndarray, np.ndarray]:
+    """A random ``(h, w, 3)`` uint8 background (smooth noise or stripes, plus noise) and
+    its mean colour.
+
+    Backgrounds are greyish (a small tint) and their pattern varies the grey by at most
+    ~60 levels: visible texture that a model must learn to ignore, not camouflage. Shapes
+    are saturated colours (:func:`_object_colour`), so telling them from the background
+    is learnable in a short run; telling them apart still needs their shape. (With two
+    unrelated random colours per background a 600-iteration run from random weights
+    learned nothing but the class frequencies.)"""
+    c0 = rng.uniform(40, 215) + rng.uniform(-12, 12, 3)
+    c1 = np.clip(c0 + rng.uniform(-60, 60), 0, 255)
     if rng.random() < 0.5:
         grid = rng.uniform(0, 1, (int(rng.integers(2, 6)), int(rng.integers(2, 6))))
         t = cv2.resize(grid.astype(np.float32), (w, h), interpolation=cv2.INTER_CUBIC)
@@ -86,7 +95,17 @@ def _texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
                                / period)
     t = np.clip(t, 0, 1)[..., None]
     img = c0 * (1 - t) + c1 * t + rng.normal(0, 6, (h, w, 3))
-    return np.clip(img, 0, 255).astype(np.uint8)
+    return np.clip(img, 0, 255).astype(np.uint8), (c0 + c1) / 2
+
+
+def _object_colour(rng: np.random.Generator, background: np.ndarray) -> np.ndarray:
+    """A random saturated colour (one channel >= 150 above another) clearly apart from
+    the background's (RGB distance >= 100)."""
+    for _ in range(100):
+        c = rng.uniform(0, 255, 3)
+        if c.max() - c.min() >= 150 and np.linalg.norm(c - background) >= 100:
+            return c
+    return np.array([255.0, 0.0, 0.0])
 
 
 def _draw_shape(rng: np.random.Generator, shape: str, h: int, w: int) -> np.ndarray:
@@ -117,7 +136,7 @@ def _draw_sample(rng: np.random.Generator, size: int, band: int = 0
     """
     h = int(size * rng.uniform(0.75, 1.25))
     w = int(size * rng.uniform(0.75, 1.25))
-    img = _texture(rng, h, w)
+    img, background = _texture(rng, h, w)
     label = np.zeros((h, w), np.int64)                      # index into names
     names = ('background',) + SHAPES + ('unlabelled',)
     for _ in range(int(rng.integers(1, 4))):
@@ -126,7 +145,7 @@ def _draw_sample(rng: np.random.Generator, size: int, band: int = 0
         if band:
             ring = cv2.dilate(m.astype(np.uint8), np.ones((2 * band + 1,) * 2, np.uint8))
             label[ring.astype(bool) & ~m] = len(names) - 1
-        colour = rng.uniform(0, 255, 3)
+        colour = _object_colour(rng, background)
         img[m] = np.clip(colour + rng.normal(0, 6, (int(m.sum()), 3)), 0, 255)
         label[m] = 1 + k
     return img, {n: label == i for i, n in enumerate(names)}

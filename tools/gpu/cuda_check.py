@@ -66,7 +66,7 @@ def check_ops(device):
                            case['idxs'].to(device), dict(case['nms_cfg']))[1].cpu()
         assert sorted(keep.tolist()) == sorted(case['keep'].tolist()), case['name']
     for case in ref['roi_align']:
-        feats = case['feats'].to(device).requires_grad_()
+        feats = case['feats'].to(device).clone().requires_grad_()
         out = roi_align(feats, case['rois'].to(device), case['output_size'],
                         case['spatial_scale'], case['sampling_ratio'], 'avg', case['aligned'])
         if out.numel():
@@ -80,13 +80,12 @@ def check_ops(device):
 
 @check('InLine backbones: forward + backward on device vs CPU (fp32)')
 def check_backbones(device):
-    from mmdet.registry import MODELS
-    import inline_mm  # noqa: F401
+    from inline_mm.models import FAMILIES
     lines = []
-    for cfg in (dict(type='InLineSwin', arch='tiny'), dict(type='InLinePVT', arch='tiny'),
-                dict(type='InLineCSwin', arch='tiny')):
+    for family in FAMILIES.values():  # every family, at its tiny preset
+        cfg = dict(type=family.name, arch='tiny')
         torch.manual_seed(0)
-        model = MODELS.build(cfg).eval()
+        model = family.cls(arch='tiny').eval()
         x = torch.randn(2, 3, 224, 320)
         outs = {}
         for dev in ('cpu', device):

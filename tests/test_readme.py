@@ -1,0 +1,336 @@
+"""The README's commands, as written, so that the README cannot drift from the code.
+
+- Every command in the README (``bash`` blocks and inline commands) is listed in
+  ``COVERED`` with the test that runs it, or why no test can (a GPU, the network, a compile,
+  a 30-minute benchmark); a new command without an entry fails here.
+- The fine-tuning walkthrough runs in document order, command by command, in a scratch
+  folder laid out like the repository (``tools/``, ``configs/``), on the toy set, with the
+  README's rehearsal edits (random weights, short schedule), and must learn: the loss falls
+  and val mIoU ends clearly above what predicting the most frequent class everywhere gets.
+- The segmentation lines run on the toy ADE20K set (``--cfg-options``, one iteration).
+- Multi-GPU, multi-node and Slurm lines run with stand-ins for ``python`` and ``srun`` that
+  record their arguments (nothing is launched; the multi-node address is replaced by
+  127.0.0.1), which are then parsed with torchrun's and the stock scripts' own parsers.
+"""
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / 'README.md').read_text()
+TIMEOUT = 600
+
+#: (pattern of a README command, the test that runs it or why none can)
+COVERED = [
+    (r'make demo|\.venv/bin/python tools/demo\.py',
+     'the demo itself (20-35 min on 2 cores: run by hand for the README figures); its data '
+     'check: tests/test_detection_tools.py::test_demo_data_stamp_detects_other_generators'),
+    (r'(INLINE_MM_RECORD_OPS=\S+ )?make test', 'the test suite itself'),
+    (r'make setup|bash tools/setup_env\.sh|pip install -e \.|pip uninstall mmcv'
+     r'|pip install --no-deps openmim|pip install click .*',
+     'environment set-up: .ci/run builds it from nothing and runs the suite'),
+    (r'pip install openmim', 'the README names it as what not to run'),
+    (r'INLINE_MM_MMCV=full make setup', 'compiles mmcv (15-40 min); not a suite step'),
+    (r'bash tools/gpu/(prepare_wheels|cuda_check)\.sh',
+     'needs the network (prepare_wheels) or a GPU machine (cuda_check)'),
+    (r'make env|\.venv/bin/python -m inline_mm\.env', 'tests/test_foundation.py::test_env_report'),
+    (r'(\.venv/bin/)?python -m _inline_mm_mmcv_hook (install|uninstall|status)',
+     'tests/test_mmcv_fallback.py::test_hook_command_installs_and_removes_its_pth'),
+    (r'python tools/convert_checkpoint\.py .*',
+     'tests/test_checkpoint.py::test_convert_tool_writes_tensors_only_file'),
+    (r'python tools/get_flops\.py .*', 'tests/test_flops.py::test_flops_cli_whole_detector_json'),
+    (r'python tools/benchmark\.py --quick',
+     'tests/test_benchmark.py::test_quick_run_writes_table_csv_and_plot'),
+    (r'OMP_NUM_THREADS=1 python tools/benchmark\.py( --attention)?',
+     'the full benchmark takes 30+ min; the same tool and code path run with --quick in '
+     'tests/test_benchmark.py::test_quick_run_writes_table_csv_and_plot'),
+    (r'python tools/train\.py configs/inline_swin/mask-rcnn_.*',
+     'tests/test_stock_tools.py::test_readme_train'),
+    (r'mim train mmdet .*', 'tests/test_stock_tools.py::test_mim_test'),
+    (r'mim test +mmdet .*', 'tests/test_stock_tools.py::test_mim_test'),
+    (r'mim run mmdet analyze_logs .*', 'tests/test_stock_tools.py::test_analyze_logs'),
+    (r'mim run mmdet browse_dataset .*', 'tests/test_stock_tools.py::test_browse_dataset'),
+    (r'(\S+=\S+ )*bash tools/(dist_train|dist_test|slurm_train)\.sh .*',
+     'tests/test_readme.py::test_distributed_lines_without_launching'),
+    (r'python tools/make_toy_dataset\.py ade data/toy_ade'
+     r'|python tools/(train|test)\.py +configs/inline_swin/inline-swin-t-in1k-pre_upernet.*',
+     'tests/test_readme.py::test_readme_segmentation_commands_on_toy_ade'),
+    (r'python tools/make_toy_dataset\.py folder data/my_dataset'
+     r'|python tools/check_dataset\.py .*|python tools/convert_masks\.py .*'
+     r'|(mv|cp|mkdir|sed) .*my_dataset.*|python tools/(train|test)\.py configs/my_dataset.*',
+     'tests/test_readme.py::test_finetune_walkthrough_as_written'),
+]
+
+_COMMAND = re.compile(r'(\S+=\S+ )*(python|\.venv/bin/python|bash|make|mim|pip|mv|cp|mkdir|sed)'
+                      r'( |$)')
+#: inline code that names a command in prose rather than giving one to run
+_MENTIONS = {'mim', 'mim run'}
+
+
+def commands(text: str) -> list:
+    """Commands in ``text``, in document order: every line of ``bash`` blocks (comments
+    and continuation lines joined) and inline code that starts like a command."""
+    found = []
+    for m in re.finditer(r'```bash\n(.*?)```|```.*?```|`([^`\n]+)`', text, re.S):
+        if m[1] is not None:
+            for line in re.sub(r'\\\n\s*', ' ', m[1]).splitlines():
+                line = re.sub(r'\s+#.*$', '', line).strip()
+                if line and not line.startswith('#'):
+                    found.extend(part.strip() for part in line.split(' && '))
+        elif m[2] is not None and _COMMAND.match(m[2]) and m[2] not in _MENTIONS:
+            found.append(m[2].strip())
+    return found
+
+
+def section(title: str) -> str:
+    start = README.index(f'\n## {title}\n')
+    end = README.find('\n## ', start + 1)
+    return README[start:end if end > 0 else None]
+
+
+def test_every_readme_command_is_covered():
+    uncovered = [c for c in commands(README)
+                 if not any(re.fullmatch(p, c) for p, _ in COVERED)]
+    assert not uncovered, ('README commands that no test runs; run them in a test and add '
+                           'them to COVERED, or say there why none can:\n' + '\n'.join(uncovered))
+    for _, where in COVERED:
+        for path, name in re.findall(r'(tests/\w+\.py)::(\w+)', where):
+            assert re.search(rf'^def {name}\(', (ROOT / path).read_text(), re.M), (
+                f'COVERED names {path}::{name}, which does not exist')
+
+
+# ----------------------------------------------------------------- running commands
+def workspace(tmp_path: Path) -> Path:
+    """A scratch folder laid out like the repository: tools/ and every configs/<family>/
+    link to the checkout; configs/ itself is writable (configs/my_dataset.py)."""
+    ws = tmp_path / 'ws'
+    (ws / 'configs').mkdir(parents=True)
+    (ws / 'tools').symlink_to(ROOT / 'tools')
+    for d in (ROOT / 'configs').iterdir():
+        if d.is_dir():
+            (ws / 'configs' / d.name).symlink_to(d)
+    shims = tmp_path / 'bin'
+    shims.mkdir()
+    shim = shims / 'python'             # `python` in the README: this interpreter
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    shim.chmod(0o755)
+    return ws
+
+
+def shell(cmd: str, cwd: Path, timeout=TIMEOUT, **env_extra) -> str:
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1', **env_extra)
+    env['PATH'] = f'{cwd.parent / "bin"}{os.pathsep}{env["PATH"]}'
+    env['PYTHONPATH'] = str(ROOT) + os.pathsep + env.get('PYTHONPATH', '')
+    proc = subprocess.run(['bash', '-c', cmd], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f'$ {cmd}\n{out[-4000:]}'
+    return out
+
+
+# ----------------------------------------------------------------- fine-tuning walkthrough
+REHEARSAL_INTRO = 'To rehearse on the toy set'
+#: Test only, appended to the user's config after the README's edits: a narrower model, so
+#: that 200 iterations fit the suite's budget (the template's InLine-Swin-T takes ~2 s an
+#: iteration here). Schedule, data, heads and recipe stay the template's.
+NARROW = """
+model['backbone'].update(embed_dims=16, depths=(1, 1, 1, 1), num_heads=(1, 1, 2, 2))
+model['decode_head'].update(in_channels=[16, 32, 64, 128], channels=32)
+model['auxiliary_head'].update(in_channels=64, channels=16)
+"""
+
+
+def rehearsal_edits(text: str) -> list:
+    block = re.search(re.escape(REHEARSAL_INTRO) + r'.*?```python\n(.*?)```', text, re.S)
+    assert block, f'the walkthrough lost its "{REHEARSAL_INTRO}" block'
+    return [line.split('#')[0].strip() for line in block[1].splitlines() if line.strip()]
+
+
+def apply_edits(config: Path, edits: list):
+    text = config.read_text()
+    for line in edits:
+        name = line.split('=')[0].strip()
+        text, n = re.subn(rf'^{name} = .*$', line, text, flags=re.M)
+        assert n == 1, f'the template has no single line "{name} = ..." for the README edit'
+    config.write_text(text + NARROW)
+
+
+def logged(log: str, key: str) -> list:
+    return [float(v) for v in re.findall(
+        rf'Iter\(train\).*?\s{re.escape(key)}: ([\d.]+(?:e[-+]?\d+)?)', log)]
+
+
+def majority_miou(mask_dir: Path, num_classes: int) -> float:
+    """mIoU (in %) of predicting the most frequent class everywhere: the chance level."""
+    counts = np.zeros(256, np.int64)
+    for f in mask_dir.iterdir():
+        counts += np.bincount(np.array(Image.open(f)).ravel(), minlength=256)
+    counts = counts[:num_classes]
+    present = (counts > 0).sum()
+    return 100.0 * counts.max() / counts.sum() / present
+
+
+@pytest.mark.slow
+def test_finetune_walkthrough_as_written(tmp_path):
+    text = section('Fine-tune on your own data')
+    steps = commands(text)
+    edits = rehearsal_edits(text)
+    ws = workspace(tmp_path)
+    data = ws / 'data' / 'my_dataset'
+    logs = {}
+    ckpt = None
+    for cmd in steps:
+        if 'best_mIoU_iter_N' in cmd:
+            ckpt = ckpt or next((ws / 'work_dirs' / 'my_dataset').glob('best_mIoU_iter_*.pth'))
+            cmd = cmd.replace('work_dirs/my_dataset/best_mIoU_iter_N.pth',
+                              str(ckpt.relative_to(ws)))
+        logs[cmd] = shell(cmd, ws)
+        if cmd.startswith('cp configs/custom/') and cmd.endswith(' configs/my_dataset.py'):
+            apply_edits(ws / 'configs' / 'my_dataset.py', edits)
+    ran = ' '.join(steps)
+    for must in ('make_toy_dataset.py folder', 'check_dataset.py data/', 'convert_masks.py',
+                 'check_dataset.py --config', 'tools/train.py', '--out work_dirs/my_dataset/val',
+                 'configs/my_dataset_predict.py'):
+        assert must in ran, f'the walkthrough no longer runs {must}'
+
+    check = next(v for k, v in logs.items() if k.startswith('python tools/check_dataset.py --c'))
+    assert 'OK: train, val look fine for 4 classes' in check, check
+    train = next(v for k, v in logs.items() if k.startswith('python tools/train.py'))
+    losses = logged(train, 'loss')
+    assert len(losses) >= 10, train[-3000:]
+    assert np.mean(losses[-3:]) < 0.75 * np.mean(losses[:3]), f'loss did not fall: {losses}'
+    lrs = logged(train, 'lr')
+    assert max(lrs) == pytest.approx(1e-3, rel=0.05), f'the warm-up never reached lr: {lrs}'
+    miou = float(re.findall(r'mIoU: ([\d.]+)', train)[-1])
+    chance = majority_miou(data / 'masks' / 'val', 4)
+    assert miou > chance + 5, f'val mIoU {miou} is not clearly above chance ({chance:.1f})'
+    assert re.search(r'\|\s+triangle\s+\|', train), 'no per-class table'
+
+    test = next(v for k, v in logs.items() if '--out work_dirs/my_dataset/val' in k)
+    assert float(re.findall(r'mIoU: ([\d.]+)', test)[-1]) == pytest.approx(miou, abs=0.01)
+    palette = [c for rgb in json.loads((data / 'meta.json').read_text())['palette'] for c in rgb]
+    for out, images in (('val_predictions', 'val'), ('predictions', 'test')):
+        stems = sorted(p.stem for p in (data / 'images' / images).iterdir())
+        saved = sorted((ws / 'work_dirs' / 'my_dataset' / out).glob('*.png'))
+        assert [p.stem for p in saved] == stems
+        pred = Image.open(saved[0])
+        assert pred.mode == 'P' and pred.getpalette()[:len(palette)] == palette
+        assert set(np.unique(np.array(pred))) <= {0, 1, 2, 3}
+
+
+# ----------------------------------------------------------------- segmentation, toy ADE20K
+@pytest.mark.slow
+def test_readme_segmentation_commands_on_toy_ade(tmp_path):
+    text = section('Segmentation')
+    make = next(c for c in commands(text) if c.startswith('python tools/make_toy_dataset.py ade'))
+    train, test = (next(c for c in commands(text) if c.startswith(f'python tools/{t}.py'))
+                   for t in ('train', 'test'))
+    ws = workspace(tmp_path)
+    shell(make, ws)
+    root = make.split()[-1]
+    # One iteration on 64-pixel crops, random weights, no validation inside training,
+    # testing on 2 of the val images: the commands, not the model, are under test.
+    opts = ['val_cfg=None', 'val_dataloader=None', 'val_evaluator=None']
+    opts += [f'{s}_dataloader.{k}' for s in ('train', 'test')
+             for k in ('num_workers=0', 'persistent_workers=False', f'dataset.data_root={root}')]
+    from mmengine.config import Config
+    cfg = Config.fromfile(str(ROOT / train.split()[2]))
+    step = {split: [t['type'] for t in cfg[f'{split}_dataloader'].dataset.pipeline].index
+            for split in ('train', 'test')}
+    opts += ['train_dataloader.batch_size=2', 'model.backbone.init_cfg=None',
+             f"train_dataloader.dataset.pipeline.{step['train']('RandomResize')}.scale=(128,128)",
+             f"train_dataloader.dataset.pipeline.{step['train']('RandomCrop')}.crop_size=(64,64)",
+             'model.data_preprocessor.size=(64,64)',
+             f"test_dataloader.dataset.pipeline.{step['test']('Resize')}.scale=(128,128)",
+             'test_dataloader.dataset.indices=2',
+             'train_cfg.max_iters=1', 'default_hooks.checkpoint.interval=1',
+             'default_hooks.logger.interval=1']
+    cfg_options = ' --cfg-options ' + ' '.join(shlex.quote(o) for o in opts)
+    log = shell(train + cfg_options, ws)
+    assert 'Iter(train) [1/1]' in log, log[-3000:]
+    test = re.sub(r'iter_160000\.pth', 'iter_1.pth', test)
+    log = shell(test + cfg_options, ws)
+    assert 'Iter(test) [2/2]' in log and re.search(r'mIoU: [\d.]+', log), log[-3000:]
+
+
+# ----------------------------------------------------------------- multi-GPU / node / Slurm
+RECORDER = """#!/usr/bin/env bash
+printf '%s\\0' "$0" "$@" >> "$RECORD"
+printf '\\n' >> "$RECORD"
+"""
+
+
+def _stock_parser(tool: str):
+    """``parse_args`` of mmdet's own tools/<tool>.py, reading a given argv."""
+    import importlib.util
+    import mmdet
+    path = Path(mmdet.__file__).parent / '.mim' / 'tools' / f'{tool}.py'
+    spec = importlib.util.spec_from_file_location(f'_stock_{tool}', path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def parse(argv):
+        saved = sys.argv
+        sys.argv = [str(path), *argv]
+        try:
+            return mod.parse_args()
+        finally:
+            sys.argv = saved
+    return parse
+
+
+def test_distributed_lines_without_launching(tmp_path):
+    from torch.distributed.run import get_args_parser
+    lines = [c for c in commands(section('Detection')) if re.search(r'tools/\w+\.sh', c)]
+    assert len(lines) == 4, lines
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    fake = bin_dir / 'fake'
+    fake.write_text(RECORDER)
+    fake.chmod(0o755)
+    (bin_dir / 'srun').symlink_to(fake)
+    record = tmp_path / 'record'
+    config = 'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py'
+    train_args, test_args = _stock_parser('train'), _stock_parser('test')
+    for line in lines:
+        # Never another machine's address: the multi-node line is checked with loopback.
+        line = re.sub(r'MASTER_ADDR=\S+', 'MASTER_ADDR=127.0.0.1', line).replace('CONFIG', config)
+        record.write_bytes(b'')
+        env = dict(os.environ, PYTHON=str(fake), RECORD=str(record),
+                   PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}')
+        proc = subprocess.run(['bash', '-c', line], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, f'$ {line}\n{proc.stdout}{proc.stderr}'
+        calls = [c.split('\0') for c in record.read_text().split('\0\n') if c]
+        assert len(calls) == 1, calls
+        argv = calls[0][1:]
+        if 'slurm_train.sh' in line:
+            assert Path(calls[0][0]).name == 'srun'
+            assert argv[:2] == ['-p', 'PARTITION'] and '--job-name=JOB_NAME' in argv
+            assert '--ntasks=16' in argv and '--ntasks-per-node=8' in argv
+            assert '--gres=gpu:8' in argv
+            script = next(i for i, a in enumerate(argv) if a.endswith('tools/train.py'))
+            args = train_args(argv[script + 1:])
+            assert (args.config, args.work_dir, args.launcher) == (config, 'WORK_DIR', 'slurm')
+            continue
+        assert argv[:2] == ['-m', 'torch.distributed.run'], argv
+        run = get_args_parser().parse_args(argv[2:])
+        assert run.nproc_per_node == '8' and run.master_addr == '127.0.0.1'
+        assert Path(run.training_script).parent == ROOT / 'tools'
+        if 'NNODES=2' in line:
+            assert (run.nnodes, run.node_rank, run.master_port) == ('2', 0, 29500)
+        if Path(run.training_script).name == 'train.py':
+            args = train_args(run.training_script_args)
+            assert (args.config, args.launcher) == (config, 'pytorch')
+        else:
+            args = test_args(run.training_script_args)
+            assert args.checkpoint.endswith('epoch_12.pth') and args.launcher == 'pytorch'
+        assert (ROOT / args.config).is_file()

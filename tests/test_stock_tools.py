@@ -1,0 +1,166 @@
+"""The README's detection commands, run as written on toy data: ``tools/train.py`` /
+``tools/test.py``, OpenMMLab's ``mim train`` (pytorch launcher, 2 CPU processes) and
+``mim test``, and mmdet's own ``analysis_tools/analyze_logs.py`` and ``browse_dataset.py``
+from the scripts the mmdet wheel ships (``<mmdet>/.mim/tools``; none of these imports
+``inline_mm`` itself: the config's ``custom_imports`` must do it).
+
+The config is the README's (``mask-rcnn_inline-swin-t_fpn_1x_coco.py``), shrunk only with
+``--cfg-options``: toy COCO in a temporary folder, 128-pixel images, random backbone
+weights (no download), one epoch of 2 iterations."""
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inline_mm.toydata.coco import make_coco_toy
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / 'README.md').read_text()
+TIMEOUT = 400
+
+pytestmark = pytest.mark.slow
+
+
+def readme_line(start: str) -> list:
+    """The README's command line that starts with ``start``, as a list of words."""
+    text = re.sub(r'\\\n\s*', ' ', README)
+    found = [line.split('#')[0].strip() for line in text.splitlines()
+             if line.strip().startswith(start)]
+    assert found, f'the README has no command starting with {start!r}'
+    return shlex.split(found[0])
+
+
+CONFIG = readme_line('python tools/train.py configs/inline_swin/mask-rcnn')[2]
+
+
+def mim() -> str:
+    exe = Path(sys.executable).with_name('mim')   # the console script, as the README runs it
+    assert exe.is_file(), f'{exe} missing: the set-up installs openmim'
+    return str(exe)
+
+
+def run(cmd, timeout=TIMEOUT):
+    cmd = [str(c) for c in cmd]
+    cmd = [sys.executable if c == 'python' else mim() if c == 'mim' else c for c in cmd]
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
+    env['PYTHONPATH'] = str(ROOT) + os.pathsep + env.get('PYTHONPATH', '')
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f'{" ".join(cmd)}\n{log[-4000:]}'
+    return log
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope='module')
+def toy(tmp_path_factory):
+    """Toy COCO data and the --cfg-options that point the README config at it, small."""
+    from mmengine.config import Config
+    cfg = Config.fromfile(str(ROOT / CONFIG))
+    # Which pipeline step resizes (fail here, clearly, if the bases change).
+    train_resize = [p['type'] for p in cfg.train_dataloader.dataset.pipeline].index('Resize')
+    test_resize = [p['type'] for p in cfg.test_dataloader.dataset.pipeline].index('Resize')
+    base = tmp_path_factory.mktemp('stock_tools')
+    data = base / 'toy_coco'
+    make_coco_toy(str(data), num_train=4, num_val=2, size=64, max_objects=2, seed=3)
+    root = f'{data}/'
+    ann = f'{root}annotations/instances_val2017.json'
+    # No validation inside training (the test commands evaluate): less to wait for.
+    opts = ['val_cfg=None', 'val_dataloader=None', 'val_evaluator=None']
+    opts += [f'{split}_dataloader.{key}' for split in ('train', 'test')
+            for key in ('num_workers=0', 'persistent_workers=False', 'batch_size=2',
+                        f'dataset.data_root={root}',
+                        'dataset.metainfo.classes=(circle,triangle,rectangle)')]
+    opts += [f'train_dataloader.dataset.pipeline.{train_resize}.scale=(128,128)',
+             f'test_dataloader.dataset.pipeline.{test_resize}.scale=(128,128)',
+             f'test_evaluator.ann_file={ann}',
+             'model.roi_head.bbox_head.num_classes=3', 'model.roi_head.mask_head.num_classes=3',
+             'model.backbone.init_cfg=None', 'train_cfg.max_epochs=1',
+             'default_hooks.logger.interval=1', 'log_processor.window_size=1']
+    return dict(base=base, opts=opts)
+
+
+def logged_iters(log):
+    return re.findall(r'Epoch\(train\)\s+\[1\]\[\s*(\d+)/', log)
+
+
+def assert_box_and_mask_map(log):
+    for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
+        assert re.search(re.escape(key) + r': -?[\d.]+', log), log[-3000:]
+
+
+@pytest.fixture(scope='module')
+def trained(toy):
+    """README: python tools/train.py CONFIG."""
+    wd = toy['base'] / 'train'
+    log = run([*readme_line('python tools/train.py configs/inline_swin/mask-rcnn'),
+               '--work-dir', wd, '--cfg-options', *toy['opts']])
+    return dict(toy, wd=wd, log=log)
+
+
+def test_readme_train(trained):
+    assert logged_iters(trained['log']) == ['1', '2'], trained['log'][-3000:]
+    assert (trained['wd'] / 'epoch_1.pth').is_file()
+
+
+@pytest.fixture(scope='module')
+def mim_trained(toy):
+    """README: mim train mmdet CONFIG --gpus 8 --launcher pytorch, with 2 CPU processes."""
+    words = readme_line('mim train mmdet')
+    assert words[words.index('--gpus') + 1] == '8' and '--launcher' in words
+    words[words.index('--gpus') + 1] = '2'
+    wd = toy['base'] / 'mim_train'
+    log = run([*words, '--port', free_port(), '--work-dir', wd, '--cfg-options', *toy['opts']])
+    assert 'torch.distributed' in log and 'Distributed training: True' in log, log[-3000:]
+    assert logged_iters(log) == ['1'], log[-3000:]    # 4 images over 2 processes x 2
+    assert (wd / 'epoch_1.pth').is_file()
+    return dict(toy, wd=wd)
+
+
+def test_mim_test(mim_trained):
+    words = readme_line('mim test')
+    words[words.index('CKPT')] = str(mim_trained['wd'] / 'epoch_1.pth')
+    log = run([*words, '--work-dir', mim_trained['base'] / 'mim_test',
+               '--cfg-options', *mim_trained['opts']])
+    assert_box_and_mask_map(log)
+
+
+def readme_placeholders(words, **values):
+    return [values.get(w, w) for w in words]
+
+
+def test_analyze_logs(trained):
+    """README: mim run mmdet analyze_logs plot_curve / cal_train_time LOG.json ..."""
+    logs = sorted(trained['wd'].glob('*/vis_data/*.json'))
+    assert logs, 'training wrote no json log'
+    out = trained['base'] / 'loss.png'
+    words = readme_line('mim run mmdet analyze_logs plot_curve')
+    log = run(readme_placeholders(words, LOG=logs[-1], **{'loss.png': out}))
+    assert '.mim/tools/analysis_tools/analyze_logs.py' in log, log
+    assert out.stat().st_size > 0
+    log = run(readme_placeholders(readme_line('mim run mmdet analyze_logs cal_train_time'),
+                                  LOG=logs[-1]))
+    assert re.search(r'average iter time: [\d.]+ s/iter', log), log
+
+
+def test_browse_dataset(toy):
+    """README: mim run mmdet browse_dataset CONFIG --not-show --output-dir DIR."""
+    words = readme_line('mim run mmdet browse_dataset')
+    out = toy['base'] / 'browse'
+    words[words.index('--output-dir') + 1] = str(out)
+    log = run([*readme_placeholders(words, CONFIG=CONFIG), '--cfg-options', *toy['opts']])
+    assert '.mim/tools/analysis_tools/browse_dataset.py' in log, log
+    names = json.loads((toy['base'] / 'toy_coco/annotations/instances_train2017.json')
+                       .read_text())['images']
+    assert sorted(p.name for p in out.iterdir()) == sorted(i['file_name'] for i in names)
