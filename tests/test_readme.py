@@ -52,6 +52,16 @@ COVERED = [
     (r'OMP_NUM_THREADS=1 python tools/benchmark\.py( --attention)?',
      'the full benchmark takes 30+ min; the same tool and code path run with --quick in '
      'tests/test_benchmark.py::test_quick_run_writes_table_csv_and_plot'),
+    (r'python tools/benchmark\.py --deit --quick',
+     'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
+    (r'OMP_NUM_THREADS=1 python tools/benchmark\.py --deit'
+     r'( --split-only| --repeats 3| --sizes 224 384 640 --repeats 7)?',
+     'the full InLine-DeiT benchmark takes 20-40 min on 2 cores; the same tool and code path '
+     'run with --deit --quick in '
+     'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
+    (r'python tools/train\.py configs/inline_deit/inline-deit-t-in1k-pre_upernet_.*',
+     'the shipped config, shrunk, trains and tests through tools/train.py and tools/test.py in '
+     'tests/test_deit_e2e.py::test_upernet_train_checkpoint_test'),
     (r'python tools/train\.py configs/inline_swin/mask-rcnn_.*',
      'tests/test_stock_tools.py::test_readme_train'),
     (r'mim train mmdet .*', 'tests/test_stock_tools.py::test_mim_test'),

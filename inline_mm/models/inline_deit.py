@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import DropPath, Mlp, trunc_normal_
 
-from .attention import InLineAttention, _inline
+from .attention import InLineAttention, _depthwise3x3_batched, _inline, is_exporting
 from .base import InLineBackbone
 from .checkpoint import CheckpointError
 from .layers import drop_path_rates, run_block, to_nchw
@@ -111,6 +111,11 @@ class InLineAttentionWithClsToken(InLineAttention):
         # V of the patch tokens as a channels-last image (one copy), convolved per
         # sample with its own kernels; the result is a view in token layout.
         v_img = qkv[:, p:, 2 * c:].reshape(b, h, w, c).permute(0, 3, 1, 2)
+        if is_exporting():
+            # A traced per-sample loop would bake the batch size into the graph.
+            local = _depthwise3x3_batched(v_img, kernels.to(v_img.dtype))
+            out = torch.cat([out[:, :p], out[:, p:] + local.flatten(2).transpose(1, 2)], 1)
+            return self.attn_drop(out)
         kernels = kernels.to(v_img.dtype).reshape(b, c, 1, 3, 3)
         for i in range(b):
             local = F.conv2d(v_img[i:i + 1], kernels[i], padding=1, groups=c)
