@@ -41,7 +41,15 @@ COVERED = [
     (r'INLINE_MM_MMCV=full make setup', 'compiles mmcv (15-40 min); not a suite step'),
     (r'bash tools/gpu/(prepare_wheels|cuda_check)\.sh',
      'needs the network (prepare_wheels) or a GPU machine (cuda_check)'),
-    (r'make env|\.venv/bin/python -m inline_mm\.env', 'tests/test_foundation.py::test_env_report'),
+    (r'make env|(\.venv/bin/)?python -m inline_mm\.env', 'tests/test_foundation.py::test_env_report'),
+    (r'mim train', 'a prose mention of the mim lines below: tests/test_stock_tools.py::test_mim_test'),
+    (r'pip install onnx onnxruntime', 'installed by the set-up (dev extra); the export tests use them'),
+    (r'python tools/export_onnx\.py .*',
+     'the same tool on the smoke presets (no ImageNet files here), onnxruntime parity and a '
+     'wrong size refused: tests/test_export.py::test_export_tool, '
+     'tests/test_export.py::test_onnx_matches_pytorch_at_each_exported_size'),
+    (r'python <mmdet>/\.mim/tools/analysis_tools/get_flops\.py .*',
+     'tests/test_export.py::test_stock_mmdet_get_flops_runs_on_a_shipped_config'),
     (r'(\.venv/bin/)?python -m _inline_mm_mmcv_hook (install|uninstall|status)',
      'tests/test_mmcv_fallback.py::test_hook_command_installs_and_removes_its_pth'),
     (r'python tools/convert_checkpoint\.py .*',
