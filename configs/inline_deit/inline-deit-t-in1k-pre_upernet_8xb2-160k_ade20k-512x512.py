@@ -7,7 +7,7 @@
 # a short child of this file.
 _base_ = [
     'mmseg::_base_/models/upernet_vit-b16_ln_mln.py',
-    'mmseg::_base_/datasets/ade20k.py',
+    '../_base_/ade20k_512x512.py',   # mmseg's ADE20K + the mask size check
     'mmseg::_base_/default_runtime.py',
     'mmseg::_base_/schedules/schedule_160k.py',
 ]
