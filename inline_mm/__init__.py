@@ -3,12 +3,16 @@
 ``import inline_mm`` registers, and does nothing else:
 
 - the backbones of :data:`inline_mm.models.FAMILIES` (``InLineSwin``, ``InLinePVT``,
-  ``InLineCSwin``) in mmdet's and mmseg's ``MODELS`` (whichever is installed);
+  ``InLineCSwin``, ``InLineDeiT``) in mmdet's and mmseg's ``MODELS`` (whichever is
+  installed), and ViTDet's ``SimpleFPN`` neck with its ``LN2d`` in mmdet's;
 - ``SegFolderDataset`` / ``PaletteIoUMetric`` / ``CheckSegMapSize`` in mmseg's
   registries (with mmseg) and the opt-in ``NonFiniteCheckHook`` / ``DatasetCheckHook``;
 - mmengine's own checkpoint types on torch's ``weights_only`` allowlist
   (:mod:`inline_mm.compat`), so that every loader of mmengine checkpoints works on
   torch >= 2.6 without switching safe loading off.
+
+Without mmengine (a timm-only install, see :mod:`inline_mm.timm`) it imports the
+backbones and registers nothing.
 
 It leaves mmengine's code alone. The behaviours that replace mmengine code (CPU DDP,
 checkpoint pruning and resume fallback, empty-dataset messages) are switched on by
@@ -17,11 +21,26 @@ checkpoint pruning and resume fallback, empty-dataset messages) are switched on 
 """
 from . import compat
 from .models import FAMILIES, InLineCSwin, InLinePVT, InLineSwin
-from . import datasets  # noqa: F401,E402  (registers SegFolderDataset, PaletteIoUMetric)
-from . import engine  # noqa: E402  (registers the opt-in hooks; patches nothing)
 from .version import __version__  # noqa: E402
 
-compat.allow_mmengine_checkpoints()
-engine.warn_if_config_lacks_enable()
+
+def _have_mmengine() -> bool:
+    try:
+        import mmengine  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name is None or e.name.split('.')[0] != 'mmengine':
+            raise
+        return False
+    return True
+
+
+# Without mmengine (a timm-only install: ``inline_mm.timm``) there is nothing to
+# register into and no mmengine checkpoint to allow; the backbones still import.
+if _have_mmengine():
+    from . import datasets  # noqa: F401,E402  (registers SegFolderDataset, PaletteIoUMetric)
+    from . import engine  # noqa: E402  (registers the opt-in hooks; patches nothing)
+
+    compat.allow_mmengine_checkpoints()
+    engine.warn_if_config_lacks_enable()
 
 __all__ = ['__version__', 'FAMILIES', 'InLineSwin', 'InLinePVT', 'InLineCSwin']

@@ -56,6 +56,13 @@ def load(path):
     return copy.deepcopy(_parse(path))
 
 
+def neck_in_channels(neck: dict, backbone: dict):
+    """What the neck takes: every output's channels (FPN), or the one map's channels of a
+    plain backbone (SimpleFPN, on the last output)."""
+    chans = out_channels(backbone)
+    return chans[-1] if neck.type == 'SimpleFPN' else chans
+
+
 def model_sibling(path: str) -> str:
     """The config that defines ``path``'s model: its 1x, non-AMP sibling."""
     return path.replace('_amp-', '_').replace('_ms-crop-3x_', '_1x_')
@@ -63,9 +70,11 @@ def model_sibling(path: str) -> str:
 
 def test_detection_config_families_present():
     names = {Path(p).name for p in CONFIGS}
-    for backbone in ('swin-t', 'swin-s', 'swin-b', 'pvt-t', 'pvt-s', 'pvt-m', 'pvt-l', 'cswin-t'):
+    for backbone in ('swin-t', 'swin-s', 'swin-b', 'pvt-t', 'pvt-s', 'pvt-m', 'pvt-l', 'cswin-t',
+                     'deit-t', 'deit-s', 'deit-b'):
+        neck = 'simple-fpn' if backbone.startswith('deit') else 'fpn'
         for sched in ('1x', 'amp-1x', 'ms-crop-3x', 'amp-ms-crop-3x'):
-            assert f'mask-rcnn_inline-{backbone}_fpn_{sched}_coco.py' in names
+            assert f'mask-rcnn_inline-{backbone}_{neck}_{sched}_coco.py' in names
 
 
 @pytest.mark.parametrize('path', CONFIGS)
@@ -75,7 +84,7 @@ def test_detection_config_parses(path):
     assert cfg.custom_imports == CUSTOM_IMPORTS
     backbone = cfg.model.backbone
     assert backbone.type in FAMILIES
-    assert cfg.model.neck.in_channels == out_channels(backbone)
+    assert cfg.model.neck.in_channels == neck_in_channels(cfg.model.neck, backbone)
     ckpt = (backbone.init_cfg or {}).get('checkpoint')
     if 'toy-coco' in path:
         assert backbone.init_cfg is None          # the demo trains from scratch
@@ -101,7 +110,7 @@ def shrunken_model(cfg):
     from mmdet.utils import register_all_modules
     register_all_modules()
     shrink_backbone(cfg.model.backbone)
-    cfg.model.neck.in_channels = out_channels(cfg.model.backbone)
+    cfg.model.neck.in_channels = neck_in_channels(cfg.model.neck, cfg.model.backbone)
     model = MODELS.build(cfg.model)
     model.init_weights()
     return model

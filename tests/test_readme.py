@@ -42,6 +42,14 @@ COVERED = [
     (r'bash tools/gpu/(prepare_wheels|cuda_check)\.sh',
      'needs the network (prepare_wheels) or a GPU machine (cuda_check)'),
     (r'make env|(\.venv/bin/)?python -m inline_mm\.env', 'tests/test_foundation.py::test_env_report'),
+    (r'mim train', 'a prose mention of the mim lines below: tests/test_stock_tools.py::test_mim_test'),
+    (r'pip install onnx onnxruntime', 'installed by the set-up (dev extra); the export tests use them'),
+    (r'python tools/export_onnx\.py .*',
+     'the same tool on the smoke presets (no ImageNet files here), onnxruntime parity and a '
+     'wrong size refused: tests/test_export.py::test_export_tool, '
+     'tests/test_export.py::test_onnx_matches_pytorch_at_each_exported_size'),
+    (r'python <mmdet>/\.mim/tools/analysis_tools/get_flops\.py .*',
+     'tests/test_export.py::test_stock_mmdet_get_flops_runs_on_a_shipped_config'),
     (r'(\.venv/bin/)?python -m _inline_mm_mmcv_hook (install|uninstall|status)',
      'tests/test_mmcv_fallback.py::test_hook_command_installs_and_removes_its_pth'),
     (r'python tools/convert_checkpoint\.py .*',
@@ -52,6 +60,16 @@ COVERED = [
     (r'OMP_NUM_THREADS=1 python tools/benchmark\.py( --attention)?',
      'the full benchmark takes 30+ min; the same tool and code path run with --quick in '
      'tests/test_benchmark.py::test_quick_run_writes_table_csv_and_plot'),
+    (r'python tools/benchmark\.py --deit --quick',
+     'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
+    (r'OMP_NUM_THREADS=1 python tools/benchmark\.py --deit'
+     r'( --split-only| --repeats 3| --sizes 224 384 640 --repeats 7)?',
+     'the full InLine-DeiT benchmark takes 20-40 min on 2 cores; the same tool and code path '
+     'run with --deit --quick in '
+     'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
+    (r'python tools/train\.py configs/inline_deit/inline-deit-t-in1k-pre_upernet_.*',
+     'the shipped config, shrunk, trains and tests through tools/train.py and tools/test.py in '
+     'tests/test_deit_e2e.py::test_upernet_train_checkpoint_test'),
     (r'python tools/train\.py configs/inline_swin/mask-rcnn_.*',
      'tests/test_stock_tools.py::test_readme_train'),
     (r'mim train mmdet .*', 'tests/test_stock_tools.py::test_mim_test'),
@@ -72,7 +90,7 @@ COVERED = [
 _COMMAND = re.compile(r'(\S+=\S+ )*(python|\.venv/bin/python|bash|make|mim|pip|mv|cp|mkdir|sed)'
                       r'( |$)')
 #: inline code that names a command in prose rather than giving one to run
-_MENTIONS = {'mim', 'mim run', 'mim train'}
+_MENTIONS = {'mim', 'mim run'}
 
 
 def commands(text: str) -> list:

@@ -17,7 +17,8 @@ from conftest import CUSTOM_IMPORTS, out_channels, shrink_backbone
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'
 SEG_CONFIGS = sorted(
-    [p for d in ('inline_swin', 'inline_pvt', 'inline_cswin') for p in (CONFIGS / d).glob('*.py')
+    [p for d in ('inline_swin', 'inline_pvt', 'inline_cswin', 'inline_deit')
+     for p in (CONFIGS / d).glob('*.py')
      if 'ade20k' in p.name] + list((CONFIGS / 'custom').glob('*.py')))
 IDS = [p.name for p in SEG_CONFIGS]
 SIZE = 64
@@ -32,6 +33,9 @@ def _expected_names():
     for v in 'tsml':
         for amp in ('', 'amp-'):
             names.append(f'fpn_inline-pvt-{v}_4xb4-{amp}40k_ade20k-512x512.py')
+    for v in 'tsb':
+        for amp in ('', 'amp-'):
+            names.append(f'inline-deit-{v}-in1k-pre_upernet_8xb2-{amp}160k_ade20k-512x512.py')
     names += ['inline-swin-t-in1k-pre_upernet_1xb4-20k_custom-512x512.py',
               'inline-swin-t-in1k-pre_upernet_1xb4-20k_custom-512x512_predict.py']
     return names
@@ -52,9 +56,9 @@ def shrink(cfg: Config) -> Config:
         model.decode_head.update(in_channels=[16] * 4, channels=16)
     else:
         model.decode_head.update(in_channels=chans, channels=16)
-    if model.get('auxiliary_head'):
-        model.auxiliary_head.update(in_channels=chans[model.auxiliary_head.in_index],
-                                    channels=8)
+    if model.get('auxiliary_head'):      # (after a neck, the heads see the neck's maps)
+        aux_in = 16 if model.get('neck') else chans[model.auxiliary_head.in_index]
+        model.auxiliary_head.update(in_channels=aux_in, channels=8)
     if model.test_cfg.get('mode') == 'slide':
         model.test_cfg.update(crop_size=(48, 48), stride=(32, 32))
     return cfg
@@ -119,6 +123,7 @@ def test_config_builds_and_trains_a_step(path):
 
 SWIN = {'t': ('tiny', 0.3, 96), 's': ('small', 0.3, 96), 'b': ('base', 0.5, 128)}
 PVT = {'t': 'tiny', 's': 'small', 'm': 'medium', 'l': 'large'}
+DEIT = {'t': ('tiny', 192), 's': ('small', 320), 'b': ('base', 384)}   # -B is 384 wide
 
 
 @pytest.mark.parametrize('v', SWIN)
@@ -138,6 +143,35 @@ def test_upernet_recipe(v):
     assert (warm.type, warm.end) == ('LinearLR', 1500)
     assert (poly.type, poly.power, poly.eta_min, poly.begin, poly.end) == \
         ('PolyLR', 1.0, 0.0, 1500, 160000)
+    assert cfg.train_cfg.max_iters == 160000
+    assert cfg.train_dataloader.batch_size == 2                  # x 8 GPUs = 16
+    crop = [t for t in cfg.train_dataloader.dataset.pipeline if t.type == 'RandomCrop']
+    assert crop[0].crop_size == (512, 512) == cfg.model.data_preprocessor.size
+
+
+@pytest.mark.parametrize('v', DEIT)
+def test_deit_upernet_recipe(v):
+    """mmseg's ViT/DeiT UperNet recipe: blocks 3/6/9/12 (last through the final norm),
+    MultiLevelNeck to four scales, the Swin-UperNet schedule and optimiser."""
+    arch, c = DEIT[v]
+    cfg = _load(CONFIGS / 'inline_deit' /
+                f'inline-deit-{v}-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py')
+    bb = cfg.model.backbone
+    assert (bb.type, bb.arch, bb.drop_path_rate) == ('InLineDeiT', arch, 0.1)
+    assert (bb.out_indices, bb.final_norm) == ((2, 5, 8, 11), True)
+    assert bb.init_cfg.checkpoint == f'checkpoints/inline_deit_{v}.pth'
+    assert cfg.model.pretrained is None
+    neck = cfg.model.neck
+    assert (neck.type, neck.in_channels, neck.out_channels, neck.scales) == \
+        ('MultiLevelNeck', [c] * 4, c, [4, 2, 1, 0.5])
+    assert cfg.model.decode_head.in_channels == [c] * 4
+    assert cfg.model.auxiliary_head.in_channels == c
+    assert cfg.model.decode_head.num_classes == cfg.model.auxiliary_head.num_classes == 150
+    opt = cfg.optim_wrapper.optimizer
+    assert (opt.type, opt.lr, opt.weight_decay) == ('AdamW', 6e-5, 0.01)
+    assert set(cfg.optim_wrapper.paramwise_cfg.custom_keys) == {'norm', 'pos_embed', 'cls_token'}
+    warm, poly = cfg.param_scheduler
+    assert (warm.type, warm.end, poly.type, poly.end) == ('LinearLR', 1500, 'PolyLR', 160000)
     assert cfg.train_cfg.max_iters == 160000
     assert cfg.train_dataloader.batch_size == 2                  # x 8 GPUs = 16
     crop = [t for t in cfg.train_dataloader.dataset.pipeline if t.type == 'RandomCrop']
@@ -190,6 +224,8 @@ def test_slide_variant_only_changes_testing():
     ('inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
      ('relative_position_bias_table',)),
     ('inline_pvt/fpn_inline-pvt-t_4xb4-40k_ade20k-512x512.py', ('pos_embed',)),
+    ('inline_deit/inline-deit-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
+     ('pos_embed', 'cls_token')),
 ])
 def test_no_weight_decay_on_norms_and_position_tables(name, keys):
     cfg = shrink(_load(CONFIGS / name))

@@ -4,6 +4,7 @@
     python tools/benchmark.py                  # backbones, 224 .. 1536, CPU (+ CUDA if present)
     python tools/benchmark.py --attention      # the attention alone, stage 1 of 800x1333
     python tools/benchmark.py --quick          # CI-sized run of both (seconds)
+    python tools/benchmark.py --deit           # InLine-DeiT-T vs DeiT-T, 224 .. 1536, + split
 
 InLine (Han et al., "Bridging the Divide: Reconsidering Softmax and Linear
 Attention", NeurIPS 2024, arXiv 2412.06590) attends over the whole feature map at
@@ -45,8 +46,15 @@ log-log), ``attention.csv``, ``meta.json`` (machine, versions, load), and the
 tables on stdout. The tool reports figures; what they must reach is tested by
 ``tests/test_performance.py`` (opt-in: ``INLINE_MM_PERF=1``).
 
+``--deit`` compares InLine-DeiT-T with DeiT-T (mmseg's VisionTransformer of the same width
+and depth, with its explicit attention matrix and with torch's fused attention) at 224,
+384, 640, 1024 and 1536 the same way, prints the speed-up curve next to the paper's
+(Fig. 3c), and splits one InLine-DeiT-T block at 1024x1024 into the attention proper and
+the linear layers (``inline_mm.benchmark.deit``). Outputs: ``deit.csv``, ``deit.png``,
+``deit_split.csv``, ``meta.json``.
+
 The parts live in ``inline_mm.benchmark``: ``measure`` (timing, memory, prediction),
-``backbones`` and ``attention`` (the two comparisons); this file is their command line.
+``backbones``, ``attention`` and ``deit`` (the comparisons); this file is their command line.
 """
 import argparse
 import json
@@ -60,6 +68,7 @@ from inline_mm.benchmark.attention import attention_table, run_attention, write_
 from inline_mm.benchmark.backbones import (FULL_SIZES, MODELS, MODES, QUICK_SIZES, Result,
                                            backbone_tables, build_models, plot_backbones,
                                            run_backbones, write_backbone_csv)
+from inline_mm.benchmark import deit
 from inline_mm.benchmark.measure import Timer, free_memory, machine_info
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,10 +97,17 @@ def parse_args(argv=None):
                         'little)')
     p.add_argument('--attention', action='store_true',
                    help='only the attention comparison (production vs reference)')
+    p.add_argument('--deit', action='store_true',
+                   help='InLine-DeiT-T against DeiT-T (plain ViTs) and the attention / linear '
+                        'split of one block at 1024 (sizes default to 224 384 640 1024 1536)')
+    p.add_argument('--split-only', action='store_true',
+                   help='with --deit: only the attention / linear-layer split')
+    p.add_argument('--split-repeats', type=int, default=None,
+                   help='with --deit: timed runs per part of the split (default 15; --quick 2)')
     p.add_argument('--sizes', nargs='+', type=parse_size, default=None,
                    help='input sizes, N or HxW (default: 224 512 800x1333 1024 1536)')
-    p.add_argument('--models', nargs='+', choices=list(MODELS), default=list(MODELS),
-                   help='backbones to compare (default: all)')
+    p.add_argument('--models', nargs='+', choices=list(MODELS) + list(deit.MODELS),
+                   default=None, help='backbones to compare (default: all of the comparison)')
     p.add_argument('--modes', nargs='+', choices=MODES, default=list(MODES))
     p.add_argument('--device', choices=['auto', 'cpu', 'cuda', 'all'], default='auto',
                    help='auto: CUDA when present, else CPU; all: CPU and CUDA')
@@ -114,14 +130,25 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.batch < 1 or args.warmup < 0:
         p.error('--batch must be >= 1 and --warmup >= 0')
+    if args.split_only and not args.deit:
+        p.error('--split-only goes with --deit')
+    if args.models is None:
+        args.models = list(deit.MODELS if args.deit else MODELS)
+    elif set(args.models) - set(deit.MODELS if args.deit else MODELS):
+        p.error('--models: with --deit choose among ' + ', '.join(deit.MODELS) + '; without, '
+                'among ' + ', '.join(MODELS))
     if args.sizes is None:
-        args.sizes = QUICK_SIZES if args.quick else FULL_SIZES
+        sizes = (deit.QUICK_SIZES, deit.FULL_SIZES) if args.deit else (QUICK_SIZES, FULL_SIZES)
+        args.sizes = sizes[0] if args.quick else sizes[1]
     args.sizes = sorted(args.sizes, key=lambda s: s[0] * s[1])
     args.repeats = args.repeats or (2 if args.quick else 5)
     args.attention_repeats = args.attention_repeats or (2 if args.quick else 9)
     if args.repeats < 1 or args.attention_repeats < 1:
         p.error('--repeats and --attention-repeats must be >= 1')
-    args.max_run_s = args.max_run_s or (20. if args.quick else 30.)
+    args.split_repeats = args.split_repeats or (2 if args.quick else 15)
+    args.split_size = (96, 96) if args.quick else deit.SPLIT_SIZE
+    # The Softmax ViT at 1024-1536 runs for tens of seconds: allow a minute there.
+    args.max_run_s = args.max_run_s or (20. if args.quick else 60. if args.deit else 30.)
     args.attention_hw = (6, 10) if args.quick else (-(-800 // 4), -(-1333 // 4))
     return args
 
@@ -153,6 +180,9 @@ def main(argv=None):
         print('environment: ' + ', '.join(f'{k}={v}' for k, v in info['environment'].items()))
     print('timings are medians of interleaved runs; other processes on a shared machine '
           'still add noise')
+    if args.deit:
+        run_deit(args, devices, info)
+        return
     run_backbone_part = not args.attention
     run_attention_part = args.attention or args.quick
 
@@ -184,6 +214,42 @@ def main(argv=None):
         att_path = args.out_dir / 'attention.csv'
         write_attention_csv(rows, att_path)
         outputs.append(att_path)
+    if hasattr(os, 'getloadavg'):
+        info['load_average_end'] = os.getloadavg()
+    info['arguments'] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    meta = args.out_dir / 'meta.json'
+    meta.write_text(json.dumps(info, indent=2, default=str))
+    outputs.append(meta)
+    print('\nwrote ' + ', '.join(str(p) for p in outputs))
+
+
+def run_deit(args, devices, info):
+    """``--deit``: the plain-ViT comparison, its speed-up table and plot, and the split."""
+    outputs = []
+    if not args.split_only:
+        results, mem_methods = [], {}
+        for device in devices:
+            models = {name: deit.MODELS[name][0]().to(device) for name in args.models}
+            print(f'\n{device.type.upper()}: sizes {", ".join(f"{h}x{w}" for h, w in args.sizes)}'
+                  f'; {args.warmup} warm-up + {args.repeats} timed runs each, batch {args.batch}')
+            results += run_backbones(args, device, models)
+            mem_methods[device.type] = Timer(device).mem_method
+            del models
+            free_memory(device)
+        print(deit.ratio_table(results, args.models))
+        csv_path, png_path = args.out_dir / 'deit.csv', args.out_dir / 'deit.png'
+        deit.write_csv(results, csv_path, args, mem_methods)
+        deit.plot(results, png_path, f'{info["cpu"]}, torch {info["torch"]}, '
+                  f'{torch.get_num_threads()} thread(s), batch {args.batch}'
+                  + (f', GPU {info["cuda"]}' if info['cuda'] else ''))
+        outputs += [csv_path, png_path]
+    rows = []
+    for device in devices:
+        rows += deit.run_split(args, device)
+    print(deit.split_table(rows, args.quick))
+    split_path = args.out_dir / 'deit_split.csv'
+    deit.write_split_csv(rows, split_path)
+    outputs.append(split_path)
     if hasattr(os, 'getloadavg'):
         info['load_average_end'] = os.getloadavg()
     info['arguments'] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}

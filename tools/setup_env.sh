@@ -47,9 +47,16 @@ fingerprint() {
 }
 if [[ -f "$STAMP" ]]; then
     read -r done_hash done_choice <"$STAMP" || true
-    if [[ "$done_hash" == "$(fingerprint)" && ( "$done_choice" == "$MMCV_CHOICE" || "$done_choice" == full ) ]]; then
+    # A cheap re-check of what later installs by hand tend to break (no heavy imports).
+    if [[ "$done_hash" == "$(fingerprint)" && ( "$done_choice" == "$MMCV_CHOICE" || "$done_choice" == full ) ]] \
+        && "$VENV/bin/python" -c "
+import importlib.metadata as md, importlib.util as u, sys
+from packaging.version import Version as V
+ok = V('77.0.3') <= V(md.version('setuptools')) < V('81') and u.find_spec('mmcv') and u.find_spec('inline_mm')
+sys.exit(0 if ok else 1)" 2>/dev/null; then
         exit 0
     fi
+    log "no verified set-up matches (first run, changed inputs, or a broken environment): setting up"
 fi
 rm -f "$STAMP"
 start_all=$SECONDS

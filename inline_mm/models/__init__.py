@@ -12,12 +12,21 @@ from .inline_cswin import InLineCSwin
 from .inline_pvt import InLinePVT
 from .inline_swin import InLineSwin
 from .registry import register_backbones
+try:  # an mmdet neck built on mmengine's BaseModule: absent for timm-only installs
+    from .simple_fpn import LayerNorm2d, SimpleFPN, register_neck
+except ModuleNotFoundError as e:
+    if e.name != 'mmengine':
+        raise
+    LayerNorm2d = SimpleFPN = register_neck = None
 
 #: frameworks the backbones were registered in (``'mmdet'``, ``'mmseg'``)
 REGISTERED_IN = register_backbones(f.cls for f in FAMILIES.values())
+# ViTDet's simple pyramid for plain backbones (InLine-DeiT), which mmdet's package lacks
+if register_neck is not None:
+    register_neck()
 
 __all__ = ['InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineBackbone', 'FAMILIES', 'Family',
            'get_family', 'detect_family', 'convert_official', 'CheckpointError',
            'read_checkpoint', 'load_pretrained', 'save_converted', 'InLineAttention',
            'WindowAttention', 'GlobalSoftmaxAttention', 'ATTENTIONS', 'inline_attention',
-           'local_residual', 'reference_attention', 'REGISTERED_IN']
+           'local_residual', 'reference_attention', 'REGISTERED_IN', 'SimpleFPN', 'LayerNorm2d']

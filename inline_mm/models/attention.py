@@ -47,6 +47,10 @@ Implementation notes (why it looks the way it does):
   operations (:func:`_inline_traced`): the eager kernel's strided ``out=`` writes
   are what Dynamo cannot trace, and Inductor fuses and differentiates the plain
   form itself.
+* Under ``torch.jit.trace`` and ONNX export (:func:`is_exporting`) the plain form
+  runs with the local term as nine shifted multiply-adds over the whole batch
+  (:func:`_depthwise3x3_batched`): the tracer cannot record the autograd function,
+  and a per-sample loop would bake the batch size into the graph.
 * The ``d x d`` statistics are reduced in fp32 even under autocast: their sum runs
   over every token of a high-resolution map, and a bounded mean (rather than a raw
   sum) in fp32 is what keeps fp16/bf16 from overflowing.  Token-wise products stay
@@ -59,9 +63,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import trunc_normal_
 
-from .layers import window_merge, window_partition
+from .layers import round_up, window_merge, window_partition
 
-__all__ = ['INLINE', 'SOFTMAX', 'ATTENTIONS', 'inline_attention', 'local_residual',
+__all__ = ['INLINE', 'SOFTMAX', 'ATTENTIONS', 'inline_attention', 'local_residual', 'is_exporting',
            'InLineAttention', 'WindowAttention', 'GlobalSoftmaxAttention',
            'reference_inline_attention', 'reference_local_residual', 'reference_attention']
 
@@ -206,8 +210,28 @@ class _InLineFunction(torch.autograd.Function):
         return grad_qkv, grad_kernels, grad_bias, None, None
 
 
-def _inline_traced(qkv, kernels, bias, hw, scale):
-    """:class:`_InLineFunction`'s forward as differentiable ops, for ``torch.compile``."""
+def _depthwise3x3_batched(x_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
+    """Depthwise 3x3 convolution, zero padding 1, with a kernel per sample, without a
+    loop over the batch: nine shifted multiply-adds.
+
+    ``x_img`` ``(B, C, H, W)``, ``kernels`` ``(B, C, 3, 3)`` -> ``(B, C, H, W)``.  A
+    tracer records the batch as a free dimension here (a per-sample loop would bake
+    it in), and ONNX gets plain Pad/Slice/Mul/Add nodes.
+    """
+    h, w = x_img.shape[-2:]
+    xp = F.pad(x_img, (1, 1, 1, 1))
+    out = None
+    for dy in range(3):
+        for dx in range(3):
+            term = xp[:, :, dy:dy + h, dx:dx + w] * kernels[:, :, dy, dx, None, None]
+            out = term if out is None else out + term
+    return out
+
+
+def _inline_traced(qkv, kernels, bias, hw, scale, batched_local=False):
+    """:class:`_InLineFunction`'s forward as differentiable ops: for ``torch.compile``
+    and, with ``batched_local`` (no loop over samples), for ``torch.jit.trace`` and
+    ONNX export."""
     b, _, heads, n, d = qkv.shape
     c = heads * d
     q, k, v = qkv.unbind(1)
@@ -224,15 +248,27 @@ def _inline_traced(qkv, kernels, bias, hw, scale):
         if kernels is not None:
             h, w = hw
             x_img = _conv_cl(v.transpose(1, 2).reshape(b, h, w, c))
-            kernels = kernels.to(out.dtype).reshape(b, c, 1, 3, 3)
-            local = torch.cat([F.conv2d(x_img[i:i + 1], kernels[i], padding=1, groups=c)
-                               for i in range(b)])
+            if batched_local:
+                local = _depthwise3x3_batched(x_img, kernels.to(out.dtype).reshape(b, c, 3, 3))
+            else:
+                kernels = kernels.to(out.dtype).reshape(b, c, 1, 3, 3)
+                local = torch.cat([F.conv2d(x_img[i:i + 1], kernels[i], padding=1, groups=c)
+                                   for i in range(b)])
             out = out + local.permute(0, 2, 3, 1).reshape(b, n, c)
     return out
 
 
+def is_exporting() -> bool:
+    """Whether a graph is being recorded by ``torch.jit.trace`` or the TorchScript ONNX
+    exporter (their tracer cannot record the hand-written autograd function)."""
+    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+
+
 def _inline(qkv, kernels, bias, hw, scale):
-    """Dispatch: the hand-written kernel in eager mode, plain ops when compiling."""
+    """Dispatch: the hand-written kernel in eager mode, plain ops when compiling,
+    loop-free plain ops when tracing or exporting."""
+    if is_exporting():
+        return _inline_traced(qkv, kernels, bias, hw, scale, batched_local=True)
     if torch.compiler.is_compiling():
         return _inline_traced(qkv, kernels, bias, hw, scale)
     return _InLineFunction.apply(qkv, kernels, bias, hw, scale)
@@ -277,6 +313,8 @@ def local_residual(v_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     b, c = v_img.shape[:2]
     if kernels.shape != (b, c, 3, 3):
         raise ValueError(f'kernels must be (B, C, 3, 3) = {(b, c, 3, 3)}, got {tuple(kernels.shape)}')
+    if is_exporting():
+        return _depthwise3x3_batched(v_img, kernels.to(v_img.dtype))
     x = v_img.contiguous(memory_format=torch.channels_last)
     kernels = kernels.to(x.dtype).unsqueeze(2)
     out = torch.cat([F.conv2d(x[i:i + 1], kernels[i], padding=1, groups=c) for i in range(b)])
@@ -397,7 +435,7 @@ def _region_ids(size: int, padded: int, window: int, shift: int, device) -> torc
         ids[padded - shift:] = 2
     valid = torch.arange(padded, device=device) < size
     # Shift the validity the same way the features are rolled.
-    valid = torch.roll(valid, -shift) if shift else valid
+    valid = torch.roll(valid, -shift, 0) if shift else valid
     return torch.where(valid, ids, torch.full_like(ids, -1))
 
 
@@ -460,7 +498,7 @@ class WindowAttention(nn.Module):
         wh, ww = min(ws, h), min(ws, w)
         sh = ws // 2 if self.shift and h > ws else 0
         sw = ws // 2 if self.shift and w > ws else 0
-        hp, wp = -(-h // wh) * wh, -(-w // ww) * ww
+        hp, wp = round_up(h, wh), round_up(w, ww)
 
         x = x.view(b, h, w, c)
         if hp != h or wp != w:

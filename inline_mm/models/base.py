@@ -19,7 +19,25 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-from mmengine.model import BaseModule
+try:
+    from mmengine.model import BaseModule
+except ModuleNotFoundError as e:  # timm-only installs (inline_mm.timm) have no mmengine
+    if e.name is None or e.name.split('.')[0] != 'mmengine':
+        raise
+
+    class BaseModule(nn.Module):
+        """Stand-in for mmengine's ``BaseModule`` without mmengine: keeps ``init_cfg``;
+        only ``Pretrained`` (handled by :class:`InLineBackbone`) or no ``init_cfg``
+        can be applied."""
+
+        def __init__(self, init_cfg=None):
+            super().__init__()
+            self.init_cfg = init_cfg
+            self._is_init = False
+
+        def init_weights(self):
+            raise RuntimeError(f'init_cfg={self.init_cfg!r} needs mmengine; without it only '
+                               "dict(type='Pretrained', checkpoint=...) or None is supported")
 from timm.layers import trunc_normal_
 
 from .attention import INLINE, SOFTMAX

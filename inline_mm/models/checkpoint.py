@@ -27,7 +27,14 @@ from collections import OrderedDict
 from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 import torch
-from mmengine.logging import print_log
+try:
+    from mmengine.logging import print_log
+except ModuleNotFoundError as e:  # timm-only installs (inline_mm.timm) have no mmengine
+    if e.name is None or e.name.split('.')[0] != 'mmengine':
+        raise
+
+    def print_log(msg, logger=None, level=logging.INFO):
+        logging.getLogger('inline_mm').log(level, msg)
 
 __all__ = ['CheckpointError', 'read_checkpoint', 'extract_state_dict', 'load_pretrained',
            'save_converted', 'matches_keys', 'identify_family', 'check_layout']

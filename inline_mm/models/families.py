@@ -29,7 +29,12 @@ That is all: the backbone is then registered in mmdet's and mmseg's ``MODELS``
 ``tools/convert_checkpoint.py``, and ``tests/test_backbone_contract.py`` runs every
 contract test (shapes at normal, odd and non-square sizes, minimum input, frozen
 stages, ``with_cp``, invalid arguments, checkpoint layouts, wrong-variant refusal,
-registration) on the entry's ``smoke`` configuration. Family-specific tests (goldens
+registration) on the entry's ``smoke`` configuration; ``tests/test_export.py`` traces
+and exports it to ONNX (so write size arithmetic with ``layers.round_up`` /
+``layers.pad_amount``, not ``-(-h // w)`` / ``-h % p``, which ONNX's truncating integer
+division exports wrongly, and no per-sample Python loops, which a tracer bakes into the
+graph); and ``inline_mm.timm`` registers every preset as ``inline_<family>_<preset>``
+(``tests/test_timm.py``). Family-specific tests (goldens
 against the official code, parameter counts, quirks) go in
 ``tests/test_inline_<family>.py``.
 """
@@ -41,6 +46,7 @@ import torch
 from .base import InLineBackbone
 from .checkpoint import CheckpointError, identify_family
 from .inline_cswin import InLineCSwin, convert_cswin_checkpoint
+from .inline_deit import InLineDeiT, convert_deit_checkpoint
 from .inline_pvt import InLinePVT, convert_pvt_checkpoint
 from .inline_swin import InLineSwin, convert_swin_checkpoint
 
@@ -133,6 +139,11 @@ FAMILIES: Dict[str, Family] = {f.name: f for f in (
                       drop_path_rate=0.),
            configs='inline_cswin',
            checkpoints=('inline_cswin_t.pth', 'inline_cswin_s.pth', 'inline_cswin_b.pth')),
+    Family(InLineDeiT, convert_deit_checkpoint, strides=(16,),
+           smoke=dict(embed_dims=32, depth=12, num_heads=2, mlp_ratio=1., pretrain_img_size=64,
+                      drop_path_rate=0.),
+           out_unit='block', output_norms=False, class_token=True, configs='inline_deit',
+           checkpoints=('inline_deit_t.pth', 'inline_deit_s.pth', 'inline_deit_b.pth')),
 )}
 
 

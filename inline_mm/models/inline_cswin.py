@@ -13,7 +13,8 @@ from timm.layers import DropPath, Mlp
 
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_stage_types
-from .layers import BlockStage, drop_path_rates, to_nchw, to_tokens, window_merge, window_partition
+from .layers import (BlockStage, drop_path_rates, pad_amount, round_up, to_nchw, to_tokens,
+                     window_merge, window_partition)
 
 __all__ = ['InLineCSwin', 'LePEStripeAttention', 'convert_cswin_checkpoint', 'ARCH_SETTINGS',
            'OFFICIAL_KEYS']
@@ -89,7 +90,7 @@ class LePEStripeAttention(nn.Module):
         h, w = hw
         heads, d = self.num_heads, c // self.num_heads
         sh, sw = self.stripe(hw)
-        hp, wp = -(-h // sh) * sh, -(-w // sw) * sw
+        hp, wp = round_up(h, sh), round_up(w, sw)
         x = qkv.reshape(b, h, w, 3 * c)
         if hp != h or wp != w:
             # Padding after the projection: padded q/k/v are exact zeros, like the
@@ -184,7 +185,7 @@ class ConvStem(nn.Module):
     def forward(self, x: torch.Tensor):
         h, w = x.shape[-2:]
         if h % 4 or w % 4:
-            x = F.pad(x, (0, -w % 4, 0, -h % 4))
+            x = F.pad(x, (0, pad_amount(w, 4), 0, pad_amount(h, 4)))
         x, hw = to_tokens(self.conv(x))
         return self.norm(x), hw
 

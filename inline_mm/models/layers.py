@@ -9,8 +9,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint as cp
 
-__all__ = ['to_nchw', 'to_tokens', 'window_partition', 'window_merge', 'PatchEmbed',
+__all__ = ['round_up', 'pad_amount', 'to_nchw', 'to_tokens', 'window_partition', 'window_merge', 'PatchEmbed',
            'run_block', 'BlockStage', 'drop_path_rates']
+
+
+# Map-size arithmetic is written with non-negative operands only: under tracing the
+# sizes are recorded ops, and ONNX's integer Div/Mod truncate toward zero, so Python's
+# ``-(-h // w)`` and ``-h % p`` idioms would export as wrong constants.
+def round_up(n: int, multiple: int) -> int:
+    """Smallest multiple of ``multiple`` that is >= ``n``."""
+    return (n + multiple - 1) // multiple * multiple
+
+
+def pad_amount(n: int, multiple: int) -> int:
+    """How much to add to ``n`` to reach a multiple of ``multiple``."""
+    return (multiple - n % multiple) % multiple
 
 
 def to_nchw(x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
@@ -62,7 +75,7 @@ class PatchEmbed(nn.Module):
         p = self.patch_size
         h, w = x.shape[-2:]
         if h % p or w % p:
-            x = F.pad(x, (0, -w % p, 0, -h % p))
+            x = F.pad(x, (0, pad_amount(w, p), 0, pad_amount(h, p)))
         x, hw = to_tokens(self.proj(x))
         return (x if self.norm is None else self.norm(x)), hw
 

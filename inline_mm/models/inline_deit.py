@@ -1,0 +1,348 @@
+"""InLine-DeiT: a plain ViT/DeiT whose every block is InLine attention over all tokens.
+
+The family's presets, official-key pattern and converter live here, next to the model.
+"""
+from collections import OrderedDict
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from timm.layers import DropPath, Mlp, trunc_normal_
+
+from .attention import InLineAttention, _depthwise3x3_batched, _inline, is_exporting
+from .base import InLineBackbone
+from .checkpoint import CheckpointError
+from .layers import drop_path_rates, run_block, to_nchw
+
+__all__ = ['InLineDeiT', 'InLineAttentionWithClsToken', 'resize_pos_embed',
+           'convert_deit_checkpoint', 'ARCH_SETTINGS', 'OFFICIAL_KEYS']
+
+#: official and converted InLine-DeiT state dicts (the names agree), and no other
+#: family's, have a class token and top-level ``blocks``
+OFFICIAL_KEYS = (r'^cls_token$', r'^blocks\.0\.')
+
+#: The released layouts (official ``inline_deit_{tiny,small,base}``) and the image side
+#: each was trained at, which fixes the grid of its stored position table (14, 18, 28).
+#: ``depths`` is the depth as the family table reads it (one "stage" of blocks).
+ARCH_SETTINGS = {
+    'tiny': dict(embed_dims=192, depth=12, depths=(12,), num_heads=6, pretrain_img_size=224),
+    'small': dict(embed_dims=320, depth=12, depths=(12,), num_heads=10, pretrain_img_size=288),
+    'base': dict(embed_dims=384, depth=12, depths=(12,), num_heads=12, pretrain_img_size=448),
+}
+
+#: LayerNorm eps of the blocks and the final norm (timm ViT/DeiT).
+NORM_EPS = 1e-6
+
+
+def resize_pos_embed(pos_embed: torch.Tensor, src_grid: Tuple[int, int],
+                     dst_grid: Tuple[int, int], num_prefix: int = 1) -> torch.Tensor:
+    """Position table ``(1, num_prefix + Hs*Ws, C)`` -> ``(1, num_prefix + Hd*Wd, C)``.
+
+    The official resize (timm ``resize_pos_embed`` as used by the released
+    ``checkpoint_filter_fn``): the class-token entries are kept, the grid part is
+    resized with ``F.interpolate(mode='bilinear', align_corners=False)``. Returns
+    the table itself when the grids agree.
+    """
+    src_grid, dst_grid = tuple(src_grid), tuple(dst_grid)
+    if src_grid == dst_grid:
+        return pos_embed
+    prefix, grid = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
+    c = grid.shape[-1]
+    grid = grid.reshape(1, *src_grid, c).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid, size=dst_grid, mode='bilinear', align_corners=False)
+    return torch.cat([prefix, grid.flatten(2).transpose(1, 2)], dim=1)
+
+
+class InLineAttentionWithClsToken(InLineAttention):
+    """InLine attention over leading extra tokens plus an ``H x W`` map (InLine-DeiT).
+
+    As released: the linear attention (means and ``K^T V``) runs over all
+    ``num_prefix + H*W`` tokens, the class token included; the 3x3 kernels are
+    predicted from the mean of all tokens of the input; the local term convolves the
+    patch tokens' V as an ``H x W`` image and is added to the patch tokens only.
+    Parameters and their names are those of :class:`InLineAttention` (and of the
+    official ``InLineAttention`` of ``inline_deit.py``).
+
+    Args:
+        dim (int): Channels ``C``.
+        num_heads (int): Heads; must divide ``dim``.
+        num_prefix (int): Tokens before the map (the class token). Default: 1.
+        qkv_bias (bool): Bias of the qkv projection. Default: True.
+        attn_drop (float): Dropout on the attention output before the projection.
+            Default: 0.
+        proj_drop (float): Dropout after the projection. Default: 0.
+    """
+
+    def __init__(self, dim: int, num_heads: int, num_prefix: int = 1, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0.):
+        super().__init__(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                         proj_drop=proj_drop)
+        self.num_prefix = num_prefix
+
+    def extra_repr(self) -> str:
+        return f'{super().extra_repr()}, num_prefix={self.num_prefix}'
+
+    def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],
+               token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Everything between the qkv and output projections.
+
+        Args:
+            qkv (Tensor): ``(B, N, 3C)``, ``N = num_prefix + H * W``.
+            hw (tuple[int, int]): The map size.
+            token_mean (Tensor): ``(B, C)`` mean the local kernels are predicted from
+                (required here: it cannot be recovered from ``qkv``).
+
+        Returns:
+            Tensor: ``(B, N, C)`` before the projection.
+        """
+        if token_mean is None:
+            raise ValueError('attend needs the (B, C) token mean the local kernels are '
+                             'predicted from')
+        b, n, c3 = qkv.shape
+        (h, w), p, c = hw, self.num_prefix, self.dim
+        if p + h * w != n:
+            raise ValueError(f'{n} tokens are not {p} prefix token(s) plus a {h}x{w} map')
+        if c3 != 3 * c:
+            raise ValueError(f'qkv has {c3} channels, expected 3 * {c}')
+        kernels = self.predict_kernels(token_mean)
+        packed = qkv.view(b, n, 3, self.num_heads, self.head_dim).permute(0, 2, 3, 1, 4)
+        out = _inline(packed, None, None, None, self.scale)              # (B, N, C)
+        # V of the patch tokens as a channels-last image (one copy), convolved per
+        # sample with its own kernels; the result is a view in token layout.
+        v_img = qkv[:, p:, 2 * c:].reshape(b, h, w, c).permute(0, 3, 1, 2)
+        if is_exporting():
+            # A traced per-sample loop would bake the batch size into the graph.
+            local = _depthwise3x3_batched(v_img, kernels.to(v_img.dtype))
+            out = torch.cat([out[:, :p], out[:, p:] + local.flatten(2).transpose(1, 2)], 1)
+            return self.attn_drop(out)
+        kernels = kernels.to(v_img.dtype).reshape(b, c, 1, 3, 3)
+        for i in range(b):
+            local = F.conv2d(v_img[i:i + 1], kernels[i], padding=1, groups=c)
+            out[i, p:].add_(local.permute(0, 2, 3, 1).reshape(h * w, c))
+        return self.attn_drop(out)
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
+                token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``(B, num_prefix + H*W, C)`` -> the same shape.
+
+        ``token_mean`` defaults to the mean over all tokens of ``x`` (as released).
+        """
+        if token_mean is None:
+            token_mean = x.mean(dim=1)
+        out = self.attend(self.qkv(x), hw, token_mean)
+        return self.proj_drop(self.proj(out))
+
+
+class DeiTBlock(nn.Module):
+    """Pre-norm ViT block with InLine attention (official ``InLineBlock``)."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool, drop: float,
+                 attn_drop: float, drop_path: float):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=NORM_EPS)
+        self.attn = InLineAttentionWithClsToken(dim, num_heads, qkv_bias=qkv_bias,
+                                                attn_drop=attn_drop, proj_drop=drop)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=NORM_EPS)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), hw))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class InLineDeiT(InLineBackbone):
+    """InLine-DeiT backbone.
+
+    The plain ViT/DeiT of Han et al., "Bridging the Divide: Reconsidering Softmax
+    and Linear Attention", NeurIPS 2024 (arXiv 2412.06590): one stride-16 patch
+    embedding, a class token, a learned position table and ``depth`` pre-norm
+    blocks whose attention is InLine over the class token and every patch token
+    (linear in the number of pixels), with the predicted local 3x3 term on the patch
+    map. As a dense-prediction backbone it returns the patch tokens of chosen blocks
+    as stride-16 maps (mmseg ``VisionTransformer`` convention); necks make the
+    pyramid (``MultiLevelNeck`` for UperNet, ``SimpleFPN`` for Mask R-CNN).
+
+    Any input of at least 16x16 pixels works, square or not: the image is padded
+    to a multiple of 16 (bottom/right), and the position table, stored at its
+    training grid, is resized to the input's patch grid at every forward as the
+    official code does (bilinear, ``align_corners=False``, class token kept).
+
+    Args:
+        arch (str): Preset, ``'tiny'``, ``'small'`` or ``'base'`` (the released
+            layouts, see ``ARCH_SETTINGS``; note that -B is 384 wide). The explicit
+            arguments below, when given, override the preset. Default: ``'tiny'``.
+        embed_dims (int, optional): Channels.
+        depth (int, optional): Blocks.
+        num_heads (int, optional): Heads.
+        pretrain_img_size (int, optional): Image side the position table was trained
+            at; its stored grid is ``pretrain_img_size // patch_size`` (224, 288 and
+            448 for T, S, B, i.e. grids 14, 18 and 28).
+        in_channels (int): Input channels. Default: 3.
+        patch_size (int): Patch side and stride. Default: 16.
+        mlp_ratio (float): MLP hidden / embedding channels. Default: 4.
+        qkv_bias (bool): Bias of the qkv projections. Default: True.
+        drop_rate (float): Dropout after the position embedding, the projections and
+            in the MLP. Default: 0.
+        attn_drop_rate (float): Dropout of the attention output. Default: 0.
+        drop_path_rate (float): Stochastic depth, linearly increasing over blocks.
+            Default: 0.1.
+        out_indices (Sequence[int]): Blocks whose output patch tokens are returned,
+            each as a ``(B, C, ceil(H/16), ceil(W/16))`` map. Default: (2, 5, 8, 11).
+        final_norm (bool): Apply the final LayerNorm ``norm`` (from the official
+            checkpoint) to the last block's output. When False the module is not
+            built. Default: True.
+        frozen_stages (int): Freeze the patch embedding, class token and position
+            table (0) and blocks ``< i`` (``i == depth`` also freezes ``norm``); -1
+            freezes nothing. Default: -1.
+        with_cp (bool): Gradient checkpointing per block (non-reentrant) while
+            training. Default: False.
+        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
+            an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
+            converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
+            file), ``checkpoint_key``, ``min_match`` (fraction of tensors that must be
+            found, default 0.9). Default: None.
+
+    Returns (forward):
+        tuple[Tensor]: ``(B, C, ceil(H / 16), ceil(W / 16))`` for each index in
+        ``out_indices``, in that order.
+    """
+
+    presets = ARCH_SETTINGS
+    official_keys = OFFICIAL_KEYS
+    block_key = r'blocks\.(?P<block>\d+)\.'
+    min_input_size = 16          # one patch (at the default patch size)
+
+    def __init__(self, arch: str = 'tiny', embed_dims: Optional[int] = None,
+                 depth: Optional[int] = None, num_heads: Optional[int] = None,
+                 pretrain_img_size: Optional[int] = None, in_channels: int = 3,
+                 patch_size: int = 16, mlp_ratio: float = 4., qkv_bias: bool = True,
+                 drop_rate: float = 0., attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0.1, out_indices: Sequence[int] = (2, 5, 8, 11),
+                 final_norm: bool = True, frozen_stages: int = -1, with_cp: bool = False,
+                 init_cfg: Optional[dict] = None):
+        cfg = self.resolve_arch(arch, embed_dims=embed_dims, depth=depth, num_heads=num_heads,
+                                pretrain_img_size=pretrain_img_size)
+        embed_dims, depth = cfg['embed_dims'], cfg['depth']
+        num_heads, pretrain_img_size = cfg['num_heads'], cfg['pretrain_img_size']
+        if depth < 1:
+            raise ValueError(f'depth must be >= 1, got {depth}')
+        if embed_dims % num_heads:
+            raise ValueError(f'{embed_dims} channels are not divisible by {num_heads} heads')
+        if patch_size < 1 or pretrain_img_size < patch_size:
+            raise ValueError(f'pretrain_img_size ({pretrain_img_size}) must hold at least one '
+                             f'patch of {patch_size}')
+        super().__init__(out_indices, frozen_stages, depth, init_cfg=init_cfg)
+        self.arch_name = cfg['arch_name']
+        self.embed_dims = embed_dims
+        self.depth = depth
+        self.depths = (depth,)                    # the variant check of the base class
+        self.dims = [embed_dims] * depth          # channels of every block's output
+        self.in_channels = in_channels
+        self.patch_size = patch_size
+        self.min_input_size = patch_size
+        self.final_norm = final_norm
+        self.pos_grid = (pretrain_img_size // patch_size,) * 2
+
+        # Official names: patch_embed.proj, cls_token, pos_embed, blocks.{i}, norm.
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Conv2d(in_channels, embed_dims, patch_size, patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dims))
+        self.pos_embed = nn.Parameter(
+            torch.zeros(1, 1 + self.pos_grid[0] * self.pos_grid[1], embed_dims))
+        self.pos_drop = nn.Dropout(drop_rate)
+        (dpr,) = drop_path_rates(drop_path_rate, (depth,))
+        self.blocks = nn.ModuleList(
+            DeiTBlock(embed_dims, num_heads, mlp_ratio, qkv_bias, drop_rate, attn_drop_rate,
+                      dpr[i]) for i in range(depth))
+        if final_norm:
+            self.norm = nn.LayerNorm(embed_dims, eps=NORM_EPS)
+        self.with_cp = with_cp
+        self._freeze_stages()
+
+    # The blocks are the "stages" of the base class: out_indices and frozen_stages
+    # count blocks, and there are no per-output norms.
+    def _stage_list(self) -> nn.ModuleList:
+        return self.blocks
+
+    def _stage_modules(self, i: int):
+        last = i == self.depth - 1 and self.final_norm
+        return [self.blocks[i]] + ([self.norm] if last else [])
+
+    def _stem_modules(self):
+        return [self.patch_embed, self.cls_token, self.pos_embed]
+
+    def _init_extra(self):
+        trunc_normal_(self.pos_embed, std=.02)
+        trunc_normal_(self.cls_token, std=.02)
+
+    def _convert_official(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        return convert_deit_checkpoint(state)
+
+    def convert_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """The base checks (family, depth), then the position table's grid."""
+        state = super().convert_checkpoint(state)
+        check_position_grid(self, state)
+        return state
+
+    def embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
+        """Image -> ``(B, 1 + H'*W', C)`` tokens with positions, and ``(H', W')``."""
+        p = self.patch_size
+        h, w = x.shape[-2:]
+        if h % p or w % p:
+            x = F.pad(x, (0, -w % p, 0, -h % p))
+        x = self.patch_embed.proj(x)
+        hw = (x.shape[2], x.shape[3])
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1),
+                       x.flatten(2).transpose(1, 2)], dim=1)
+        x = x + resize_pos_embed(self.pos_embed, self.pos_grid, hw)
+        return self.pos_drop(x), hw
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        self.check_input(x)
+        x, hw = self.embed(x)
+        outs = {}
+        last = max(self.out_indices)
+        for i, blk in enumerate(self.blocks[:last + 1]):
+            x = run_block(blk, x, hw, self.with_cp)
+            if i == self.depth - 1 and self.final_norm:
+                x = self.norm(x)
+            if i in self.out_indices:
+                outs[i] = to_nchw(x[:, 1:], hw)
+        return tuple(outs[i] for i in self.out_indices)
+
+
+def convert_deit_checkpoint(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """Official InLine-DeiT state dict -> :class:`InLineDeiT` keys (pure, idempotent).
+
+    The names already agree; the classifier (``head``, and ``head_dist``/``dist_token``
+    of distilled DeiTs, which InLine-DeiT does not release) goes. The position table is
+    kept at its stored grid: it is resized at every forward, not at load time.
+    """
+    return OrderedDict((k, v) for k, v in state.items()
+                       if not k.startswith(('head.', 'head_dist.', 'pre_logits.'))
+                       and k != 'dist_token')
+
+
+def check_position_grid(model: InLineDeiT, state: Dict[str, torch.Tensor]) -> None:
+    """Refuse a position table of another training grid, naming the variant it is of.
+
+    (Another width shows as other shapes, another depth is refused by the base class;
+    a table of another grid would only show as a bare shape mismatch.)
+    """
+    pos = state.get('pos_embed')
+    if pos is None or pos.shape[-1] != model.embed_dims \
+            or pos.shape[1] == model.pos_embed.shape[1]:
+        return
+    name = type(model).__name__
+    side = round((pos.shape[1] - 1) ** 0.5)
+    guess = [a for a, s in ARCH_SETTINGS.items()
+             if s['pretrain_img_size'] // model.patch_size == side
+             and s['embed_dims'] == model.embed_dims]
+    hint = (f' (arch={guess[0]!r})' if guess
+            else f' (pretrain_img_size={side * model.patch_size})')
+    raise CheckpointError(
+        f'the position table of this checkpoint has a {side}x{side} grid{hint}, but this '
+        f'{name} ({model.arch_name}) stores {model.pos_grid[0]}x{model.pos_grid[1]}: it is '
+        'another variant. Build the model with the matching arch or pretrain_img_size.')

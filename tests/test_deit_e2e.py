@@ -1,0 +1,133 @@
+"""InLine-DeiT end to end through the real tools (tools/train.py, tools/test.py run the
+stock mmseg / mmdet scripts): the shipped UperNet (MultiLevelNeck) and Mask R-CNN
+(SimpleFPN) configs, shrunken to a narrow two-to-four-block backbone, train a few
+iterations on toy data from scratch, save a checkpoint, and the test tool reports mIoU /
+box and mask mAP from it."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inline_mm.toydata import segmentation as toy_seg
+from inline_mm.toydata.coco import make_coco_toy
+
+ROOT = Path(__file__).resolve().parents[1]
+DEIT = ROOT / 'configs' / 'inline_deit'
+
+pytestmark = pytest.mark.slow
+
+
+def _run(*args, timeout=300):
+    env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
+    env['PYTHONPATH'] = str(ROOT) + os.pathsep + env.get('PYTHONPATH', '')
+    proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def _metric(log: str, key: str) -> float:
+    found = re.findall(re.escape(key) + r': (-?[0-9.]+)', log)
+    assert found, f'{key} not reported:\n{log[-3000:]}'
+    return float(found[-1])
+
+
+def test_upernet_train_checkpoint_test(tmp_path):
+    data = tmp_path / 'ade'
+    toy_seg.make_ade_toy(str(data), num_train=4, num_val=2, size=64)
+    cfg = tmp_path / 'upernet_deit_toy.py'
+    cfg.write_text(f"""
+_base_ = '{DEIT}/inline-deit-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'
+model = dict(
+    data_preprocessor=dict(size=(64, 64)),
+    backbone=dict(embed_dims=32, depth=4, num_heads=2, out_indices=(0, 1, 2, 3),
+                  init_cfg=None),
+    neck=dict(in_channels=[32] * 4, out_channels=16),
+    decode_head=dict(in_channels=[16] * 4, channels=16),
+    auxiliary_head=dict(in_channels=16, channels=8))
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='RandomCrop', crop_size=(64, 64), cat_max_ratio=0.75),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PackSegInputs')]
+test_pipeline = [dict(type='LoadImageFromFile'),
+                 dict(type='LoadAnnotations', reduce_zero_label=True),
+                 dict(type='PackSegInputs')]
+train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                        dataset=dict(data_root='{data}', pipeline=train_pipeline))
+val_dataloader = dict(num_workers=0, persistent_workers=False,
+                      dataset=dict(data_root='{data}', pipeline=test_pipeline))
+test_dataloader = val_dataloader
+param_scheduler = [dict(type='PolyLR', power=0.9, eta_min=0.0, begin=0, end=3, by_epoch=False)]
+train_cfg = dict(max_iters=3, val_interval=3)
+default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=3))
+""")
+    work = tmp_path / 'work'
+    log = _run('tools/train.py', cfg, '--work-dir', work)
+    assert 'Iter(train) [3/3]' in log
+    assert 0.0 <= _metric(log, 'mIoU') <= 100.0
+    ckpt = work / 'iter_3.pth'
+    assert ckpt.is_file()
+    log = _run('tools/test.py', cfg, ckpt, '--work-dir', tmp_path / 'test')
+    assert 'Iter(test) [2/2]' in log
+    assert 0.0 <= _metric(log, 'mIoU') <= 100.0
+
+
+def test_mask_rcnn_train_checkpoint_test(tmp_path):
+    data = tmp_path / 'coco'
+    make_coco_toy(str(data), num_train=4, num_val=2, size=64, max_objects=2, seed=1)
+    root = str(data) + '/'
+    cfg = tmp_path / 'mask_rcnn_deit_toy.py'
+    cfg.write_text(f"""
+_base_ = '{DEIT}/mask-rcnn_inline-deit-t_simple-fpn_1x_coco.py'
+data_root = {root!r}
+metainfo = dict(classes=('circle', 'triangle', 'rectangle'))
+model = dict(
+    backbone=dict(embed_dims=32, depth=2, num_heads=2, out_indices=(1,), init_cfg=None),
+    neck=dict(in_channels=32, out_channels=16),
+    rpn_head=dict(in_channels=16, feat_channels=16),
+    roi_head=dict(bbox_roi_extractor=dict(out_channels=16),
+                  bbox_head=dict(in_channels=16, fc_out_channels=32, num_classes=3),
+                  mask_roi_extractor=dict(out_channels=16),
+                  mask_head=dict(in_channels=16, conv_out_channels=16, num_convs=1,
+                                 num_classes=3)))
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='Resize', scale=(64, 64), keep_ratio=True),
+    dict(type='PackDetInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=(64, 64), keep_ratio=True),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
+                                          'scale_factor')),
+]
+train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                        dataset=dict(data_root=data_root, metainfo=metainfo,
+                                     pipeline=train_pipeline))
+val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
+                      dataset=dict(data_root=data_root, metainfo=metainfo,
+                                   pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
+test_evaluator = val_evaluator
+train_cfg = dict(max_epochs=1, val_interval=1)
+default_hooks = dict(logger=dict(interval=1))
+log_processor = dict(window_size=1)
+""")
+    work = tmp_path / 'work'
+    log = _run('tools/train.py', cfg, '--work-dir', work)
+    assert re.search(r'Epoch\(train\)\s+\[1\]\[2/2\]', log), log[-3000:]
+    assert -1 <= _metric(log, 'coco/bbox_mAP') <= 1          # validation after the epoch
+    ckpt = work / 'epoch_1.pth'
+    assert ckpt.is_file()
+    log = _run('tools/test.py', cfg, ckpt, '--work-dir', tmp_path / 'test')
+    for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
+        assert -1 <= _metric(log, key) <= 1

@@ -1,0 +1,129 @@
+"""Every backbone of the family table traces and exports to ONNX with a free batch,
+for one input size per graph, and refuses other sizes (``inline_mm.export``)."""
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from inline_mm.export import SizeLocked, check_onnx, export_onnx, run_onnx, trace_backbone
+from inline_mm.models import FAMILIES
+from inline_mm.models.attention import (_depthwise3x3_batched, _inline_traced, _InLineFunction,
+                                        reference_local_residual)
+
+ROOT = Path(__file__).resolve().parents[1]
+#: a non-square size and an odd one (padding, window clipping, odd merges)
+SIZES = [(64, 96), (75, 61)]
+
+
+@pytest.fixture(autouse=True)
+def _quiet_tracer():
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        yield
+
+
+def _smoke(name):
+    family = FAMILIES[name]
+    return family.cls(**family.smoke).eval()
+
+
+def test_loop_free_local_term_matches_reference():
+    v, k = torch.randn(3, 8, 9, 11), torch.randn(3, 8, 3, 3)
+    torch.testing.assert_close(_depthwise3x3_batched(v, k), reference_local_residual(v, k),
+                               rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize('with_bias', [False, True])
+def test_export_form_matches_eager_kernel(with_bias):
+    qkv = torch.randn(2, 3, 2, 6 * 5, 4)
+    kernels, bias = torch.randn(2, 8, 3, 3), (torch.randn(8) if with_bias else None)
+    eager = _InLineFunction.apply(qkv, kernels, bias, (6, 5), 0.5)
+    traced = _inline_traced(qkv, kernels, bias, (6, 5), 0.5, batched_local=True)
+    torch.testing.assert_close(traced, eager, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize('name', list(FAMILIES))
+def test_jit_trace_free_batch_fixed_size(name):
+    model = _smoke(name)
+    traced = trace_backbone(model, SIZES[0], batch=2)
+    x = torch.randn(3, 3, *SIZES[0])
+    with torch.no_grad():
+        for got, ref in zip(traced(x), model(x)):
+            torch.testing.assert_close(got, ref, rtol=0, atol=1e-4)
+        with pytest.raises(torch.jit.Error, match='exported for 64x96 input'):
+            traced(torch.randn(1, 3, 96, 64))
+        # eager use of the wrapper refuses too
+        with pytest.raises(RuntimeError, match='exported for 64x96 input'):
+            SizeLocked(model, SIZES[0])(torch.randn(1, 3, 64, 64))
+
+
+@pytest.mark.parametrize('name', list(FAMILIES))
+def test_complexity_counter_runs(name):
+    get_model_complexity_info = pytest.importorskip('mmengine.analysis').get_model_complexity_info
+    result = get_model_complexity_info(_smoke(name), input_shape=(3, 64, 96), show_table=False,
+                                       show_arch=False)
+    assert result['flops'] > 0 and result['params'] > 0
+
+
+@pytest.mark.parametrize('name', list(FAMILIES))
+def test_onnx_matches_pytorch_at_each_exported_size(name, tmp_path):
+    pytest.importorskip('onnx')
+    pytest.importorskip('onnxruntime')
+    model = _smoke(name)
+    for size in SIZES:
+        path = export_onnx(model, str(tmp_path / f'{name}.onnx'), size)
+        errors = check_onnx(path, model, size, batches=(1, 3))
+        assert max(errors.values()) < 1e-4, (size, errors)
+    # the last graph (75x61) refuses another size instead of running on it
+    with pytest.raises(Exception, match='invalid dimensions'):
+        run_onnx(path, torch.randn(1, 3, 64, 96))
+
+
+def test_onnx_graph_itself_checks_the_size(tmp_path):
+    """The broadcast check is in the graph, for runtimes that ignore declared shapes."""
+    onnx = pytest.importorskip('onnx')
+    path = export_onnx(_smoke('InLineSwin'), str(tmp_path / 'swin.onnx'), SIZES[0])
+    graph = onnx.load(path).graph
+    dims = [d.dim_param or d.dim_value for d in graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ['batch', 3, 64, 96]
+    first = [n for n in graph.node if 'input' in n.input][0]
+    assert first.op_type == 'Add'
+
+
+def test_export_tool(tmp_path):
+    pytest.importorskip('onnxruntime')
+    out = tmp_path / 'pvt.onnx'
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'export_onnx.py'), '--family', 'InLinePVT',
+         '--arch', 'smoke', '--size', '64', '96', '--batches', '1', '2', '--out', str(out)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out.exists() and max(report['max_abs_err'].values()) < 1e-4
+
+
+@pytest.mark.slow
+def test_stock_mmdet_get_flops_runs_on_a_shipped_config(tmp_path):
+    """mmdet's own analysis_tools/get_flops.py (it traces the model) on a real image."""
+    mmdet = pytest.importorskip('mmdet')
+    from inline_mm.toydata.coco import make_coco_toy
+    script = Path(mmdet.__file__).parent / '.mim' / 'tools' / 'analysis_tools' / 'get_flops.py'
+    if not script.exists():
+        pytest.skip('mmdet was installed without its .mim tools')
+    make_coco_toy(str(tmp_path / 'coco'), num_train=1, num_val=1, size=64, seed=1)
+    cfg = tmp_path / 'cfg.py'
+    cfg.write_text(f"""
+_base_ = {str(ROOT / 'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py')!r}
+val_dataloader = dict(dataset=dict(data_root={str(tmp_path / 'coco') + '/'!r},
+                                   ann_file='annotations/instances_val2017.json',
+                                   data_prefix=dict(img='val2017/')))
+model = dict(backbone=dict(init_cfg=None))
+""")
+    proc = subprocess.run([sys.executable, str(script), str(cfg), '--num-images', '1'],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'Flops:' in proc.stdout and 'Params: 48.73M' in proc.stdout, proc.stdout[-2000:]

@@ -1,0 +1,118 @@
+"""The InLine backbones as timm ``features_only`` models (``inline_mm.timm``), for every
+family and preset of the family table."""
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+timm = pytest.importorskip('timm')
+import inline_mm.timm as inline_timm  # noqa: E402
+from inline_mm.models import FAMILIES  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _official_like_file(path, state, ema_state, monkeypatch):
+    """``{'model', 'state_dict_ema', 'config'}`` with a pickled stand-in of the yacs
+    config the official training script stored (timm's weights_only loading refuses it)."""
+    pkg, mod = types.ModuleType('yacs'), types.ModuleType('yacs.config')
+
+    class CfgNode(dict):
+        def __init__(self, init=None):
+            super().__init__(init or {})
+            self.__dict__['__immutable__'] = False
+
+    CfgNode.__module__, CfgNode.__qualname__ = 'yacs.config', 'CfgNode'
+    mod.CfgNode, pkg.config = CfgNode, mod
+    monkeypatch.setitem(sys.modules, 'yacs', pkg)
+    monkeypatch.setitem(sys.modules, 'yacs.config', mod)
+    torch.save({'model': state, 'state_dict_ema': ema_state,
+                'config': CfgNode({'MODEL': CfgNode({'TYPE': 'inline'})})}, path)
+    monkeypatch.delitem(sys.modules, 'yacs')
+    monkeypatch.delitem(sys.modules, 'yacs.config')
+
+
+def test_every_family_and_preset_is_registered():
+    expected = {inline_timm.model_name(f.name, p) for f in FAMILIES.values() for p in f.presets}
+    assert set(inline_timm.MODEL_NAMES) == expected
+    assert 'inline_swin_tiny' in expected
+    assert expected <= set(timm.list_models('inline_*'))
+
+
+@pytest.mark.parametrize('name', inline_timm.MODEL_NAMES)
+def test_feature_info_of_every_variant(name):
+    family, preset = inline_timm._ENTRIES[name]
+    with torch.device('meta'):
+        model = timm.create_model(name, features_only=True)
+    backbone = model.backbone
+    assert backbone.arch_name == preset
+    assert model.feature_info.channels() == list(backbone.out_channels)
+    assert model.feature_info.reduction() == [family.stride(i) for i in backbone.out_indices]
+
+
+@pytest.mark.parametrize('family_name', list(FAMILIES))
+def test_timm_features_equal_openmmlab_backbone(family_name, tmp_path, monkeypatch):
+    from conftest import build_in_each_framework
+    family = FAMILIES[family_name]
+    preset = next(iter(family.presets))
+    source = family.cls(**family.smoke)
+    source.init_weights()
+    state = source.state_dict()
+    ema = {k: v + 1 if v.is_floating_point() else v for k, v in state.items()}
+    path = tmp_path / 'official_like.pth'
+    _official_like_file(path, state, ema, monkeypatch)
+
+    model = timm.create_model(inline_timm.model_name(family_name, preset), pretrained=True,
+                              features_only=True, pretrained_cfg_overlay=dict(file=str(path)),
+                              **family.smoke)
+    cfg = dict(type=family_name, **family.smoke,
+               init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    mm = build_in_each_framework(cfg)[0]
+    mm.init_weights()
+    mm.eval()
+    x = torch.randn(2, 3, 64, 96)
+    with torch.no_grad():
+        got, ref, plain = model(x), mm(x), source.eval()(x)
+    assert isinstance(got, list) and len(got) == len(ref)
+    for g, r, p in zip(got, ref, plain):
+        torch.testing.assert_close(g, r, rtol=0, atol=0)
+        torch.testing.assert_close(g, p, rtol=0, atol=0)    # 'model', not the EMA weights
+    assert model.feature_info.channels() == [o.shape[1] for o in got]
+    assert model.feature_info.reduction() == [96 // o.shape[-1] for o in got]
+
+
+def test_pretrained_without_file_says_what_to_pass():
+    with pytest.raises(ValueError, match='pretrained_cfg_overlay=dict\\(file='):
+        timm.create_model('inline_pvt_tiny', pretrained=True, features_only=True)
+
+
+def test_timm_entry_points_need_no_openmmlab():
+    code = textwrap.dedent('''
+        import importlib.abc, sys
+        BLOCKED = ('mmcv', 'mmdet', 'mmseg', 'mmengine')
+
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split('.')[0] in BLOCKED:
+                    raise ModuleNotFoundError(f'No module named {name!r}', name=name)
+
+        sys.meta_path.insert(0, Block())
+        import timm, torch
+        import inline_mm.timm
+        from inline_mm.models import FAMILIES
+        for name, f in FAMILIES.items():
+            preset = next(iter(f.presets))
+            m = timm.create_model(inline_mm.timm.model_name(name, preset), features_only=True,
+                                  **f.smoke)
+            outs = m(torch.randn(1, 3, 64, 64))
+            assert len(outs) == len(m.feature_info.channels())
+        assert not [m for m in sys.modules if m.split('.')[0] in BLOCKED]
+        print('OK')
+    ''')
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith('OK'), proc.stderr[-3000:]
