@@ -64,6 +64,7 @@ import torch.nn.functional as F
 from timm.layers import trunc_normal_
 
 from .layers import round_up, window_merge, window_partition
+from .padding import ValidMap, run_grouped
 
 __all__ = ['INLINE', 'SOFTMAX', 'ATTENTIONS', 'inline_attention', 'local_residual', 'is_exporting',
            'InLineAttention', 'WindowAttention', 'GlobalSoftmaxAttention',
@@ -100,18 +101,23 @@ class _InLineFunction(torch.autograd.Function):
 
     Inputs: ``qkv`` ``(B, 3, heads, N, d)`` (any strides; the projection output
     ``(B, N, 3C)`` viewed without a copy), ``kernels`` ``(B, C, 3, 3)`` or None,
-    ``bias`` ``(C,)`` or None (added with the local term), ``hw`` and ``scale``.
-    Output: ``(B, N, C)`` in token layout.
+    ``bias`` ``(C,)`` or None (added with the local term), ``hw``, ``scale`` and
+    ``counts``: None, or ``(B,)`` fp32 numbers of tokens each sample's means divide
+    by (padding awareness: the caller zeroes q, k, v outside each image, so sums
+    over all tokens are sums over the image's own). Output: ``(B, N, C)`` in token
+    layout.
     """
 
     @staticmethod
-    def forward(ctx, qkv, kernels, bias, hw, scale):
+    def forward(ctx, qkv, kernels, bias, hw, scale, counts=None):
         with _autocast_off(qkv):
             b, _, heads, n, d = qkv.shape
             c = heads * d
             dt = qkv.dtype
             q, k, v = qkv.unbind(1)                                         # (B, heads, N, d)
-            means = qkv[:, 1:].sum(dim=3, keepdim=True, dtype=_F32).div_(n)
+            per = n if counts is None else counts.view(b, 1, 1, 1)
+            means = qkv[:, 1:].sum(dim=3, keepdim=True, dtype=_F32).div_(
+                n if counts is None else counts.view(b, 1, 1, 1, 1))
             k_mean, v_mean = means.unbind(1)                                # (B, heads, 1, d)
 
             cov = qkv.new_empty((b, heads, d, d), dtype=_F32)
@@ -119,7 +125,7 @@ class _InLineFunction(torch.autograd.Function):
                 # In fp32 this reads the strided views directly; in fp16/bf16 the
                 # per-sample fp32 copy keeps the reduction exact and bounded.
                 torch.bmm(_f32(k[i]).transpose(1, 2), _f32(v[i]), out=cov[i])
-            cov.div_(n).sub_(k_mean.transpose(-2, -1) @ v_mean)
+            cov.div_(per).sub_(k_mean.transpose(-2, -1) @ v_mean)
             m = cov.mul_(scale).to(dt)                                      # (B, heads, d, d)
 
             out = qkv.new_empty((b, n, c))
@@ -142,13 +148,13 @@ class _InLineFunction(torch.autograd.Function):
                     out[i].add_(local.permute(0, 2, 3, 1).reshape(n, c))
         # The image copy of V is not kept: the backward makes it again (one copy)
         # rather than holding N x C per block for the whole forward pass.
-        ctx.save_for_backward(qkv, m, means, kernels)
+        ctx.save_for_backward(qkv, m, means, kernels, counts)
         ctx.scale, ctx.hw, ctx.has_bias = scale, hw, bias is not None
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        qkv, m, means, kernels = ctx.saved_tensors
+        qkv, m, means, kernels, counts = ctx.saved_tensors
         need_qkv, need_kernels, need_bias = ctx.needs_input_grad[:3]
         scale = ctx.scale
         with _autocast_off(qkv):
@@ -186,10 +192,15 @@ class _InLineFunction(torch.autograd.Function):
                 dcov = qkv.new_empty((b, heads, d, d), dtype=_F32)
                 for i in range(b):
                     torch.bmm(_f32(q[i]).transpose(1, 2), _f32(grad_h[i]), out=dcov[i])
-                dcov_n = dcov.mul_(scale / n)                                # dCov / n
+                if counts is None:
+                    per = n
+                    dcov_n = dcov.mul_(scale / n)                            # dCov / n
+                else:
+                    per = counts.view(b, 1, 1, 1)
+                    dcov_n = dcov.mul_(scale).div_(per)
                 # The mean terms of dK and dV reduce to per-sample row offsets.
                 off_k = -(v_mean @ dcov_n.transpose(-2, -1))
-                off_v = grad_sum.view(b, heads, 1, d).div(n) - k_mean @ dcov_n
+                off_v = grad_sum.view(b, heads, 1, d).div(per) - k_mean @ dcov_n
                 dcov_n = dcov_n.to(dt)
                 off_k, off_v = off_k.to(dt), off_v.to(dt)
 
@@ -207,7 +218,7 @@ class _InLineFunction(torch.autograd.Function):
                         grad_tok[i, :, 2].view(n, c).add_(dx.permute(0, 2, 3, 1).reshape(n, c))
             if need_bias and ctx.has_bias:
                 grad_bias = grad_sum.sum(0)
-        return grad_qkv, grad_kernels, grad_bias, None, None
+        return grad_qkv, grad_kernels, grad_bias, None, None, None
 
 
 def _depthwise3x3_batched(x_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
@@ -228,7 +239,7 @@ def _depthwise3x3_batched(x_img: torch.Tensor, kernels: torch.Tensor) -> torch.T
     return out
 
 
-def _inline_traced(qkv, kernels, bias, hw, scale, batched_local=False):
+def _inline_traced(qkv, kernels, bias, hw, scale, counts=None, batched_local=False):
     """:class:`_InLineFunction`'s forward as differentiable ops: for ``torch.compile``
     and, with ``batched_local`` (no loop over samples), for ``torch.jit.trace`` and
     ONNX export."""
@@ -237,8 +248,13 @@ def _inline_traced(qkv, kernels, bias, hw, scale, batched_local=False):
     q, k, v = qkv.unbind(1)
     with _autocast_off(qkv):
         kf, vf = _f32(k), _f32(v)
-        k_mean, v_mean = kf.mean(dim=2, keepdim=True), vf.mean(dim=2, keepdim=True)
-        cov = kf.transpose(-2, -1) @ vf / n - k_mean.transpose(-2, -1) @ v_mean
+        if counts is None:
+            per = n
+            k_mean, v_mean = kf.mean(dim=2, keepdim=True), vf.mean(dim=2, keepdim=True)
+        else:
+            per = counts.view(b, 1, 1, 1)
+            k_mean, v_mean = kf.sum(dim=2, keepdim=True) / per, vf.sum(dim=2, keepdim=True) / per
+        cov = kf.transpose(-2, -1) @ vf / per - k_mean.transpose(-2, -1) @ v_mean
         m = (cov * scale).to(q.dtype)
         out = (q @ m).transpose(1, 2).reshape(b, n, c)
         shift = v_mean.reshape(b, 1, c)
@@ -264,14 +280,15 @@ def is_exporting() -> bool:
     return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
 
 
-def _inline(qkv, kernels, bias, hw, scale):
+def _inline(qkv, kernels, bias, hw, scale, counts=None):
     """Dispatch: the hand-written kernel in eager mode, plain ops when compiling,
-    loop-free plain ops when tracing or exporting."""
+    loop-free plain ops when tracing or exporting. ``counts``: see
+    :class:`_InLineFunction`."""
     if is_exporting():
-        return _inline_traced(qkv, kernels, bias, hw, scale, batched_local=True)
+        return _inline_traced(qkv, kernels, bias, hw, scale, counts, batched_local=True)
     if torch.compiler.is_compiling():
-        return _inline_traced(qkv, kernels, bias, hw, scale)
-    return _InLineFunction.apply(qkv, kernels, bias, hw, scale)
+        return _inline_traced(qkv, kernels, bias, hw, scale, counts)
+    return _InLineFunction.apply(qkv, kernels, bias, hw, scale, counts)
 
 
 def inline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -370,7 +387,8 @@ class InLineAttention(nn.Module):
         return self.residual(token_mean.unsqueeze(-1)).reshape(b, self.dim, 3, 3)
 
     def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],
-               token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+               token_mean: Optional[torch.Tensor] = None,
+               valid: Optional[ValidMap] = None) -> torch.Tensor:
         """Attention from precomputed ``qkv`` ``(B, N, 3C)``; returns ``(B, N, C)``
         before the projection.
 
@@ -380,6 +398,10 @@ class InLineAttention(nn.Module):
             hw (tuple[int, int]): The map size, ``H * W == N``.
             token_mean (Tensor): ``(B, C)`` mean the local kernels are predicted from
                 (required here: it cannot be recovered from ``qkv``).
+            valid (ValidMap, optional): Each image's region of a padded batch: the
+                statistics run over it only and the local term sees zeros outside it
+                (the caller takes ``token_mean`` over it too). Outputs outside it are
+                left to the caller to ignore.
         """
         if token_mean is None:
             raise ValueError('InLineAttention.attend needs the (B, C) token mean the local '
@@ -396,19 +418,24 @@ class InLineAttention(nn.Module):
             # conv(V, k_pred) + conv(V, k_lepe) + b is one convolution with k_pred + k_lepe.
             kernels = kernels + self.lepe.weight.view(1, self.dim, 3, 3)
             bias = self.lepe.bias
+        counts = None
+        if valid is not None:
+            qkv, counts = valid.zero(qkv), valid.counts
         packed = qkv.reshape(b, n, 3, self.num_heads, self.head_dim).permute(0, 2, 3, 1, 4)
-        out = _inline(packed, kernels, bias, (h, w), self.scale)
+        out = _inline(packed, kernels, bias, (h, w), self.scale, counts)
         return self.attn_drop(out)
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
-                token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+                token_mean: Optional[torch.Tensor] = None,
+                valid: Optional[ValidMap] = None) -> torch.Tensor:
         """
         Args:
             x (Tensor): ``(B, N, C)`` tokens of an ``hw = (H, W)`` map, row-major.
             hw (tuple[int, int]): The map size.
             token_mean (Tensor, optional): ``(B, C)`` mean the local kernels are
-                predicted from. Defaults to ``x.mean(1)`` (InLine-Swin/PVT);
-                InLine-CSwin passes the block input's mean.
+                predicted from. Defaults to the mean of ``x`` over each image's
+                tokens (InLine-Swin/PVT); InLine-CSwin passes the block input's mean.
+            valid (ValidMap, optional): Each image's region of a padded batch.
 
         Returns:
             Tensor: ``(B, N, C)``.
@@ -417,8 +444,8 @@ class InLineAttention(nn.Module):
             raise RuntimeError('InLineAttention(proj=False) has no projections: call '
                                'attend(qkv, hw, token_mean) with the block\'s qkv')
         if token_mean is None:
-            token_mean = x.mean(dim=1)
-        out = self.attend(self.qkv(x), hw, token_mean)
+            token_mean = x.mean(dim=1) if valid is None else valid.mean(x)
+        out = self.attend(self.qkv(x), hw, token_mean, valid)
         return self.proj_drop(self.proj(out))
 
 
@@ -489,18 +516,43 @@ class WindowAttention(nn.Module):
         bias = self.relative_position_bias_table[index.flatten()]
         return bias.view(wh * ww, wh * ww, -1).permute(2, 0, 1)          # (heads, N, N)
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
-                token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``x``: ``(B, H*W, C)``; ``token_mean`` is not used. Returns ``(B, H*W, C)``."""
-        b, n, c = x.shape
+    def layout(self, hw: Tuple[int, int]) -> Tuple[int, int, int, int]:
+        """Window ``(wh, ww)`` and shift ``(sh, sw)`` for a map (or image region) of
+        size ``hw``: a side that fits in one window is one unshifted window of it."""
         h, w = hw
         ws = self.window_size
-        wh, ww = min(ws, h), min(ws, w)
         sh = ws // 2 if self.shift and h > ws else 0
         sw = ws // 2 if self.shift and w > ws else 0
-        hp, wp = round_up(h, wh), round_up(w, ww)
+        return min(ws, h), min(ws, w), sh, sw
 
-        x = x.view(b, h, w, c)
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
+                token_mean: Optional[torch.Tensor] = None,
+                valid: Optional[ValidMap] = None) -> torch.Tensor:
+        """``x``: ``(B, H*W, C)``; ``token_mean`` is not used. Returns ``(B, H*W, C)``.
+
+        With ``valid`` (the images' regions of a padded batch), each image gets the
+        windows and shift it would get alone (:meth:`layout` of its own size; images
+        that differ run separately) and keys outside it are masked.
+        """
+        b, n, c = x.shape
+        h, w = hw
+        if valid is None:
+            return self._windows(x.view(b, h, w, c), self.layout(hw)).reshape(b, n, c)
+        x = valid.zero(x).view(b, h, w, c)
+        keys = valid.pixels
+
+        def attend(xs, layout, idx):
+            return self._windows(xs, layout, keys[idx] if len(idx) < b else keys)
+
+        return run_grouped(attend, x, valid, self.layout).reshape(b, n, c)
+
+    def _windows(self, x: torch.Tensor, layout: Tuple[int, int, int, int],
+                 keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``(B, H, W, C)`` -> ``(B, H, W, C)`` attention in the windows of ``layout``;
+        ``keys`` ``(B, H, W)`` bool marks the positions that may be attended to."""
+        b, h, w, c = x.shape
+        wh, ww, sh, sw = layout
+        hp, wp = round_up(h, wh), round_up(w, ww)
         if hp != h or wp != w:
             x = F.pad(x, (0, 0, 0, wp - w, 0, hp - h))
         if sh or sw:
@@ -513,9 +565,19 @@ class WindowAttention(nn.Module):
         attn = (q * self.scale) @ k.transpose(-2, -1)
         attn = attn + self._relative_bias(wh, ww).unsqueeze(0).to(attn.dtype)
         mask = self._mask(h, w, hp, wp, wh, ww, sh, sw, x.device)
+        if keys is not None:
+            # Each image's padding is masked like the shift regions (-100).
+            keys = F.pad(keys, (0, wp - w, 0, hp - h))
+            if sh or sw:
+                keys = torch.roll(keys, shifts=(-sh, -sw), dims=(1, 2))
+            blocked = ~window_partition(keys[..., None], wh, ww).view(b, -1, 1, nt)
+            pad_mask = torch.zeros(blocked.shape, device=x.device).masked_fill_(blocked, -100.0)
+            mask = pad_mask if mask is None else mask[None] + pad_mask     # (B, nW, N, N)
+        elif mask is not None:
+            mask = mask[None]
         if mask is not None:
-            nw = mask.shape[0]
-            attn = attn.view(bw // nw, nw, self.num_heads, nt, nt) + mask[None, :, None].to(attn.dtype)
+            nw = mask.shape[1]
+            attn = attn.view(bw // nw, nw, self.num_heads, nt, nt) + mask[:, :, None].to(attn.dtype)
             attn = attn.view(bw, self.num_heads, nt, nt)
         attn = self.attn_drop(attn.softmax(dim=-1))
         out = (attn @ v).transpose(1, 2).reshape(bw, nt, c)
@@ -524,7 +586,7 @@ class WindowAttention(nn.Module):
         out = window_merge(out, wh, ww, hp, wp)
         if sh or sw:
             out = torch.roll(out, shifts=(sh, sw), dims=(1, 2))
-        return out[:, :h, :w].reshape(b, n, c)
+        return out[:, :h, :w]
 
     @staticmethod
     def _mask(h, w, hp, wp, wh, ww, sh, sw, device) -> Optional[torch.Tensor]:
@@ -569,11 +631,14 @@ class GlobalSoftmaxAttention(nn.Module):
         return f'dim={self.dim}, num_heads={self.num_heads}'
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
-                token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+                token_mean: Optional[torch.Tensor] = None,
+                valid: Optional[ValidMap] = None) -> torch.Tensor:
         b, n, c = x.shape
         q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        # Keys outside each image are masked (every image has a valid key: no empty row).
+        mask = None if valid is None else valid.mask.view(b, 1, 1, n)
         out = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.attn_drop if self.training else 0.)
+            q, k, v, attn_mask=mask, dropout_p=self.attn_drop if self.training else 0.)
         return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b, n, c)))
 
 

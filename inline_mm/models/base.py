@@ -40,8 +40,10 @@ except ModuleNotFoundError as e:  # timm-only installs (inline_mm.timm) have no 
                                "dict(type='Pretrained', checkpoint=...) or None is supported")
 from timm.layers import trunc_normal_
 
-from .attention import INLINE, SOFTMAX
+from .attention import INLINE, SOFTMAX, is_exporting
 from .checkpoint import check_layout, identify_family, load_pretrained
+from .layers import to_nchw
+from .padding import ValidMap, detect_valid_sizes
 
 __all__ = ['InLineBackbone', 'parse_stage_types', 'check_out_indices', 'resolve_arch']
 
@@ -131,13 +133,15 @@ class InLineBackbone(BaseModule):
     #: total stride of the last stage; smaller inputs are refused (see ``check_input``).
     min_input_size = 32
 
-    def __init__(self, out_indices, frozen_stages, num_stages, init_cfg=None):
+    def __init__(self, out_indices, frozen_stages, num_stages, init_cfg=None,
+                 pad_aware: bool = True):
         super().__init__(init_cfg=init_cfg)
         self.out_indices = check_out_indices(out_indices, num_stages)
         if not -1 <= frozen_stages <= num_stages:
             raise ValueError(f'frozen_stages must be in -1..{num_stages}, got {frozen_stages}')
         self.frozen_stages = frozen_stages
         self.num_stages = num_stages
+        self.pad_aware = bool(pad_aware)
 
     @classmethod
     def resolve_arch(cls, arch: str, **overrides) -> dict:
@@ -181,6 +185,56 @@ class InLineBackbone(BaseModule):
             raise ValueError(f'input of {h}x{w} pixels is smaller than the backbone\'s total '
                              f'stride ({self.min_input_size}); resize or pad images to at least '
                              f'{self.min_input_size} px per side (e.g. a Resize or Pad transform)')
+
+    def valid_map(self, x: torch.Tensor, valid_sizes=None) -> Optional[ValidMap]:
+        """Each image's region of the padded batch ``x`` (None when every image fills it).
+
+        ``valid_sizes`` (one ``(h, w)`` per image, in input pixels) is taken as given;
+        otherwise, when ``pad_aware``, the regions are read from the input: trailing
+        rows and columns exactly zero in every channel are padding (what mmdet's and
+        mmseg's data preprocessors write after normalisation). A region is widened to
+        ``min_input_size`` per side (the smallest input the backbone runs) where the
+        image allows. Tracing, ONNX export and ``torch.compile`` run without padding
+        awareness (the reading is data-dependent); ``valid_sizes`` cannot be traced.
+        """
+        b, _, h, w = x.shape
+        if valid_sizes is not None:
+            if is_exporting():
+                raise ValueError('valid_sizes cannot be traced or exported: an exported graph '
+                                 'is padding-unaware (export with pad_aware=False semantics)')
+            sizes = [tuple(int(v) for v in s) for s in valid_sizes]
+            if len(sizes) != b or any(len(s) != 2 for s in sizes):
+                raise ValueError(f'valid_sizes must give one (h, w) per image of the batch '
+                                 f'({b}), got {valid_sizes!r}')
+            bad = [s for s in sizes if not (1 <= s[0] <= h and 1 <= s[1] <= w)]
+            if bad:
+                raise ValueError(f'valid_sizes {bad} do not fit the {h}x{w} input: each (h, w) '
+                                 f'must be within 1..{h} x 1..{w}')
+        elif not self.pad_aware or is_exporting() or torch.compiler.is_compiling():
+            return None
+        else:
+            sizes = detect_valid_sizes(x)
+        floor_h, floor_w = min(self.min_input_size, h), min(self.min_input_size, w)
+        sizes = [(max(vh, floor_h), max(vw, floor_w)) for vh, vw in sizes]
+        return ValidMap.for_map((h, w), sizes, x.device)
+
+    def prepare_input(self, x: torch.Tensor,
+                      valid_sizes=None) -> Tuple[torch.Tensor, Optional[ValidMap]]:
+        """:meth:`check_input`, then :meth:`valid_map`; with explicit ``valid_sizes``
+        the input outside them is set to zero (it is padding, whatever it holds)."""
+        self.check_input(x)
+        valid = self.valid_map(x, valid_sizes)
+        if valid is not None and valid_sizes is not None:
+            x = valid.zero_image(x)
+        return x, valid
+
+    @staticmethod
+    def output(norm: nn.Module, x: torch.Tensor, hw: Tuple[int, int],
+               valid: Optional[ValidMap]) -> torch.Tensor:
+        """A stage's tokens through its output norm as a ``(B, C, H, W)`` map, zero
+        outside each image."""
+        x = norm(x)
+        return to_nchw(x if valid is None else valid.zero(x), hw)
 
     # ------------------------------------------------------------------ outputs
     def _add_output_norms(self, dims: Sequence[int], eps: float = 1e-5):

@@ -15,6 +15,7 @@ from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_stage_types
 from .layers import (BlockStage, drop_path_rates, pad_amount, round_up, to_nchw, to_tokens,
                      window_merge, window_partition)
+from .padding import ValidMap, run_grouped
 
 __all__ = ['InLineCSwin', 'LePEStripeAttention', 'convert_cswin_checkpoint', 'ARCH_SETTINGS',
            'OFFICIAL_KEYS']
@@ -73,25 +74,53 @@ class LePEStripeAttention(nn.Module):
         return (f'dim={self.dim}, num_heads={self.num_heads}, direction={self.direction}, '
                 f'split_size={self.split_size}')
 
-    def stripe(self, hw: Tuple[int, int]) -> Tuple[int, int]:
+    def stripe(self, hw: Tuple[int, int], region: Optional[Tuple[int, int]] = None
+               ) -> Tuple[int, int]:
+        """Stripe ``(sh, sw)`` on an ``hw`` map for an image whose own region is
+        ``region`` (default: the whole map): the width is clipped to the image's side,
+        the length is the map's."""
         h, w = hw
+        rh, rw = region or hw
         if self.direction == VERTICAL:
-            return h, min(self.split_size, w)
+            return h, min(self.split_size, rw)
         if self.direction == HORIZONTAL:
-            return min(self.split_size, h), w
+            return min(self.split_size, rh), w
         return h, w
 
     def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],
-               token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+               token_mean: Optional[torch.Tensor] = None,
+               valid: Optional[ValidMap] = None) -> torch.Tensor:
         """``qkv``: ``(B, N, 3C)`` (queries, keys, values along the last axis) of an
-        ``hw`` map; ``token_mean`` is not used. Returns ``(B, N, C)``."""
+        ``hw`` map; ``token_mean`` is not used. Returns ``(B, N, C)``.
+
+        With ``valid`` (the images' regions of a padded batch), q/k/v outside an image
+        are zero (its LePE sees zeros there, as at its border alone), keys there are
+        masked, and each image gets the stripe width it would get alone (images that
+        differ run separately).
+        """
         b, n, c3 = qkv.shape
-        c = c3 // 3
         h, w = hw
+        if valid is None:
+            return self._stripes(qkv.reshape(b, h, w, c3), self.stripe(hw)).reshape(b, n, -1)
+        qkv = valid.zero(qkv).view(b, h, w, c3)
+        keys = valid.pixels
+
+        def attend(part, stripe, idx):
+            return self._stripes(part, stripe, keys[idx] if len(idx) < b else keys)
+
+        return run_grouped(attend, qkv, valid,
+                           lambda region: self.stripe(hw, region)).reshape(b, n, -1)
+
+    def _stripes(self, x: torch.Tensor, stripe: Tuple[int, int],
+                 keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``(B, H, W, 3C)`` q/k/v -> ``(B, H, W, C)`` attention within ``stripe``-sized
+        windows; ``keys`` ``(B, H, W)`` bool marks the positions that may be attended
+        to."""
+        b, h, w, c3 = x.shape
+        c = c3 // 3
         heads, d = self.num_heads, c // self.num_heads
-        sh, sw = self.stripe(hw)
+        sh, sw = stripe
         hp, wp = round_up(h, sh), round_up(w, sw)
-        x = qkv.reshape(b, h, w, 3 * c)
         if hp != h or wp != w:
             # Padding after the projection: padded q/k/v are exact zeros, like the
             # LePE convolution's own zero padding at the map border.
@@ -104,7 +133,13 @@ class LePEStripeAttention(nn.Module):
         lepe = self.lepe(v_img).reshape(bw, heads, d, nt).transpose(-2, -1)
 
         mask = None
-        if hp != h or wp != w:
+        if keys is not None:
+            keys = F.pad(keys, (0, wp - w, 0, hp - h))
+            mask = window_partition(keys[..., None], sh, sw).view(bw, 1, 1, nt)
+            # A stripe wholly outside its image would have no key (NaN rows): let it
+            # see its first position; its outputs are discarded.
+            mask[:, :, :, 0] |= ~mask.any(dim=-1)
+        elif hp != h or wp != w:
             real = torch.zeros(1, hp, wp, 1, dtype=torch.bool, device=x.device)
             real[:, :h, :w] = True
             mask = window_partition(real, sh, sw).view(-1, 1, 1, nt)    # (nW, 1, 1, N)
@@ -113,7 +148,7 @@ class LePEStripeAttention(nn.Module):
             q, k, v, attn_mask=mask, dropout_p=self.attn_drop if self.training else 0.)
         out = (out + lepe.to(out.dtype)).transpose(1, 2).reshape(bw, nt, c)
         out = window_merge(out, sh, sw, hp, wp)
-        return out[:, :h, :w].reshape(b, n, c)
+        return out[:, :h, :w]
 
 
 def _inline_branches(dim: int, num_heads: int, split_size: Optional[int], last_stage: bool,
@@ -162,11 +197,12 @@ class CSwinBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
+                valid: Optional[ValidMap] = None) -> torch.Tensor:
         b, n, c = x.shape
         qkv = self.qkv(self.norm1(x)).view(b, n, 3, c).split(self.branch_dims, dim=-1)
-        means = x.mean(dim=1).split(self.branch_dims, dim=-1)
-        y = [attn.attend(part.reshape(b, n, -1), hw, mean)
+        means = (x.mean(dim=1) if valid is None else valid.mean(x)).split(self.branch_dims, dim=-1)
+        y = [attn.attend(part.reshape(b, n, -1), hw, mean, valid)
              for attn, part, mean in zip(self.attns, qkv, means)]
         y = y[0] if len(y) == 1 else torch.cat(y, dim=-1)
         x = x + self.drop_path(self.proj_drop(self.proj(y)))
@@ -210,10 +246,14 @@ class CSwinStage(BlockStage):
         super().__init__(blocks)
         self.merge = merge
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int]):
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int], valid: Optional[ValidMap] = None):
+        """Tokens (zero outside the images of ``valid``, if given) -> the stage's
+        tokens, map size and the images' regions there."""
         if self.merge is not None:
             x, hw = self.merge(x, hw)
-        return self.run_blocks(x, hw), hw
+            if valid is not None:
+                valid = valid.scaled(hw, 2)
+        return self.run_blocks(x, hw, valid), hw, valid
 
 
 class InLineCSwin(InLineBackbone):
@@ -255,6 +295,9 @@ class InLineCSwin(InLineBackbone):
             nothing. Default: -1.
         with_cp (bool): Gradient checkpointing per block (non-reentrant) while
             training. Default: False.
+        pad_aware (bool): Treat the zero padding of a batch as absent: every image
+            gets the features it gets alone (see ``InLineBackbone.valid_map``).
+            False computes over the whole padded map. Default: True.
         init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
             an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
             converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
@@ -262,9 +305,11 @@ class InLineCSwin(InLineBackbone):
             weights), ``min_match`` (fraction of tensors that must be found, default
             0.9). Default: None.
 
-    Returns (forward):
+    Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
+    image, overrides reading the padding from ``x``):
         tuple[Tensor]: ``(B, C_i, H_i, W_i)`` for each ``i`` in ``out_indices``, with
-        ``H_i = ceil(H / 2**(i + 2))`` (likewise ``W_i``).
+        ``H_i = ceil(H / 2**(i + 2))`` (likewise ``W_i``), zero outside each image's
+        region.
     """
 
     presets = ARCH_SETTINGS
@@ -278,7 +323,7 @@ class InLineCSwin(InLineBackbone):
                  mlp_ratio: float = 4., qkv_bias: bool = True, drop_rate: float = 0.,
                  attn_drop_rate: float = 0., drop_path_rate: float = 0.2,
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
-                 with_cp: bool = False, init_cfg: Optional[dict] = None):
+                 with_cp: bool = False, pad_aware: bool = True, init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
                                 stage_types=stage_types)
         embed_dims = cfg['embed_dims']
@@ -293,7 +338,7 @@ class InLineCSwin(InLineBackbone):
         if len(split_sizes) != n - 1 or any(s < 1 for s in split_sizes):
             raise ValueError(f'split_sizes {split_sizes} must give one positive stripe width '
                              f'for each of the first {n - 1} stages (the last stage is global)')
-        super().__init__(out_indices, frozen_stages, n, init_cfg=init_cfg)
+        super().__init__(out_indices, frozen_stages, n, init_cfg=init_cfg, pad_aware=pad_aware)
         self.arch_name = cfg['arch_name']
         block_types = parse_stage_types(stage_types, depths)
         dims = [embed_dims * 2 ** i for i in range(n)]
@@ -328,14 +373,18 @@ class InLineCSwin(InLineBackbone):
     def _convert_official(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         return convert_cswin_checkpoint(state, last_stage=len(self.dims) - 1)
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.check_input(x)
+    def forward(self, x: torch.Tensor, valid_sizes=None) -> Tuple[torch.Tensor, ...]:
+        x, valid = self.prepare_input(x, valid_sizes)
         x, hw = self.stem(x)
+        if valid is not None:
+            valid = valid.scaled(hw, 4)
         outs = []
         for i, stage in enumerate(self.stages):
-            x, hw = stage(x, hw)
+            if valid is not None:
+                x = valid.zero(x)           # the merge's 3x3 cells see zeros past an image
+            x, hw, valid = stage(x, hw, valid)
             if i in self.out_indices:
-                outs.append(to_nchw(self._output_norm(i)(x), hw))
+                outs.append(self.output(self._output_norm(i), x, hw, valid))
         return tuple(outs)
 
 

@@ -14,6 +14,7 @@ from .attention import InLineAttention, _depthwise3x3_batched, _inline, is_expor
 from .base import InLineBackbone
 from .checkpoint import CheckpointError
 from .layers import drop_path_rates, run_block, to_nchw
+from .padding import ValidMap
 
 __all__ = ['InLineDeiT', 'InLineAttentionWithClsToken', 'resize_pos_embed',
            'convert_deit_checkpoint', 'ARCH_SETTINGS', 'OFFICIAL_KEYS']
@@ -84,7 +85,8 @@ class InLineAttentionWithClsToken(InLineAttention):
         return f'{super().extra_repr()}, num_prefix={self.num_prefix}'
 
     def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],
-               token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+               token_mean: Optional[torch.Tensor] = None,
+               valid: Optional[ValidMap] = None) -> torch.Tensor:
         """Everything between the qkv and output projections.
 
         Args:
@@ -92,6 +94,9 @@ class InLineAttentionWithClsToken(InLineAttention):
             hw (tuple[int, int]): The map size.
             token_mean (Tensor): ``(B, C)`` mean the local kernels are predicted from
                 (required here: it cannot be recovered from ``qkv``).
+            valid (ValidMap, optional): Each image's region of a padded batch (with
+                ``prefix = num_prefix``): the statistics run over the prefix and the
+                image's patches, and the local term sees zeros past the image.
 
         Returns:
             Tensor: ``(B, N, C)`` before the projection.
@@ -106,8 +111,11 @@ class InLineAttentionWithClsToken(InLineAttention):
         if c3 != 3 * c:
             raise ValueError(f'qkv has {c3} channels, expected 3 * {c}')
         kernels = self.predict_kernels(token_mean)
+        counts = None
+        if valid is not None:
+            qkv, counts = valid.zero(qkv), valid.counts
         packed = qkv.view(b, n, 3, self.num_heads, self.head_dim).permute(0, 2, 3, 1, 4)
-        out = _inline(packed, None, None, None, self.scale)              # (B, N, C)
+        out = _inline(packed, None, None, None, self.scale, counts)      # (B, N, C)
         # V of the patch tokens as a channels-last image (one copy), convolved per
         # sample with its own kernels; the result is a view in token layout.
         v_img = qkv[:, p:, 2 * c:].reshape(b, h, w, c).permute(0, 3, 1, 2)
@@ -123,14 +131,16 @@ class InLineAttentionWithClsToken(InLineAttention):
         return self.attn_drop(out)
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
-                token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+                token_mean: Optional[torch.Tensor] = None,
+                valid: Optional[ValidMap] = None) -> torch.Tensor:
         """``(B, num_prefix + H*W, C)`` -> the same shape.
 
-        ``token_mean`` defaults to the mean over all tokens of ``x`` (as released).
+        ``token_mean`` defaults to the mean over all tokens of ``x`` (as released),
+        each image's own with ``valid``.
         """
         if token_mean is None:
-            token_mean = x.mean(dim=1)
-        out = self.attend(self.qkv(x), hw, token_mean)
+            token_mean = x.mean(dim=1) if valid is None else valid.mean(x)
+        out = self.attend(self.qkv(x), hw, token_mean, valid)
         return self.proj_drop(self.proj(out))
 
 
@@ -147,8 +157,9 @@ class DeiTBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=NORM_EPS)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), hw))
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
+                valid: Optional[ValidMap] = None) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), hw, valid=valid))
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
@@ -198,15 +209,20 @@ class InLineDeiT(InLineBackbone):
             freezes nothing. Default: -1.
         with_cp (bool): Gradient checkpointing per block (non-reentrant) while
             training. Default: False.
+        pad_aware (bool): Treat the zero padding of a batch as absent: every image
+            gets the features it gets alone, position table included (resized to
+            each image's own grid; see ``InLineBackbone.valid_map``). False computes
+            over the whole padded map. Default: True.
         init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
             an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
             converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
             file), ``checkpoint_key``, ``min_match`` (fraction of tensors that must be
             found, default 0.9). Default: None.
 
-    Returns (forward):
+    Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
+    image, overrides reading the padding from ``x``):
         tuple[Tensor]: ``(B, C, ceil(H / 16), ceil(W / 16))`` for each index in
-        ``out_indices``, in that order.
+        ``out_indices``, in that order, zero outside each image's region.
     """
 
     presets = ARCH_SETTINGS
@@ -221,6 +237,7 @@ class InLineDeiT(InLineBackbone):
                  drop_rate: float = 0., attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0.1, out_indices: Sequence[int] = (2, 5, 8, 11),
                  final_norm: bool = True, frozen_stages: int = -1, with_cp: bool = False,
+                 pad_aware: bool = True,
                  init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depth=depth, num_heads=num_heads,
                                 pretrain_img_size=pretrain_img_size)
@@ -233,7 +250,8 @@ class InLineDeiT(InLineBackbone):
         if patch_size < 1 or pretrain_img_size < patch_size:
             raise ValueError(f'pretrain_img_size ({pretrain_img_size}) must hold at least one '
                              f'patch of {patch_size}')
-        super().__init__(out_indices, frozen_stages, depth, init_cfg=init_cfg)
+        super().__init__(out_indices, frozen_stages, depth, init_cfg=init_cfg,
+                         pad_aware=pad_aware)
         self.arch_name = cfg['arch_name']
         self.embed_dims = embed_dims
         self.depth = depth
@@ -286,8 +304,11 @@ class InLineDeiT(InLineBackbone):
         check_position_grid(self, state)
         return state
 
-    def embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
-        """Image -> ``(B, 1 + H'*W', C)`` tokens with positions, and ``(H', W')``."""
+    def embed(self, x: torch.Tensor, valid: Optional[ValidMap] = None
+              ) -> Tuple[torch.Tensor, Tuple[int, int], Optional[ValidMap]]:
+        """Image -> ``(B, 1 + H'*W', C)`` tokens with positions, ``(H', W')`` and the
+        images' regions on the patch grid (``valid``: theirs on the image, or None).
+        With ``valid`` each image gets the table resized to its own grid."""
         p = self.patch_size
         h, w = x.shape[-2:]
         if h % p or w % p:
@@ -296,20 +317,30 @@ class InLineDeiT(InLineBackbone):
         hw = (x.shape[2], x.shape[3])
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1),
                        x.flatten(2).transpose(1, 2)], dim=1)
-        x = x + resize_pos_embed(self.pos_embed, self.pos_grid, hw)
-        return self.pos_drop(x), hw
+        if valid is not None:
+            valid = valid.scaled(hw, p, prefix=1)
+        if valid is None:
+            return self.pos_drop(x + resize_pos_embed(self.pos_embed, self.pos_grid, hw)), hw, None
+        b, c = x.shape[0], x.shape[-1]
+        grid = x.new_zeros((b, hw[0], hw[1], c), dtype=self.pos_embed.dtype)
+        cls_pos = self.pos_embed[:, :1].expand(b, -1, -1)
+        for (gh, gw), idx in valid.group(lambda size: size).items():
+            table = resize_pos_embed(self.pos_embed, self.pos_grid, (gh, gw))
+            grid[idx, :gh, :gw] = table[:, 1:].view(1, gh, gw, c)
+        x = x + torch.cat([cls_pos, grid.flatten(1, 2)], dim=1)
+        return self.pos_drop(x), hw, valid
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.check_input(x)
-        x, hw = self.embed(x)
+    def forward(self, x: torch.Tensor, valid_sizes=None) -> Tuple[torch.Tensor, ...]:
+        x, valid = self.prepare_input(x, valid_sizes)
+        x, hw, valid = self.embed(x, valid)
         outs = {}
         last = max(self.out_indices)
         for i, blk in enumerate(self.blocks[:last + 1]):
-            x = run_block(blk, x, hw, self.with_cp)
+            x = run_block(blk, x, hw, self.with_cp, valid)
             if i == self.depth - 1 and self.final_norm:
                 x = self.norm(x)
             if i in self.out_indices:
-                outs[i] = to_nchw(x[:, 1:], hw)
+                outs[i] = to_nchw((x if valid is None else valid.zero(x))[:, 1:], hw)
         return tuple(outs[i] for i in self.out_indices)
 
 

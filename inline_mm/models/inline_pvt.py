@@ -14,6 +14,7 @@ from timm.layers import DropPath, Mlp, trunc_normal_
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_stage_types
 from .layers import BlockStage, PatchEmbed, drop_path_rates, to_nchw
+from .padding import ValidMap
 
 __all__ = ['InLinePVT', 'PositionEmbedding', 'SpatialReductionAttention',
            'convert_pvt_checkpoint', 'ARCH_SETTINGS', 'OFFICIAL_KEYS']
@@ -57,14 +58,27 @@ class PositionEmbedding(nn.Module):
     def extra_repr(self) -> str:
         return f'dim={self.weight.shape[-1]}, grid={self.grid}'
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+    def table(self, hw: Tuple[int, int]) -> torch.Tensor:
+        """The table at map size ``hw``: ``(1, H * W, C)``."""
         pos = self.weight
         if tuple(hw) != self.grid:
             gh, gw = self.grid
             pos = pos.reshape(1, gh, gw, -1).permute(0, 3, 1, 2)
             pos = F.interpolate(pos, size=tuple(hw), mode='bilinear', align_corners=False)
             pos = pos.flatten(2).transpose(1, 2)
-        return x + pos
+        return pos
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
+                valid: Optional[ValidMap] = None) -> torch.Tensor:
+        """``x + table``; with ``valid`` each image gets the table resized to its own
+        region (as alone), zero outside it."""
+        if valid is None:
+            return x + self.table(hw)
+        b, c = x.shape[0], x.shape[-1]
+        pos = x.new_zeros((b, hw[0], hw[1], c), dtype=self.weight.dtype)
+        for (h, w), idx in valid.group(lambda size: size).items():
+            pos[idx, :h, :w] = self.table((h, w)).view(1, h, w, c)
+        return x + pos.flatten(1, 2)
 
 
 class SpatialReductionAttention(nn.Module):
@@ -103,16 +117,29 @@ class SpatialReductionAttention(nn.Module):
         return f'dim={self.dim}, num_heads={self.num_heads}, sr_ratio={self.sr_ratio}'
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
-                token_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``x``: ``(B, H*W, C)``; ``token_mean`` is not used. Returns ``(B, H*W, C)``."""
+                token_mean: Optional[torch.Tensor] = None,
+                valid: Optional[ValidMap] = None) -> torch.Tensor:
+        """``x``: ``(B, H*W, C)``; ``token_mean`` is not used. Returns ``(B, H*W, C)``.
+
+        With ``valid``, keys come only from reduction cells inside an image (the
+        ``floor(h / sr_ratio)`` x ``floor(w / sr_ratio)`` cells it would have alone).
+        """
         b, n, c = x.shape
         heads, d = self.num_heads, c // self.num_heads
+        mask = None
+        if valid is not None:
+            x = valid.zero(x)
+            r = self.sr_ratio
+            keys = valid if r == 1 else ValidMap(
+                (hw[0] // r, hw[1] // r), [(max(h // r, 1), max(w // r, 1)) for h, w in valid.sizes],
+                x.device)
+            mask = keys.mask.view(b, 1, 1, -1)
         q = self.q(x).view(b, n, heads, d).transpose(1, 2)
         if self.sr_ratio > 1:
             x = self.norm(self.sr(to_nchw(x, hw)).flatten(2).transpose(1, 2))
         k, v = self.kv(x).view(b, -1, 2, heads, d).permute(2, 0, 3, 1, 4)
         out = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.attn_drop if self.training else 0.)
+            q, k, v, attn_mask=mask, dropout_p=self.attn_drop if self.training else 0.)
         out = out.transpose(1, 2).reshape(b, n, c)
         return self.proj_drop(self.proj(out))
 
@@ -138,8 +165,9 @@ class PVTBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=BLOCK_NORM_EPS)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), hw))
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
+                valid: Optional[ValidMap] = None) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), hw, valid=valid))
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
@@ -153,11 +181,14 @@ class PVTStage(BlockStage):
         self.pos_embed = pos_embed
         self.pos_drop = nn.Dropout(drop)
 
-    def forward(self, x: torch.Tensor):
-        """``(B, C_in, H, W)`` -> ``(B, H' * W', C)`` tokens and ``(H', W')``."""
+    def forward(self, x: torch.Tensor, valid: Optional[ValidMap] = None):
+        """``(B, C_in, H, W)`` (zero outside the images of ``valid``, if given) ->
+        ``(B, H' * W', C)`` tokens, ``(H', W')`` and the images' regions there."""
         x, hw = self.patch_embed(x)
-        x = self.pos_drop(self.pos_embed(x, hw))
-        return self.run_blocks(x, hw), hw
+        if valid is not None:
+            valid = valid.scaled(hw, self.patch_embed.patch_size)
+        x = self.pos_drop(self.pos_embed(x, hw, valid))
+        return self.run_blocks(x, hw, valid), hw, valid
 
 
 class InLinePVT(InLineBackbone):
@@ -206,15 +237,21 @@ class InLinePVT(InLineBackbone):
             stages ``< i`` (with their output norms); -1 freezes nothing. Default: -1.
         with_cp (bool): Gradient checkpointing per block (non-reentrant) while
             training. Default: False.
+        pad_aware (bool): Treat the zero padding of a batch as absent: every image
+            gets the features it gets alone, position tables included (resized to
+            each image's own map; see ``InLineBackbone.valid_map``). False computes
+            over the whole padded map. Default: True.
         init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
             an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
             converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
             file), ``checkpoint_key``, ``min_match`` (fraction of tensors that must be
             found, default 0.9). Default: None.
 
-    Returns (forward):
+    Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
+    image, overrides reading the padding from ``x``):
         tuple[Tensor]: ``(B, C_i, H_i, W_i)`` for each ``i`` in ``out_indices``, with
-        ``H_i = ceil(H / (patch_size * 2**i))`` (likewise ``W_i``).
+        ``H_i = ceil(H / (patch_size * 2**i))`` (likewise ``W_i``), zero outside each
+        image's region.
     """
 
     presets = ARCH_SETTINGS
@@ -230,7 +267,7 @@ class InLinePVT(InLineBackbone):
                  patch_size: int = 4, pretrain_img_size: int = 224, qkv_bias: bool = True,
                  drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.1,
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
-                 with_cp: bool = False, init_cfg: Optional[dict] = None):
+                 with_cp: bool = False, pad_aware: bool = True, init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
                                 mlp_ratios=mlp_ratios, stage_types=stage_types)
         embed_dims = cfg['embed_dims']
@@ -247,7 +284,7 @@ class InLinePVT(InLineBackbone):
                                  f'(depths={depths})')
         if any(r < 1 for r in sr_ratios):
             raise ValueError(f'sr_ratios {sr_ratios} must be >= 1')
-        super().__init__(out_indices, frozen_stages, n, init_cfg=init_cfg)
+        super().__init__(out_indices, frozen_stages, n, init_cfg=init_cfg, pad_aware=pad_aware)
         self.arch_name = cfg['arch_name']
         block_types = parse_stage_types(stage_types, depths)
         check_heads(embed_dims, num_heads)
@@ -282,15 +319,16 @@ class InLinePVT(InLineBackbone):
     def _convert_official(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         return convert_pvt_checkpoint(state)
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.check_input(x)
+    def forward(self, x: torch.Tensor, valid_sizes=None) -> Tuple[torch.Tensor, ...]:
+        x, valid = self.prepare_input(x, valid_sizes)
         outs = []
         for i, stage in enumerate(self.stages):
-            tokens, hw = stage(x)
+            tokens, hw, valid = stage(x, valid)
             if i in self.out_indices:
-                outs.append(to_nchw(self._output_norm(i)(tokens), hw))
+                outs.append(self.output(self._output_norm(i), tokens, hw, valid))
             if i + 1 < len(self.stages):
-                x = to_nchw(tokens, hw)
+                # The next patch embedding's cells see zeros past an image.
+                x = to_nchw(tokens if valid is None else valid.zero(tokens), hw)
         return tuple(outs)
 
 

@@ -12,7 +12,8 @@ from timm.layers import DropPath, Mlp
 
 from .attention import INLINE, SOFTMAX, InLineAttention, WindowAttention
 from .base import InLineBackbone, check_heads, parse_stage_types
-from .layers import BlockStage, PatchEmbed, drop_path_rates, to_nchw
+from .layers import BlockStage, PatchEmbed, drop_path_rates
+from .padding import ValidMap
 
 __all__ = ['InLineSwin', 'convert_swin_checkpoint', 'ARCH_SETTINGS', 'OFFICIAL_KEYS']
 
@@ -53,8 +54,9 @@ class SwinBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), hw))
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
+                valid: Optional[ValidMap] = None) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), hw, valid=valid))
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
@@ -87,8 +89,9 @@ class SwinStage(BlockStage):
         super().__init__(blocks)
         self.downsample = downsample
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
-        return self.run_blocks(x, hw)
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
+                valid: Optional[ValidMap] = None) -> torch.Tensor:
+        return self.run_blocks(x, hw, valid)
 
 
 class InLineSwin(InLineBackbone):
@@ -127,14 +130,19 @@ class InLineSwin(InLineBackbone):
             (with their output norms); -1 freezes nothing. Default: -1.
         with_cp (bool): Gradient checkpointing per block (non-reentrant) while
             training. Default: False.
+        pad_aware (bool): Treat the zero padding of a batch as absent: every image
+            gets the features it gets alone (see ``InLineBackbone.valid_map``).
+            False computes over the whole padded map. Default: True.
         init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
             an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
             converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
             file), ``checkpoint_key`` (e.g. ``'state_dict_ema'``), ``min_match``
             (fraction of tensors that must be found, default 0.9). Default: None.
 
-    Returns (forward):
-        tuple[Tensor]: ``(B, C_i, H_i, W_i)`` for each ``i`` in ``out_indices``.
+    Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
+    image, overrides reading the padding from ``x``):
+        tuple[Tensor]: ``(B, C_i, H_i, W_i)`` for each ``i`` in ``out_indices``, zero
+        outside each image's region.
     """
 
     presets = ARCH_SETTINGS
@@ -149,7 +157,7 @@ class InLineSwin(InLineBackbone):
                  mlp_ratio: float = 4., qkv_bias: bool = True, drop_rate: float = 0.,
                  attn_drop_rate: float = 0., drop_path_rate: float = 0.2,
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
-                 with_cp: bool = False, init_cfg: Optional[dict] = None):
+                 with_cp: bool = False, pad_aware: bool = True, init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
                                 stage_types=stage_types)
         embed_dims = cfg['embed_dims']
@@ -159,7 +167,8 @@ class InLineSwin(InLineBackbone):
         if len(num_heads) != len(depths):
             raise ValueError(f'num_heads {num_heads} and depths {depths} must have one entry '
                              'per stage')
-        super().__init__(out_indices, frozen_stages, len(depths), init_cfg=init_cfg)
+        super().__init__(out_indices, frozen_stages, len(depths), init_cfg=init_cfg,
+                         pad_aware=pad_aware)
         self.arch_name = cfg['arch_name']
         block_types = parse_stage_types(stage_types, depths)
         dims = [embed_dims * 2 ** i for i in range(len(depths))]
@@ -193,17 +202,23 @@ class InLineSwin(InLineBackbone):
     def _convert_official(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         return convert_swin_checkpoint(state, last_stage=len(self.dims) - 1)
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.check_input(x)
+    def forward(self, x: torch.Tensor, valid_sizes=None) -> Tuple[torch.Tensor, ...]:
+        x, valid = self.prepare_input(x, valid_sizes)
         x, hw = self.patch_embed(x)
         x = self.drop_after_pos(x)
+        if valid is not None:
+            valid = valid.scaled(hw, self.patch_embed.patch_size)
         outs = []
         for i, stage in enumerate(self.layers):
-            x = stage(x, hw)
+            x = stage(x, hw, valid)
             if i in self.out_indices:
-                outs.append(to_nchw(self._output_norm(i)(x), hw))
+                outs.append(self.output(self._output_norm(i), x, hw, valid))
             if stage.downsample is not None:
+                if valid is not None:
+                    x = valid.zero(x)       # merged 2x2 cells see zeros past an image
                 x, hw = stage.downsample(x, hw)
+                if valid is not None:
+                    valid = valid.scaled(hw, 2)
         return tuple(outs)
 
 

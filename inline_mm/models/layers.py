@@ -81,16 +81,18 @@ class PatchEmbed(nn.Module):
 
 
 def run_block(block: nn.Module, x: torch.Tensor, hw: Tuple[int, int],
-              with_cp: bool = False) -> torch.Tensor:
-    """``block(x, hw)``, gradient-checkpointed (non-reentrant) when ``with_cp`` and
-    ``x`` needs a gradient (so frozen or inference passes never recompute)."""
+              with_cp: bool = False, valid=None) -> torch.Tensor:
+    """``block(x, hw, valid)``, gradient-checkpointed (non-reentrant) when ``with_cp``
+    and ``x`` needs a gradient (so frozen or inference passes never recompute).
+    ``valid``: the images' regions of a padded batch (:class:`.padding.ValidMap`) or
+    None."""
     if with_cp and x.requires_grad:
-        return cp.checkpoint(block, x, hw, use_reentrant=False)
-    return block(x, hw)
+        return cp.checkpoint(block, x, hw, valid, use_reentrant=False)
+    return block(x, hw, valid)
 
 
 class BlockStage(nn.Module):
-    """A stage's blocks (key ``blocks``), each called as ``block(x, hw)``.
+    """A stage's blocks (key ``blocks``), each called as ``block(x, hw, valid)``.
 
     Families subclass it to add what comes before the blocks (a patch embedding, a
     merge); the backbone sets ``with_cp`` on every stage.
@@ -101,9 +103,9 @@ class BlockStage(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.with_cp = False
 
-    def run_blocks(self, x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+    def run_blocks(self, x: torch.Tensor, hw: Tuple[int, int], valid=None) -> torch.Tensor:
         for block in self.blocks:
-            x = run_block(block, x, hw, self.with_cp)
+            x = run_block(block, x, hw, self.with_cp, valid)
         return x
 
 

@@ -1,0 +1,185 @@
+"""Padding awareness: which part of a zero-padded batch map belongs to each image.
+
+mmdet and mmseg batch images of different sizes by zero-padding them at the bottom
+and right, after normalisation, so padding is exactly 0 in every channel. A backbone
+that mixes tokens over the whole map (InLine's means and ``K^T V``, the token mean
+its local kernels come from, convolutions across the border of an image) would let
+that padding change an image's features, so the same image would get different
+predictions alone and next to a larger one.
+
+:class:`ValidMap` carries each image's valid ``(h, w)`` on one map of the batch and
+gives the blocks what they need to ignore the rest: a token mask, per-image token
+counts, masked means, zeroing, and grouping of images by a layout decision that
+depends on the map size (window clipping, shifts, stripe widths) so that each image
+gets the layout it would get alone. The rule every family follows:
+
+* statistics (means, covariances, token means) run over each image's valid tokens;
+* attention keys outside an image are masked, and q/k/v there are zero, so a local
+  convolution sees at an image's border exactly the zeros it would see alone;
+* tokens outside an image are zeroed before anything reads across tokens (patch
+  merging, overlapping convolutions) and when they leave the backbone.
+
+A map whose images all cover it has no :class:`ValidMap` (``None``): the backbones
+then run the plain code, so inputs without padding give exactly the outputs they
+gave before padding awareness existed.
+"""
+from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+
+import torch
+
+__all__ = ['ValidMap', 'detect_valid_sizes', 'run_grouped', 'ceil_div']
+
+Size = Tuple[int, int]
+
+
+def ceil_div(n: int, d: int) -> int:
+    return (n + d - 1) // d
+
+
+def detect_valid_sizes(x: torch.Tensor) -> List[Size]:
+    """Each image's ``(h, w)`` before its trailing rows and columns that are exactly
+    zero in every channel (the padding the stock data preprocessors write).
+
+    An image whose last row and last column both hold a non-zero value is taken as
+    unpadded without looking further; an image that is zero everywhere is taken as
+    unpadded too. One device-to-host copy.
+
+    Args:
+        x (Tensor): ``(B, C, H, W)``.
+    """
+    b, _, h, w = x.shape
+    # Cheap first look: only images ending in a zero row or column can be padded.
+    last_row_zero = x[:, :, -1, :].eq(0).flatten(1).all(1)
+    last_col_zero = x[:, :, :, -1].eq(0).flatten(1).all(1)
+    maybe = (last_row_zero | last_col_zero).tolist()
+    sizes = [(h, w)] * b
+    if not any(maybe):
+        return sizes
+    idx = [i for i, m in enumerate(maybe) if m]
+    content = x[idx].ne(0).any(dim=1)                                  # (b', H, W)
+    rows, cols = content.any(dim=2), content.any(dim=1)                # (b', H), (b', W)
+    # First True counted from the end; argmax of an all-False row is 0 (= unpadded).
+    vh = (h - rows.flip(1).int().argmax(1)).tolist()
+    vw = (w - cols.flip(1).int().argmax(1)).tolist()
+    for j, i in enumerate(idx):
+        sizes[i] = (vh[j], vw[j])
+    return sizes
+
+
+class ValidMap:
+    """Each image's valid region on one ``(H, W)`` map of a padded batch.
+
+    Args:
+        hw (tuple[int, int]): The batch map size ``(H, W)``.
+        sizes (Sequence[tuple[int, int]]): Each image's valid ``(h, w)`` at the top
+            left, ``1 <= h <= H``, ``1 <= w <= W``.
+        device (torch.device): Where masks and counts are made.
+        prefix (int): Tokens before the map (InLine-DeiT's class token), always valid.
+    """
+
+    def __init__(self, hw: Size, sizes: Sequence[Size], device: torch.device, prefix: int = 0):
+        self.hw = (int(hw[0]), int(hw[1]))
+        self.sizes = [(int(h), int(w)) for h, w in sizes]
+        self.device = torch.device(device)
+        self.prefix = prefix
+        for h, w in self.sizes:
+            if not (1 <= h <= self.hw[0] and 1 <= w <= self.hw[1]):
+                raise ValueError(f'valid size {(h, w)} does not fit a {self.hw[0]}x{self.hw[1]} map')
+        self._mask = self._pixels = self._counts = None
+
+    @classmethod
+    def for_map(cls, hw: Size, sizes: Sequence[Size], device: torch.device,
+                prefix: int = 0) -> Optional['ValidMap']:
+        """A :class:`ValidMap`, or None when every image covers the whole map."""
+        hw = (int(hw[0]), int(hw[1]))
+        if all(tuple(s) == hw for s in sizes):
+            return None
+        return cls(hw, sizes, device, prefix)
+
+    def __repr__(self) -> str:
+        return f'ValidMap(hw={self.hw}, sizes={self.sizes}, prefix={self.prefix})'
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    # ------------------------------------------------------------------ other maps
+    def scaled(self, hw: Size, stride: int, prefix: Optional[int] = None) -> Optional['ValidMap']:
+        """The valid regions on a map ``stride`` times smaller (a patch embedding, a
+        merge): ``ceil(h / stride)``, as each image alone would be padded and reduced.
+        None once every image covers the map."""
+        sizes = [(min(ceil_div(h, stride), hw[0]), min(ceil_div(w, stride), hw[1]))
+                 for h, w in self.sizes]
+        return ValidMap.for_map(hw, sizes, self.device, self.prefix if prefix is None else prefix)
+
+    # ------------------------------------------------------------------ masks
+    @property
+    def pixels(self) -> torch.Tensor:
+        """``(B, H, W)`` bool, True inside each image."""
+        if self._pixels is None:
+            sizes = torch.tensor(self.sizes, dtype=torch.long).to(self.device, non_blocking=True)
+            rows = torch.arange(self.hw[0], device=self.device)[None, :] < sizes[:, :1]
+            cols = torch.arange(self.hw[1], device=self.device)[None, :] < sizes[:, 1:]
+            self._pixels = rows[:, :, None] & cols[:, None, :]
+        return self._pixels
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """``(B, prefix + H * W)`` bool, True for an image's own tokens."""
+        if self._mask is None:
+            mask = self.pixels.flatten(1)
+            if self.prefix:
+                mask = torch.cat([mask.new_ones(len(self), self.prefix), mask], dim=1)
+            self._mask = mask
+        return self._mask
+
+    @property
+    def counts(self) -> torch.Tensor:
+        """``(B,)`` float32: valid tokens per image (prefix included)."""
+        if self._counts is None:
+            counts = [self.prefix + h * w for h, w in self.sizes]
+            self._counts = torch.tensor(counts, dtype=torch.float32).to(self.device,
+                                                                         non_blocking=True)
+        return self._counts
+
+    # ------------------------------------------------------------------ token ops
+    def zero(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, prefix + H*W, C)`` tokens with those outside each image set to 0
+        (``where``, not a product: garbage there, even inf or NaN, cannot leak)."""
+        return torch.where(self.mask[..., None], x, x.new_zeros(()))
+
+    def zero_image(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, C, H, W)`` with everything outside each image set to 0."""
+        return torch.where(self.pixels[:, None], x, x.new_zeros(()))
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, N, C)`` -> ``(B, C)``: each image's mean over its own tokens (summed in
+        fp32, so a half-precision sum over a large map cannot overflow)."""
+        total = self.zero(x).sum(dim=1, dtype=torch.float32)
+        return (total / self.counts[:, None]).to(x.dtype)
+
+    # ------------------------------------------------------------------ layouts
+    def group(self, layout: Callable[[Size], Hashable]) -> Dict[Hashable, List[int]]:
+        """Images grouped by ``layout(valid_size)`` (insertion order), for decisions an
+        image alone would take on its own size."""
+        groups: Dict[Hashable, List[int]] = {}
+        for i, size in enumerate(self.sizes):
+            groups.setdefault(layout(size), []).append(i)
+        return groups
+
+
+def run_grouped(fn: Callable, x: torch.Tensor, valid: ValidMap,
+                layout: Callable[[Size], Hashable]) -> torch.Tensor:
+    """``fn(x_group, layout_key, group_indices)`` for each group of images sharing a
+    layout, reassembled in batch order (no copies when there is one group)."""
+    groups = valid.group(layout)
+    if len(groups) == 1:
+        (key, idx), = groups.items()
+        return fn(x, key, idx)
+    out = None
+    for key, idx in groups.items():
+        index = torch.tensor(idx, device=x.device)
+        part = fn(x.index_select(0, index), key, idx)
+        if out is None:
+            out = part.new_empty((x.shape[0],) + part.shape[1:])
+        out = out.index_copy(0, index, part)
+    return out
