@@ -5,6 +5,7 @@
     python tools/benchmark.py --attention      # the attention alone, stage 1 of 800x1333
     python tools/benchmark.py --quick          # CI-sized run of both (seconds)
     python tools/benchmark.py --deit           # InLine-DeiT-T vs DeiT-T, 224 .. 1536, + split
+    python tools/benchmark.py --padding        # pad_aware=True vs False, 800x1333 and 1024
 
 InLine (Han et al., "Bridging the Divide: Reconsidering Softmax and Linear
 Attention", NeurIPS 2024, arXiv 2412.06590) attends over the whole feature map at
@@ -53,8 +54,16 @@ and depth, with its explicit attention matrix and with torch's fused attention) 
 the linear layers (``inline_mm.benchmark.deit``). Outputs: ``deit.csv``, ``deit.png``,
 ``deit_split.csv``, ``meta.json``.
 
+``--padding`` measures the cost of padding awareness: every family at its ``tiny`` preset,
+batch 2, ``pad_aware=True`` against ``False`` (the same model), on batches with no padding
+and on a realistic padded batch (one image at the canvas size, one at 3/4 of each side), at
+800x1333 and 1024x1024 (canvas: rounded up to a multiple of 32), forward and training, in
+interleaved rounds (``inline_mm.benchmark.padding``). Outputs: ``padding.csv``,
+``meta.json``.
+
 The parts live in ``inline_mm.benchmark``: ``measure`` (timing, memory, prediction),
-``backbones``, ``attention`` and ``deit`` (the comparisons); this file is their command line.
+``backbones``, ``attention``, ``deit`` and ``padding`` (the comparisons); this file is their
+command line.
 """
 import argparse
 import json
@@ -68,8 +77,9 @@ from inline_mm.benchmark.attention import attention_table, run_attention, write_
 from inline_mm.benchmark.backbones import (FULL_SIZES, MODELS, MODES, QUICK_SIZES, Result,
                                            backbone_tables, build_models, plot_backbones,
                                            run_backbones, write_backbone_csv)
-from inline_mm.benchmark import deit
+from inline_mm.benchmark import deit, padding
 from inline_mm.benchmark.measure import Timer, free_memory, machine_info
+from inline_mm.models import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,18 +110,29 @@ def parse_args(argv=None):
     p.add_argument('--deit', action='store_true',
                    help='InLine-DeiT-T against DeiT-T (plain ViTs) and the attention / linear '
                         'split of one block at 1024 (sizes default to 224 384 640 1024 1536)')
+    p.add_argument('--padding', action='store_true',
+                   help='the cost of padding awareness: pad_aware=True against False for every '
+                        'family (tiny), batch 2, unpadded and padded batches (sizes default to '
+                        '800x1333 1024)')
+    p.add_argument('--conditions', nargs='+', choices=padding.CONDITIONS,
+                   default=list(padding.CONDITIONS),
+                   help='with --padding: none (every image fills the canvas), padded (image 0 '
+                        'fills it, the others are 3/4 of each side)')
     p.add_argument('--split-only', action='store_true',
                    help='with --deit: only the attention / linear-layer split')
     p.add_argument('--split-repeats', type=int, default=None,
                    help='with --deit: timed runs per part of the split (default 15; --quick 2)')
     p.add_argument('--sizes', nargs='+', type=parse_size, default=None,
                    help='input sizes, N or HxW (default: 224 512 800x1333 1024 1536)')
-    p.add_argument('--models', nargs='+', choices=list(MODELS) + list(deit.MODELS),
-                   default=None, help='backbones to compare (default: all of the comparison)')
+    p.add_argument('--models', nargs='+',
+                   choices=list(MODELS) + list(deit.MODELS) + list(FAMILIES),
+                   default=None, help='backbones to compare (default: all of the comparison; '
+                                      'with --padding: families)')
     p.add_argument('--modes', nargs='+', choices=MODES, default=list(MODES))
     p.add_argument('--device', choices=['auto', 'cpu', 'cuda', 'all'], default='auto',
                    help='auto: CUDA when present, else CPU; all: CPU and CUDA')
-    p.add_argument('--batch', type=int, default=1)
+    p.add_argument('--batch', type=int, default=None,
+                   help='images per batch (default 1; --padding 2, at least 2)')
     p.add_argument('--repeats', type=int, default=None,
                    help='timed runs per model and size (default 5; --quick 2)')
     p.add_argument('--attention-repeats', type=int, default=None,
@@ -128,17 +149,25 @@ def parse_args(argv=None):
                         'of the available memory)')
     p.add_argument('--out-dir', type=Path, default=ROOT / 'work_dirs' / 'benchmark')
     args = p.parse_args(argv)
+    if args.padding and (args.deit or args.attention):
+        p.error('--padding is a comparison of its own: not with --deit or --attention')
+    args.batch = args.batch or (2 if args.padding else 1)
     if args.batch < 1 or args.warmup < 0:
         p.error('--batch must be >= 1 and --warmup >= 0')
+    if args.padding and args.batch < 2:
+        p.error('--padding needs --batch >= 2 (a padded batch holds a smaller image)')
     if args.split_only and not args.deit:
         p.error('--split-only goes with --deit')
+    choices = (FAMILIES if args.padding else deit.MODELS if args.deit else MODELS)
     if args.models is None:
-        args.models = list(deit.MODELS if args.deit else MODELS)
-    elif set(args.models) - set(deit.MODELS if args.deit else MODELS):
-        p.error('--models: with --deit choose among ' + ', '.join(deit.MODELS) + '; without, '
-                'among ' + ', '.join(MODELS))
+        args.models = list(choices)
+    elif set(args.models) - set(choices):
+        p.error('--models: with --deit choose among ' + ', '.join(deit.MODELS) + '; with '
+                '--padding, among ' + ', '.join(FAMILIES) + '; otherwise among '
+                + ', '.join(MODELS))
     if args.sizes is None:
-        sizes = (deit.QUICK_SIZES, deit.FULL_SIZES) if args.deit else (QUICK_SIZES, FULL_SIZES)
+        sizes = ((padding.QUICK_SIZES, padding.FULL_SIZES) if args.padding else
+                 (deit.QUICK_SIZES, deit.FULL_SIZES) if args.deit else (QUICK_SIZES, FULL_SIZES))
         args.sizes = sizes[0] if args.quick else sizes[1]
     args.sizes = sorted(args.sizes, key=lambda s: s[0] * s[1])
     args.repeats = args.repeats or (2 if args.quick else 5)
@@ -182,6 +211,9 @@ def main(argv=None):
           'still add noise')
     if args.deit:
         run_deit(args, devices, info)
+        return
+    if args.padding:
+        run_padding(args, devices, info)
         return
     run_backbone_part = not args.attention
     run_attention_part = args.attention or args.quick
@@ -257,6 +289,28 @@ def run_deit(args, devices, info):
     meta.write_text(json.dumps(info, indent=2, default=str))
     outputs.append(meta)
     print('\nwrote ' + ', '.join(str(p) for p in outputs))
+
+
+def run_padding(args, devices, info):
+    """``--padding``: pad_aware=True against False, per family, size, condition and mode."""
+    results, mem_methods = [], {}
+    for device in devices:
+        print(f'\n{device.type.upper()}: {", ".join(args.models)} '
+              f'({"smoke" if args.quick else "tiny"}); canvases '
+              f'{", ".join(f"{h}x{w}" for h, w in map(padding.canvas, args.sizes))}; '
+              f'{args.warmup} warm-up + {args.repeats} timed runs of each variant, '
+              f'batch {args.batch}', flush=True)
+        results += padding.run(args, device)
+        mem_methods[device.type] = Timer(device).mem_method
+    print(padding.padding_table(results))
+    csv_path = args.out_dir / 'padding.csv'
+    padding.write_csv(results, csv_path, args.batch, mem_methods)
+    if hasattr(os, 'getloadavg'):
+        info['load_average_end'] = os.getloadavg()
+    info['arguments'] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    meta = args.out_dir / 'meta.json'
+    meta.write_text(json.dumps(info, indent=2, default=str))
+    print(f'\nwrote {csv_path}, {meta}')
 
 
 if __name__ == '__main__':

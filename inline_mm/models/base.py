@@ -220,11 +220,12 @@ class InLineBackbone(BaseModule):
 
     def prepare_input(self, x: torch.Tensor,
                       valid_sizes=None) -> Tuple[torch.Tensor, Optional[ValidMap]]:
-        """:meth:`check_input`, then :meth:`valid_map`; with explicit ``valid_sizes``
-        the input outside them is set to zero (it is padding, whatever it holds)."""
+        """:meth:`check_input`, then :meth:`valid_map`; the input outside the images is
+        set to zero (given ``valid_sizes``, it is padding whatever it holds; read from
+        the input it is zero already, and the ``where`` keeps gradients off it)."""
         self.check_input(x)
         valid = self.valid_map(x, valid_sizes)
-        if valid is not None and valid_sizes is not None:
+        if valid is not None:
             x = valid.zero_image(x)
         return x, valid
 

@@ -1,0 +1,376 @@
+"""Padding-aware backbones: an image's features do not depend on its batch mates.
+
+mmdet and mmseg zero-pad the images of a batch to one size (bottom and right, after
+normalisation). Every family must give an image the same features, forward and
+backward, alone (padded to a multiple of 32) and inside a larger padded batch, and
+the same as the image run unpadded; the padding is read from the input or given.
+"""
+import math
+
+import pytest
+import torch
+
+from conftest import rel_err
+from inline_mm.export import trace_backbone
+from inline_mm.models import FAMILIES, InLineAttention, InLineSwin, WindowAttention
+from inline_mm.models.padding import ValidMap, detect_valid_sizes
+
+NAMES = list(FAMILIES)
+TOL = 1e-5
+
+
+def build(name, **kw):
+    family = FAMILIES[name]
+    return family.cls(**{**family.smoke, **kw})
+
+
+def canvas(images, hw, fill=None):
+    """Images ``(3, h, w)`` zero-padded bottom/right into one ``(B, 3, H, W)`` batch."""
+    batch = torch.zeros(len(images), 3, *hw)
+    for i, img in enumerate(images):
+        batch[i, :, :img.shape[1], :img.shape[2]] = img
+    return batch
+
+
+def region(out, name, i, hw):
+    """The part of output ``i`` that belongs to an ``hw`` image."""
+    s = FAMILIES[name].stride(i)
+    return out[..., :math.ceil(hw[0] / s), :math.ceil(hw[1] / s)]
+
+
+def weights_like(outs):
+    gen = torch.Generator().manual_seed(1)
+    return [torch.randn(o.shape[1:], generator=gen) for o in outs]
+
+
+def loss_on(outs, name, sample, hw, weights):
+    """A fixed linear function of one image's region of every output."""
+    total = 0
+    for i, (o, w) in enumerate(zip(outs, weights)):
+        r = region(o[sample], name, i, hw)
+        total = total + (r * region(w, name, i, hw)).sum()
+    return total
+
+
+def grads(model):
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def run(model, batch, sample, hw, weights, **kw):
+    """Outputs, the parameter gradient of the loss on image ``sample`` and the input
+    gradient."""
+    model.zero_grad()
+    x = batch.clone().requires_grad_()
+    outs = model(x, **kw)
+    loss_on(outs, model_name(model), sample, hw, weights).backward()
+    return outs, grads(model), x.grad
+
+
+def model_name(model):
+    return type(model).__name__
+
+
+# ------------------------------------------------------------------ the contract
+@pytest.mark.parametrize('name', NAMES)
+def test_image_alone_and_in_a_larger_padded_batch_agree_forward_and_backward(name):
+    torch.manual_seed(0)
+    model = build(name).train()          # smoke configs have no dropout or drop path
+    a, b = torch.randn(3, 72, 104), torch.randn(3, 150, 180)
+    alone = canvas([a], (96, 128))        # what a batch of one is padded to (multiple of 32)
+    batched = canvas([b, a], (160, 192))  # next to a larger image
+    with torch.no_grad():
+        weights = weights_like(model(alone))
+    outs_a, g_a, x_a = run(model, alone, 0, (72, 104), weights)
+    outs_b, g_b, x_b = run(model, batched, 1, (72, 104), weights)
+    for i, (oa, ob) in enumerate(zip(outs_a, outs_b)):
+        assert rel_err(region(ob[1], name, i, (72, 104)), region(oa[0], name, i, (72, 104))) < TOL
+        # Features outside an image leave the backbone as zeros.
+        for o, hw in ((oa[0], (72, 104)), (ob[1], (72, 104)), (ob[0], (150, 180))):
+            inside = torch.zeros_like(o, dtype=torch.bool)
+            region(inside, name, i, hw)[...] = True
+            assert not o[~inside].any()
+    # Gradients: the loss on A's features reaches the same parameters by the same
+    # amounts, and only A's own pixels.
+    assert rel_err(g_b, g_a) < TOL
+    assert rel_err(x_b[1, :, :72, :104], x_a[0, :, :72, :104]) < TOL
+    assert not x_b[0].any() and not x_b[1, :, 72:].any() and not x_b[1, :, :, 104:].any()
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_padded_image_gets_the_features_of_the_unpadded_image(name):
+    """The strongest form: as if the image had never been padded at all."""
+    model = build(name).eval()
+    a = torch.randn(3, 72, 104)
+    with torch.no_grad():
+        raw = model(a[None])
+        padded = model(canvas([a, torch.randn(3, 120, 200)], (128, 224)))
+    for r, p in zip(raw, padded):
+        assert rel_err(p[0, :, :r.shape[2], :r.shape[3]], r[0]) < TOL
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_pad_aware_false_lets_padding_in(name):
+    """The switch restores the plain computation over the whole padded map (so the
+    agreement above is padding awareness at work, not a test that cannot fail)."""
+    model = build(name, pad_aware=False).eval()
+    a = torch.randn(3, 72, 104)
+    with torch.no_grad():
+        raw = model(a[None])
+        padded = model(canvas([a, torch.randn(3, 120, 200)], (128, 224)))
+    last = raw[-1]
+    assert rel_err(padded[-1][0, :, :last.shape[2], :last.shape[3]], last[0]) > 1e-3
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_inputs_without_padding_give_exactly_the_plain_outputs(name):
+    torch.manual_seed(0)
+    aware = build(name).train()
+    plain = build(name, pad_aware=False).train()
+    plain.load_state_dict(aware.state_dict())
+    x = torch.randn(2, 3, 64, 96)
+    assert aware.valid_map(x) is None
+    weights = weights_like(aware(x))
+    outs_a, g_a, x_a = run(aware, x, 0, (64, 96), weights)
+    outs_p, g_p, x_p = run(plain, x, 0, (64, 96), weights)
+    assert all(torch.equal(a, p) for a, p in zip(outs_a, outs_p))
+    assert torch.equal(g_a, g_p) and torch.equal(x_a, x_p)
+
+
+# ------------------------------------------------------------------ edge cases
+EDGE_CASES = {
+    # name: (images' sizes, canvas); each image is compared with itself unpadded
+    'minimum_size_region': ([(32, 32), (90, 120)], (96, 128)),
+    'rows_only': ([(70, 128), (96, 128)], (96, 128)),
+    'columns_only': ([(96, 70), (96, 128)], (96, 128)),
+    'every_image_padded': ([(72, 104), (100, 90), (45, 61)], (128, 128)),
+}
+
+
+@pytest.mark.parametrize('case', list(EDGE_CASES))
+@pytest.mark.parametrize('name', NAMES)
+def test_edge_cases_match_each_image_unpadded(name, case):
+    sizes, hw = EDGE_CASES[case]
+    model = build(name).eval()
+    images = [torch.randn(3, *s) for s in sizes]
+    with torch.no_grad():
+        batched = model(canvas(images, hw))
+        for k, img in enumerate(images):
+            for r, o in zip(model(img[None]), batched):
+                assert rel_err(o[k, :, :r.shape[2], :r.shape[3]], r[0]) < TOL, (k, case)
+
+
+def test_no_padding_at_all_takes_the_plain_path():
+    model = build('InLineSwin')
+    assert model.valid_map(torch.randn(2, 3, 64, 64)) is None
+    x = canvas([torch.randn(3, 64, 40)], (64, 64))
+    assert model.valid_map(x).sizes == [(64, 40)]
+    assert build('InLineSwin', pad_aware=False).valid_map(x) is None
+
+
+# ------------------------------------------------------------------ reading the padding
+def test_detect_valid_sizes_reads_trailing_zero_rows_and_columns():
+    x = torch.zeros(4, 3, 20, 30)
+    x[0, :, :20, :30] = 1                      # unpadded
+    x[1, 1, :12, :25] = torch.rand(12, 25) + 1  # content in one channel only
+    x[2, :, 5, 7] = 1                          # a single pixel: region ends there
+    # x[3] is all zero: taken as unpadded (nothing to go by)
+    assert detect_valid_sizes(x) == [(20, 30), (12, 25), (6, 8), (20, 30)]
+    # Zero rows inside an image are content, not padding.
+    y = torch.ones(1, 3, 20, 30)
+    y[:, :, 5:10] = 0
+    y[:, :, :, 3:9] = 0
+    assert detect_valid_sizes(y) == [(20, 30)]
+
+
+def test_a_raw_black_bottom_row_reads_as_padding():
+    """The documented assumption: an unnormalised image whose last rows are black
+    (exactly 0) looks like padding; normalised images (what the data preprocessors
+    feed) are not zero there."""
+    img = torch.rand(1, 3, 64, 64) + 0.1
+    img[:, :, 50:] = 0
+    assert detect_valid_sizes(img) == [(50, 64)]
+    normalised = (img - 0.45) / 0.25
+    assert detect_valid_sizes(normalised) == [(64, 64)]
+
+
+def test_regions_below_the_minimum_input_are_widened_to_it():
+    model = build('InLineSwin')
+    x = canvas([torch.randn(3, 10, 50)], (96, 96))
+    assert model.valid_map(x).sizes == [(32, 50)]
+
+
+def test_explicit_valid_sizes_override_and_ignore_what_lies_outside():
+    model = build('InLinePVT').eval()
+    a, b = torch.randn(3, 72, 104), torch.randn(3, 96, 128)
+    clean = canvas([a, b], (96, 128))
+    dirty = clean.clone()
+    dirty[0, :, 72:] = 5.0                          # a non-zero pad value
+    dirty[0, :, :, 104:] = -3.0
+    with torch.no_grad():
+        expected = model(clean)
+        got = model(dirty, valid_sizes=[(72, 104), (96, 128)])
+        unaware = model(dirty)
+    for e, g in zip(expected, got):
+        assert rel_err(g, e) < TOL
+    assert rel_err(unaware[0][0], expected[0][0]) > 1e-3
+
+
+@pytest.mark.parametrize('sizes, match', [
+    ([(72, 104)], 'one \\(h, w\\) per image'),
+    ([(72, 104), (97, 128)], 'do not fit the 96x128 input'),
+    ([(0, 104), (96, 128)], 'do not fit'),
+    ([(72,), (96, 128)], 'one \\(h, w\\) per image'),
+])
+def test_bad_valid_sizes_say_what_is_wrong(sizes, match):
+    model = build('InLineSwin')
+    with pytest.raises(ValueError, match=match):
+        model(torch.randn(2, 3, 96, 128), valid_sizes=sizes)
+
+
+# ------------------------------------------------------------------ the pieces
+def test_fast_attention_with_counts_matches_each_image_alone_forward_and_backward():
+    """The closed-form backward with per-image token counts, against the attention
+    run on each image's tokens alone."""
+    torch.manual_seed(0)
+    attn = InLineAttention(32, 4, lepe=False)
+    hw, sizes = (9, 11), [(9, 11), (5, 7), (3, 11)]
+    x = torch.randn(3, 99, 32, requires_grad=True)
+    valid = ValidMap(hw, sizes, 'cpu')
+    out = attn(x, hw, valid=valid)
+    w = torch.randn_like(out)
+    (valid.zero(out) * w).sum().backward()
+    g_batched = [p.grad.clone() for p in attn.parameters()]
+    for p in attn.parameters():
+        p.grad = None
+    total_x = []
+    for k, (h, wd) in enumerate(sizes):
+        xk = x.detach()[k].view(*hw, 32)[:h, :wd].reshape(1, h * wd, 32).requires_grad_()
+        ok = attn(xk, (h, wd))
+        ref = out[k].view(*hw, 32)[:h, :wd].reshape(1, h * wd, 32)
+        assert rel_err(ref, ok) < TOL
+        (ok * w[k].view(*hw, 32)[:h, :wd].reshape(1, h * wd, 32)).sum().backward()
+        total_x.append(xk.grad)
+    for gb, p in zip(g_batched, attn.parameters()):
+        assert rel_err(gb, p.grad) < TOL
+    for k, (h, wd) in enumerate(sizes):
+        gx = x.grad[k].view(*hw, 32)
+        assert rel_err(gx[:h, :wd].reshape(1, -1, 32), total_x[k]) < TOL
+        assert not gx[h:].any() and not gx[:, wd:].any()
+
+
+def test_window_attention_gives_each_image_its_own_windows_and_shift():
+    """A 7x10 region inside a 10x14 map: one unshifted window row (fits), shifted
+    columns, as alone; and in the same batch an image that fills the map."""
+    torch.manual_seed(0)
+    attn = WindowAttention(16, 2, window_size=7, shift=True).eval()
+    assert attn.layout((7, 10)) == (7, 7, 0, 3) and attn.layout((10, 14)) == (7, 7, 3, 3)
+    assert attn.layout((5, 3)) == (5, 3, 0, 0)
+    x = torch.randn(3, 140, 16)
+    valid = ValidMap((10, 14), [(10, 14), (7, 10), (5, 3)], 'cpu')
+    with torch.no_grad():
+        out = attn(x, (10, 14), valid=valid)
+        for k, (h, w) in enumerate(valid.sizes):
+            own = x[k].view(10, 14, 16)[:h, :w].reshape(1, h * w, 16)
+            got = out[k].view(10, 14, 16)[:h, :w].reshape(1, h * w, 16)
+            assert rel_err(got, attn(own, (h, w))) < TOL
+
+
+def test_gradient_checkpointing_with_padding_matches():
+    torch.manual_seed(0)
+    model = build('InLineCSwin').train()
+    batch = canvas([torch.randn(3, 72, 104), torch.randn(3, 96, 128)], (96, 128))
+    weights = weights_like(model(batch))
+    _, g_plain, x_plain = run(model, batch, 0, (72, 104), weights)
+    model.with_cp = True
+    _, g_cp, x_cp = run(model, batch, 0, (72, 104), weights)
+    assert rel_err(g_cp, g_plain) < 1e-6 and rel_err(x_cp, x_plain) < 1e-6
+
+
+# ------------------------------------------------------------------ export
+@pytest.mark.parametrize('name', ['InLineSwin', 'InLineDeiT'])
+def test_traced_graphs_are_padding_unaware(name):
+    """Decided: a traced or exported graph computes with ``pad_aware=False`` (the
+    reading of the padding is data-dependent); the eager model stays aware."""
+    model = build(name).eval()
+    batch = canvas([torch.randn(3, 72, 104), torch.randn(3, 96, 128)], (96, 128))
+    traced = trace_backbone(model, (96, 128))
+    model.pad_aware = False
+    with torch.no_grad():
+        plain = model(batch)
+        model.pad_aware = True
+        aware = model(batch)
+        got = traced(batch)
+    for g, p in zip(got, plain):
+        assert rel_err(g, p) < 1e-5
+    assert rel_err(got[-1], aware[-1]) > 1e-3
+
+
+def test_valid_sizes_cannot_be_traced():
+    model = build('InLineSwin').eval()
+
+    class WithSizes(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return self.model(x, valid_sizes=[(64, 64)])
+
+    with pytest.raises(ValueError, match='cannot be traced'):
+        torch.jit.trace(WithSizes(), torch.randn(1, 3, 64, 96), check_trace=False)
+
+
+# ------------------------------------------------------------------ the data preprocessors
+def _uint8(h, w, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (3, h, w), generator=gen, dtype=torch.uint8)
+
+
+@pytest.mark.parametrize('name', ['InLineSwin', 'InLineDeiT'])
+def test_mmdet_preprocessor_batches_give_each_image_its_own_features(name):
+    from mmdet.models.data_preprocessors import DetDataPreprocessor
+    from mmdet.structures import DetDataSample
+    pre = DetDataPreprocessor(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
+                              bgr_to_rgb=True, pad_size_divisor=32)
+    model = build(name).eval()
+    images = [_uint8(100, 150, 0), _uint8(200, 120, 1), _uint8(64, 64, 2)]
+
+    def features(imgs):
+        data = pre(dict(inputs=imgs, data_samples=[DetDataSample() for _ in imgs]), False)
+        with torch.no_grad():
+            return data['inputs'], model(data['inputs'])
+
+    batch, outs = features(images)
+    assert batch.shape[-2:] == (224, 160)
+    for k, img in enumerate(images):
+        x, alone = features([img])
+        for i, (a, o) in enumerate(zip(alone, outs)):
+            hw = img.shape[1:]
+            assert rel_err(region(o[k], name, i, hw), region(a[0], name, i, hw)) < TOL
+
+
+def test_mmseg_preprocessor_batches_give_each_image_its_own_features():
+    from mmseg.models.data_preprocessor import SegDataPreProcessor
+    from mmseg.structures import SegDataSample
+    from mmengine.structures import PixelData
+    pre = SegDataPreProcessor(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
+                              bgr_to_rgb=True, size_divisor=32, pad_val=0, seg_pad_val=255)
+    model = build('InLineCSwin').eval()
+    images = [_uint8(96, 160, 3), _uint8(150, 90, 4)]
+
+    def sample(img):
+        s = SegDataSample()
+        s.gt_sem_seg = PixelData(data=torch.zeros(1, *img.shape[1:], dtype=torch.long))
+        return s
+
+    def features(imgs):
+        data = pre(dict(inputs=imgs, data_samples=[sample(i) for i in imgs]), True)
+        with torch.no_grad():
+            return model(data['inputs'])
+
+    outs = features(images)
+    for k, img in enumerate(images):
+        for i, (a, o) in enumerate(zip(features([img]), outs)):
+            hw = img.shape[1:]
+            assert rel_err(region(o[k], 'InLineCSwin', i, hw),
+                           region(a[0], 'InLineCSwin', i, hw)) < TOL
