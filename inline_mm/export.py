@@ -16,6 +16,14 @@ wrong, a graph refuses any other size:
   broadcasts the input against a ``(1, 1, H, W)`` zero constant, so a runtime that
   does not check declared shapes fails at that first ``Add`` instead of running on.
 
+Padding (decided): **exported graphs are padding-unaware** (``pad_aware=False``
+semantics). The backbones read each image's valid size from the trailing zero rows
+and columns of the input, a data-dependent decision a tracer would freeze into the
+example's constants; under tracing and export that reading is skipped, so a graph
+computes over the whole input, as the plain model does (and ``valid_sizes`` refuses
+to be traced). Export a graph per deployed size and feed it unpadded images, or
+batches of one image size: then it computes exactly what the eager model computes.
+
 Only torch is needed here (``onnx``/``onnxruntime`` for export and checking).
 """
 import time

@@ -374,3 +374,15 @@ def test_mmseg_preprocessor_batches_give_each_image_its_own_features():
             hw = img.shape[1:]
             assert rel_err(region(o[k], 'InLineCSwin', i, hw),
                            region(a[0], 'InLineCSwin', i, hw)) < TOL
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_autocast_with_padding_stays_finite(name):
+    model = build(name).train()
+    x = canvas([torch.randn(3, 72, 100), torch.randn(3, 96, 128)], (96, 128)).requires_grad_()
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        outs = model(x)
+    sum(o.float().sum() for o in outs).backward()
+    assert all(torch.isfinite(o).all() for o in outs)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert not x.grad[0, :, 72:].any()

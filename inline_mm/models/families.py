@@ -12,13 +12,19 @@ How to add a family (InLine-DeiT is the example the table was shaped for):
    keys; pure, idempotent). The class declares ``presets = ARCH_SETTINGS``,
    ``official_keys = OFFICIAL_KEYS``, ``block_key`` (a regex with groups ``block``
    and, for pyramids, ``stage``) and ``min_input_size``; its ``__init__`` calls
-   ``super().__init__(out_indices, frozen_stages, num_stages, init_cfg)`` and sets
+   ``super().__init__(out_indices, frozen_stages, num_stages, init_cfg, pad_aware)`` and sets
    ``self.dims`` (channels per stage, or per block for a plain ViT), ``self.depths``
    and ``self.arch_name`` (``self.resolve_arch`` gives it); it implements
    ``_convert_official``, ``_stem_modules`` (modules or parameters, e.g. a class token),
-   ``_stage_list`` if its stages are not ``self.stages``, and ``forward``. Blocks take
-   their attention from ``attention.py`` (called ``attn(x, hw)``) and run through
-   ``layers.BlockStage`` / ``layers.run_block`` for ``with_cp``. Import only from
+   ``_stage_list`` if its stages are not ``self.stages``, and ``forward(x,
+   valid_sizes=None)``. Blocks take their attention from ``attention.py`` (called
+   ``attn(x, hw, valid=valid)``) and run through ``layers.BlockStage`` /
+   ``layers.run_block`` for ``with_cp``. Padding awareness (``padding.py``):
+   ``forward`` starts with ``self.prepare_input`` (which reads each image's region),
+   derives each map's regions with ``ValidMap.scaled``, zeroes tokens outside them
+   before anything reads across tokens (merges, overlapping convolutions) and returns
+   outputs through ``self.output``; a layout decision taken from a map size is taken
+   per image (``ValidMap.group`` / ``padding.run_grouped``). Import only from
    ``inline_mm/models`` and third-party packages.
 2. Add one :class:`Family` entry to :data:`FAMILIES` below; its ``smoke`` arguments
    must include ``embed_dims`` and ``depths`` (or ``depth``), as the contract tests
@@ -29,7 +35,9 @@ That is all: the backbone is then registered in mmdet's and mmseg's ``MODELS``
 ``tools/convert_checkpoint.py``, and ``tests/test_backbone_contract.py`` runs every
 contract test (shapes at normal, odd and non-square sizes, minimum input, frozen
 stages, ``with_cp``, invalid arguments, checkpoint layouts, wrong-variant refusal,
-registration) on the entry's ``smoke`` configuration; ``tests/test_export.py`` traces
+registration) on the entry's ``smoke`` configuration; ``tests/test_padding.py`` checks
+that an image gets the same features alone, in a larger padded batch and unpadded;
+``tests/test_export.py`` traces
 and exports it to ONNX (so write size arithmetic with ``layers.round_up`` /
 ``layers.pad_amount``, not ``-(-h // w)`` / ``-h % p``, which ONNX's truncating integer
 division exports wrongly, and no per-sample Python loops, which a tracer bakes into the

@@ -1,0 +1,414 @@
+#!/usr/bin/env python
+"""Does a Mask R-CNN give an image the same detections alone and batched next to a larger one?
+
+    python tools/padding_consistency.py CONFIG CHECKPOINT [--num-images N] [--skip-ap]
+    # the demo model:
+    python tools/padding_consistency.py \\
+        configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py \\
+        work_dirs/demo/iter_600.pth
+
+mmdet batches images of different sizes by zero-padding them bottom/right (after
+normalisation, to a multiple of 32). Every measurement runs twice, with the backbone's
+``pad_aware`` switched off (the behaviour before issue #14) and on.
+
+(a) **Alone vs batched.** Each val image (as the test pipeline gives it) is resized to
+``--small-size`` (default 256x160, W x H) and run through the model's own
+DetDataPreprocessor and heads alone (a batch of one) and as the first image of a batch of
+two whose second image is the next val image at full size (256x256 for the toy set), so
+the batch is padded below it. Its detections are compared: counts, pairs matched greedily
+(same label, highest IoU, IoU >= 0.5; in score order), max box shift (px), max score
+difference, detections lost / gained, the smallest mask IoU of a pair; an image counts as
+identical when every detection has a partner within 0.01 px and 1e-4 in score. Features
+are compared on the image's own cells: relative difference max|alone - batched| / max|alone|,
+and how many cells from the padded edge the difference (> 1e-5) reaches. To say where the
+remaining differences come from, the RoI head is also run on mixed inputs:
+``anchors on image``: batched features, but the RPN's outputs cropped to the image's cells
+(no anchors in the padded area, exactly the alone run's anchors);
+``alone proposals``: batched features, the alone run's proposals (only the features the
+RoI head pools differ); ``batched proposals``: the alone run's features, the batched
+run's proposals (only the proposals differ).
+
+(b) **AP at test batch 1 vs 2.** Writes a copy of the val set with ``--ap-fraction``
+(0.6: 36 of 60) of its images, picked with a fixed seed, resized to ``--small-size``
+(boxes, polygons and RLE masks scaled with them) and runs the stock ``tools/test.py`` on
+it at test batch 1 and 2 for both settings of ``pad_aware`` (``--cfg-options``).
+``--skip-ap`` leaves it out.
+
+Run from the repository root. Everything printed is also written to
+``<out-dir>/padding_consistency.json``.
+"""
+import argparse
+import json
+import os
+import os.path as osp
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+MATCH_IOU = 0.5
+SAME_PX, SAME_SCORE = 0.01, 1e-4   # "identical" detections (float noise is far below)
+FEAT_TOL = 1e-5                    # relative difference that counts as "differs"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('config')
+    p.add_argument('checkpoint')
+    p.add_argument('--num-images', type=int, default=None, help='(a): val images (default: all)')
+    p.add_argument('--small-size', type=int, nargs=2, default=(256, 160), metavar=('W', 'H'),
+                   help='size the compared images are resized to (default: 256 160)')
+    p.add_argument('--score-thrs', type=float, nargs='+', default=(0.05, 0.5),
+                   help='(a): compare detections at these scores and above (default: 0.05 0.5)')
+    p.add_argument('--skip-ap', action='store_true', help='leave out (b), the AP runs')
+    p.add_argument('--ap-fraction', type=float, default=0.6,
+                   help='(b): fraction of val images resized (default: 0.6)')
+    p.add_argument('--seed', type=int, default=0, help='(b): which images are resized')
+    p.add_argument('--out-dir', default='work_dirs/padding_consistency')
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------- (a) alone vs batched
+def rel_diff(a, b):
+    return float((a - b).abs().max() / a.abs().max().clamp_min(1e-12))
+
+
+def region_diff(alone, batched, pad_h, pad_w):
+    """Relative difference of one level on the image's cells, the same more than one
+    cell from the padded edges, and how many cells from those edges it exceeds FEAT_TOL."""
+    import torch
+    h, w = alone.shape[-2:]
+    a, b = alone[0], batched[0, :, :h, :w]
+    cells = (a - b).abs().amax(0) / a.abs().max().clamp_min(1e-12)
+    inner = cells[:h - 1 if pad_h else h, :w - 1 if pad_w else w]
+    ys, xs = torch.nonzero(cells > FEAT_TOL, as_tuple=True)
+    far = torch.full_like(ys, h + w)
+    dist = torch.minimum(h - 1 - ys if pad_h else far, w - 1 - xs if pad_w else far)
+    return (float(cells.max()), float(inner.max()) if inner.numel() else 0.0,
+            int(dist.max()) + 1 if len(dist) else 0)
+
+
+def run_pass(model, inputs, samples):
+    """The model's test path, stage by stage (same results as ``model.test_step``)."""
+    data = model.data_preprocessor(dict(inputs=inputs, data_samples=samples), False)
+    feats = model.backbone(data['inputs'])
+    neck = model.neck(feats)
+    rpn = model.rpn_head(neck)
+    metas = [s.metainfo for s in data['data_samples']]
+    props = model.rpn_head.predict_by_feat(*rpn, batch_img_metas=metas, rescale=False)
+    dets = model.roi_head.predict(neck, [p.clone() for p in props], data['data_samples'],
+                                  rescale=True)
+    return dict(feats=feats, neck=neck, rpn=rpn, props=props, dets=dets,
+                samples=data['data_samples'])
+
+
+def roi(model, neck, props, sample, i=0):
+    """The RoI head on image ``i`` of ``neck`` with the given proposals."""
+    return model.roi_head.predict(tuple(x[i:i + 1] for x in neck), [props.clone()], [sample],
+                                  rescale=True)[0]
+
+
+def compare_dets(a, b, thr):
+    """Greedy same-label matching of detections ``b`` to ``a`` (both InstanceData)."""
+    from torchvision.ops import box_iou
+    a, b = a[a.scores >= thr], b[b.scores >= thr]
+    used, shift, dscore, mask_iou, near = set(), 0.0, 0.0, 1.0, 0
+    iou = box_iou(a.bboxes, b.bboxes) if len(a) and len(b) else None
+    for i in a.scores.argsort(descending=True).tolist():
+        cand = [j for j in range(len(b)) if j not in used and b.labels[j] == a.labels[i]]
+        if not cand:
+            continue
+        j = max(cand, key=lambda j: float(iou[i, j]))
+        if float(iou[i, j]) < MATCH_IOU:
+            continue
+        used.add(j)
+        near += float(iou[i, j]) >= 0.99
+        shift = max(shift, float((a.bboxes[i] - b.bboxes[j]).abs().max()))
+        dscore = max(dscore, abs(float(a.scores[i] - b.scores[j])))
+        if 'masks' in a:
+            inter = (a.masks[i] & b.masks[j]).sum()
+            union = (a.masks[i] | b.masks[j]).sum()
+            mask_iou = min(mask_iou, float(inter / union) if union else 1.0)
+    m = len(used)
+    same = m == len(a) == len(b) and shift <= SAME_PX and dscore <= SAME_SCORE
+    return dict(images=1, identical=int(same), alone=len(a), batched=len(b), matched=m,
+                iou99=near, max_shift=shift, max_dscore=dscore, lost=len(a) - m,
+                gained=len(b) - m, min_mask_iou=mask_iou)
+
+
+def merge(total, one):
+    for k, v in one.items():
+        if k in ('max_shift', 'max_dscore'):
+            total[k] = max(total.get(k, 0.0), v)
+        elif k == 'min_mask_iou':
+            total[k] = min(total.get(k, 1.0), v)
+        else:
+            total[k] = total.get(k, 0) + v
+
+
+def same_props(a, b):
+    """How many proposals of ``b`` are one of ``a`` (box within 1e-3 px)."""
+    if not len(a) or not len(b):
+        return 0
+    d = (b.bboxes[:, None, :] - a.bboxes[None, :, :]).abs().amax(-1)
+    return int((d.amin(1) < 1e-3).sum())
+
+
+def alone_vs_batched(model, dataset, args):
+    import mmcv
+    import torch
+    from mmdet.structures import DetDataSample
+    w_s, h_s = args.small_size
+    n = len(dataset) if args.num_images is None else min(args.num_images, len(dataset))
+    out, alone_prev = {}, None
+    for pad_aware in (False, True):
+        model.backbone.pad_aware = pad_aware
+        feat = dict(backbone=0.0, neck=0.0, neck_inner=0.0, rpn=0.0, rpn_inner=0.0,
+                    neck_depth=[], rpn_depth=[])
+        props = dict(alone=0, batched=0, batched_same=0, anchors_on_image=0,
+                     anchors_on_image_same=0, bottom_clipped_alone=0, bottom_clipped_batched=0)
+        dets = {}
+        alone_dets = []
+        for i in range(n):
+            item, partner = dataset[i], dataset[(i + 1) % len(dataset)]
+            img = item['inputs'].permute(1, 2, 0).numpy()
+            small = torch.from_numpy(mmcv.imresize(img, (w_s, h_s))).permute(2, 0, 1).contiguous()
+            meta = dict(img_id=item['data_samples'].img_id, img_path=item['data_samples'].img_path,
+                        ori_shape=(h_s, w_s), img_shape=(h_s, w_s), scale_factor=(1.0, 1.0))
+            with torch.no_grad():
+                al = run_pass(model, [small], [DetDataSample(metainfo=meta)])
+                ba = run_pass(model, [small, partner['inputs']],
+                              [DetDataSample(metainfo=meta),
+                               DetDataSample(metainfo=partner['data_samples'].metainfo)])
+                if i == 0:   # the stage-by-stage pass is mmdet's own test path
+                    ref = model.test_step(dict(inputs=[small, partner['inputs']],
+                                               data_samples=[DetDataSample(metainfo=meta),
+                                                             DetDataSample(metainfo=partner[
+                                                                 'data_samples'].metainfo)]))
+                    assert compare_dets(ref[0].pred_instances, ba['dets'][0], 0)['identical']
+                shape_a, shape_b = al['samples'][0].batch_input_shape, ba['samples'][0].batch_input_shape
+                pad_h, pad_w = shape_b[0] > shape_a[0], shape_b[1] > shape_a[1]
+                if not (pad_h or pad_w):
+                    raise SystemExit(f'val image {(i + 1) % len(dataset)} is no larger than '
+                                     f'{w_s}x{h_s}: choose a smaller --small-size')
+                feat['backbone'] = max([feat['backbone']] + [
+                    rel_diff(a[0], b[0, :, :a.shape[2], :a.shape[3]])
+                    for a, b in zip(al['feats'], ba['feats'])])
+                for key, xa, xb in (('neck', al['neck'], ba['neck']),
+                                    ('rpn', al['rpn'][0], ba['rpn'][0])):
+                    r = [region_diff(a, b, pad_h, pad_w) for a, b in zip(xa, xb)]
+                    feat[key] = max(feat[key], *(x[0] for x in r))
+                    feat[key + '_inner'] = max(feat[key + '_inner'], *(x[1] for x in r))
+                    depth = feat[key + '_depth'] or [0] * len(r)
+                    feat[key + '_depth'] = [max(d, x[2]) for d, x in zip(depth, r)]
+                # The RPN's outputs of the batched run, on the image's cells only.
+                crop = [[x[0:1, :, :a.shape[2], :a.shape[3]] for x, a in zip(outs, al['rpn'][0])]
+                        for outs in ba['rpn']]
+                p_img = model.rpn_head.predict_by_feat(
+                    *crop, batch_img_metas=[ba['samples'][0].metainfo], rescale=False)[0]
+                pa, pb = al['props'][0], ba['props'][0]
+                for k, v in (('alone', len(pa)), ('batched', len(pb)),
+                             ('batched_same', same_props(pa, pb)),
+                             ('anchors_on_image', len(p_img)),
+                             ('anchors_on_image_same', same_props(pa, p_img)),
+                             ('bottom_clipped_alone', int((pa.bboxes[:, 3] >= h_s).sum())),
+                             ('bottom_clipped_batched', int((pb.bboxes[:, 3] >= h_s).sum()))):
+                    props[k] += v
+                variants = {
+                    'batched': ba['dets'][0],
+                    'anchors on image': roi(model, ba['neck'], p_img, ba['samples'][0]),
+                    'alone proposals': roi(model, ba['neck'], pa, ba['samples'][0]),
+                    'batched proposals': roi(model, al['neck'], pb, al['samples'][0]),
+                }
+            for thr in args.score_thrs:
+                for name, d in variants.items():
+                    merge(dets.setdefault(f'{thr:g}', {}).setdefault(name, {}),
+                          compare_dets(al['dets'][0], d, thr))
+            alone_dets.append(al['dets'][0])
+        same_alone = None if alone_prev is None else all(
+            compare_dets(a, b, 0)['identical'] for a, b in zip(alone_prev, alone_dets))
+        alone_prev = alone_dets
+        out[str(pad_aware)] = dict(features=feat, proposals=props, detections=dets,
+                                   alone_same_as_pad_aware_false=same_alone)
+    return dict(images=n, small_size=[w_s, h_s], results=out)
+
+
+def print_a(res):
+    w, h = res['small_size']
+    print(f'\n(a) {res["images"]} val images, each resized to {w}x{h}: alone vs first of a batch '
+          'of two with the next val image at full size')
+    print('\nfeatures on the image\'s cells (max over images; max|alone - batched| / max|alone|; '
+          '"depth": cells from the padded edge where it exceeds 1e-5, per level)')
+    print(f'{"pad_aware":<10}{"backbone":>10}{"neck":>10}{"neck >1 cell":>14}'
+          f'{"neck depth":>16}{"RPN out":>10}{"RPN >1 cell":>13}{"RPN depth":>16}')
+    for pa, r in res['results'].items():
+        f = r['features']
+        print(f'{pa:<10}{f["backbone"]:>10.1e}{f["neck"]:>10.1e}{f["neck_inner"]:>14.1e}'
+              f'{"/".join(map(str, f["neck_depth"])):>16}{f["rpn"]:>10.1e}'
+              f'{f["rpn_inner"]:>13.1e}{"/".join(map(str, f["rpn_depth"])):>16}')
+    print('\nRPN proposals (summed over images): alone, batched, batched that are an alone '
+          'proposal; the same with the\nbatched RPN outputs cropped to the image (no anchors in '
+          'the padded area); proposals clipped to the bottom edge')
+    for pa, r in res['results'].items():
+        p = r['proposals']
+        print(f'pad_aware={pa:<6} alone {p["alone"]}, batched {p["batched"]} ({p["batched_same"]} '
+              f'same), anchors on image {p["anchors_on_image"]} ({p["anchors_on_image_same"]} '
+              f'same); at the bottom edge: alone {p["bottom_clipped_alone"]}, batched '
+              f'{p["bottom_clipped_batched"]}')
+    cols = ('identical', 'alone', 'batched', 'matched', 'iou99', 'max_shift', 'max_dscore',
+            'lost', 'gained', 'min_mask_iou')
+    for thr in next(iter(res['results'].values()))['detections']:
+        print(f'\ndetections with score >= {thr}, alone vs the variant (summed / max / min over '
+              'images)')
+        print(f'{"pad_aware":<10}{"variant":<19}' + ''.join(f'{c:>13}' for c in cols))
+        for pa, r in res['results'].items():
+            for name, s in r['detections'][thr].items():
+                vals = [f'{s["identical"]}/{s["images"]}'] + [
+                    f'{s[c]:.3g}' if isinstance(s[c], float) else str(s[c]) for c in cols[1:]]
+                print(f'{pa:<10}{name:<19}' + ''.join(f'{v:>13}' for v in vals))
+    same = res['results']['True']['alone_same_as_pad_aware_false']
+    print(f'\nalone (no padding) detections identical with pad_aware False and True: {same}')
+
+
+# --------------------------------------------------------------------- (b) AP at batch 1 vs 2
+def uncompressed_rle(mask):
+    flat = mask.flatten(order='F').astype(np.int8)
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(flat)) + 1, [flat.size]])
+    counts = ([0] if flat[0] else []) + np.diff(bounds).tolist()
+    return {'size': list(mask.shape), 'counts': counts}
+
+
+def resize_annotation(ann, old_hw, new_hw):
+    import cv2
+    from pycocotools import mask as mask_utils
+    (h0, w0), (h1, w1) = old_hw, new_hw
+    sx, sy = w1 / w0, h1 / h0
+    x, y, w, h = ann['bbox']
+    ann['bbox'] = [x * sx, y * sy, w * sx, h * sy]
+    seg = ann['segmentation']
+    if isinstance(seg, list):
+        ann['segmentation'] = [[v * (sx if k % 2 == 0 else sy) for k, v in enumerate(poly)]
+                               for poly in seg]
+        rle = mask_utils.merge(mask_utils.frPyObjects(ann['segmentation'], h1, w1))
+    else:
+        rle = mask_utils.frPyObjects(seg, h0, w0) if isinstance(seg['counts'], list) else \
+            dict(seg, counts=seg['counts'].encode('ascii'))
+        mask = cv2.resize(mask_utils.decode(rle), (w1, h1), interpolation=cv2.INTER_NEAREST)
+        rle = mask_utils.encode(np.asfortranarray(mask))
+        ann['segmentation'] = uncompressed_rle(mask) if isinstance(seg['counts'], list) else \
+            dict(size=rle['size'], counts=rle['counts'].decode('ascii'))
+    ann['area'] = float(mask_utils.area(rle))
+
+
+def write_resized_set(src_root, ann_rel, img_rel, dst_root, fraction, size_wh, seed):
+    """A copy of the split with a seeded choice of its images resized; returns the
+    resized image indices (in file order, which is the test loader's)."""
+    import cv2
+    with open(osp.join(src_root, ann_rel)) as f:
+        coco = json.load(f)
+    n = len(coco['images'])
+    chosen = sorted(np.random.RandomState(seed).choice(n, round(fraction * n), replace=False))
+    by_image = {}
+    for ann in coco['annotations']:
+        by_image.setdefault(ann['image_id'], []).append(ann)
+    os.makedirs(osp.join(dst_root, img_rel), exist_ok=True)
+    os.makedirs(osp.dirname(osp.join(dst_root, ann_rel)), exist_ok=True)
+    for idx, im in enumerate(coco['images']):
+        src, dst = (osp.join(r, img_rel, im['file_name']) for r in (src_root, dst_root))
+        if idx not in chosen:
+            shutil.copyfile(src, dst)
+            continue
+        img = cv2.imread(src, cv2.IMREAD_COLOR)
+        cv2.imwrite(dst, cv2.resize(img, tuple(size_wh), interpolation=cv2.INTER_LINEAR),
+                    [cv2.IMWRITE_JPEG_QUALITY, 95])
+        for ann in by_image.get(im['id'], []):
+            resize_annotation(ann, (im['height'], im['width']), (size_wh[1], size_wh[0]))
+        im['width'], im['height'] = size_wh
+    with open(osp.join(dst_root, ann_rel), 'w') as f:
+        json.dump(coco, f)
+    return [int(i) for i in chosen]
+
+
+def run_test(config, checkpoint, work_dir, options):
+    env = dict(os.environ)
+    env.setdefault('OMP_NUM_THREADS', '1')
+    out = subprocess.run([sys.executable, 'tools/test.py', config, checkpoint, '--work-dir',
+                          work_dir, '--cfg-options', *options], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    log = out.stdout + out.stderr
+    with open(osp.join(work_dir, 'test.log'), 'w') as f:
+        f.write(log)
+    found = {k: re.findall(re.escape(k) + r': (-?[\d.]+)', log)
+             for k in ('coco/bbox_mAP', 'coco/segm_mAP')}
+    if out.returncode or not all(found.values()):
+        raise SystemExit(f'tools/test.py failed (exit {out.returncode}):\n{log[-3000:]}')
+    return {k: float(v[-1]) for k, v in found.items()}
+
+
+def ap_batch_1_vs_2(cfg, args):
+    ds = cfg.test_dataloader.dataset
+    dst = osp.join(args.out_dir, 'resized_val')
+    chosen = write_resized_set(ds.data_root, ds.ann_file, ds.data_prefix['img'], dst,
+                               args.ap_fraction, args.small_size, args.seed)
+    with open(osp.join(dst, ds.ann_file)) as f:
+        n = len(json.load(f)['images'])
+    mixed = sum((i in chosen) != (i + 1 in chosen) for i in range(0, n - 1, 2))
+    data = [f'test_dataloader.dataset.data_root={osp.abspath(dst)}/',
+            f'test_evaluator.ann_file={osp.abspath(osp.join(dst, ds.ann_file))}',
+            'test_dataloader.num_workers=0', 'test_dataloader.persistent_workers=False']
+    runs = {}
+    for pad_aware in (False, True):
+        for batch in (1, 2):
+            wd = osp.abspath(osp.join(args.out_dir, f'test_pad-aware-{pad_aware}_batch-{batch}'))
+            os.makedirs(wd, exist_ok=True)
+            runs[f'{pad_aware}/{batch}'] = run_test(
+                args.config, args.checkpoint, wd,
+                data + [f'test_dataloader.batch_size={batch}', f'model.backbone.pad_aware={pad_aware}'])
+    return dict(images=n, resized=len(chosen), mixed_batches=mixed, batches=(n + 1) // 2,
+                small_size=list(args.small_size), ap=runs)
+
+
+def print_b(res):
+    w, h = res['small_size']
+    print(f'\n(b) tools/test.py on the val set with {res["resized"]} of {res["images"]} images '
+          f'resized to {w}x{h} ({res["mixed_batches"]} of {res["batches"]} test batches of 2 mix '
+          'sizes): box / mask AP')
+    print(f'{"pad_aware":<10}{"batch 1":>16}{"batch 2":>16}{"batch 2 - 1":>18}')
+    for pa in ('False', 'True'):
+        one, two = res['ap'][f'{pa}/1'], res['ap'][f'{pa}/2']
+        b1, m1, b2, m2 = (d[k] for d in (one, two) for k in ('coco/bbox_mAP', 'coco/segm_mAP'))
+        print(f'{pa:<10}{f"{b1:.3f} / {m1:.3f}":>16}{f"{b2:.3f} / {m2:.3f}":>16}'
+              f'{f"{b2 - b1:+.3f} / {m2 - m1:+.3f}":>18}')
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    args.config, args.checkpoint, args.out_dir = (
+        osp.abspath(p) for p in (args.config, args.checkpoint, args.out_dir))
+    os.chdir(ROOT)                     # the configs' data paths are relative to it
+    os.makedirs(args.out_dir, exist_ok=True)
+    import torch
+    torch.set_num_threads(int(os.environ.get('OMP_NUM_THREADS', '1')))
+    from mmdet.apis import init_detector
+    from mmdet.registry import DATASETS
+    model = init_detector(args.config, args.checkpoint, device='cpu')
+    cfg = model.cfg
+    summary = dict(config=args.config, checkpoint=args.checkpoint)
+    summary['alone_vs_batched'] = alone_vs_batched(
+        model, DATASETS.build(cfg.test_dataloader.dataset), args)
+    print_a(summary['alone_vs_batched'])
+    if not args.skip_ap:
+        sys.stdout.flush()
+        summary['ap_batch_1_vs_2'] = ap_batch_1_vs_2(cfg, args)
+        print_b(summary['ap_batch_1_vs_2'])
+    with open(osp.join(args.out_dir, 'padding_consistency.json'), 'w') as f:
+        json.dump(summary, f, indent=1)
+    print(f'\nwritten: {osp.join(args.out_dir, "padding_consistency.json")}')
+
+
+if __name__ == '__main__':
+    main()
