@@ -386,3 +386,20 @@ def test_autocast_with_padding_stays_finite(name):
     assert all(torch.isfinite(o).all() for o in outs)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     assert not x.grad[0, :, 72:].any()
+
+
+def test_padding_features_tool_reports_before_and_after(capsys):
+    """The README's table command, on a smoke model."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / 'tools' / 'padding_features.py'
+    spec = importlib.util.spec_from_file_location('padding_features', path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    tool.main(['--smoke', '--families', 'InLineCSwin', '--cases', 'small'])
+    row = [line for line in capsys.readouterr().out.splitlines()
+           if line.startswith('| InLineCSwin-smoke')]
+    assert len(row) == 1
+    before, after = ([float(v) for v in cell.split(' / ')] for cell in row[0].split('|')[3:5])
+    assert len(before) == len(after) == 4
+    assert min(before) > 1e-3 and max(after) < 1e-5

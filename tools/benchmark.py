@@ -151,7 +151,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.padding and (args.deit or args.attention):
         p.error('--padding is a comparison of its own: not with --deit or --attention')
-    args.batch = args.batch or (2 if args.padding else 1)
+    if args.batch is None:
+        args.batch = 2 if args.padding else 1
     if args.batch < 1 or args.warmup < 0:
         p.error('--batch must be >= 1 and --warmup >= 0')
     if args.padding and args.batch < 2:

@@ -29,9 +29,10 @@ RoI head pools differ); ``batched proposals``: the alone run's features, the bat
 run's proposals (only the proposals differ).
 
 (b) **AP at test batch 1 vs 2.** Writes a copy of the val set with ``--ap-fraction``
-(0.6: 36 of 60) of its images, picked with a fixed seed, resized to ``--small-size``
-(boxes, polygons and RLE masks scaled with them) and runs the stock ``tools/test.py`` on
-it at test batch 1 and 2 for both settings of ``pad_aware`` (``--cfg-options``).
+(0.6: 36 of 60) of its images resized to ``--small-size`` (boxes, polygons and RLE masks
+scaled with them), picked with ``--seed`` so that as many test batches of two as possible
+mix sizes (24 of 30 for 36 of 60), and runs the stock ``tools/test.py`` on it at test
+batch 1 and 2 for both settings of ``pad_aware`` (``--cfg-options``).
 ``--skip-ap`` leaves it out.
 
 Run from the repository root. Everything printed is also written to
@@ -304,6 +305,18 @@ def resize_annotation(ann, old_hw, new_hw):
     ann['area'] = float(mask_utils.area(rle))
 
 
+def pick_images(n, k, seed):
+    """``k`` of ``n`` image indices such that as many test batches of two as possible
+    (images 0-1, 2-3, ...) mix a resized and a full-size image: one image of each of
+    ``min(k, n // 2)`` batches, then others, all picked with ``seed``."""
+    rng = np.random.RandomState(seed)
+    pairs = n // 2
+    first = [2 * int(p) + int(rng.randint(2))
+             for p in sorted(rng.permutation(pairs)[:min(k, pairs)])]
+    rest = [i for i in range(n) if i not in first]
+    return sorted(first + [int(i) for i in rng.permutation(rest)[:k - len(first)]])
+
+
 def write_resized_set(src_root, ann_rel, img_rel, dst_root, fraction, size_wh, seed):
     """A copy of the split with a seeded choice of its images resized; returns the
     resized image indices (in file order, which is the test loader's)."""
@@ -311,7 +324,7 @@ def write_resized_set(src_root, ann_rel, img_rel, dst_root, fraction, size_wh, s
     with open(osp.join(src_root, ann_rel)) as f:
         coco = json.load(f)
     n = len(coco['images'])
-    chosen = sorted(np.random.RandomState(seed).choice(n, round(fraction * n), replace=False))
+    chosen = pick_images(n, round(fraction * n), seed)
     by_image = {}
     for ann in coco['annotations']:
         by_image.setdefault(ann['image_id'], []).append(ann)
@@ -330,7 +343,7 @@ def write_resized_set(src_root, ann_rel, img_rel, dst_root, fraction, size_wh, s
         im['width'], im['height'] = size_wh
     with open(osp.join(dst_root, ann_rel), 'w') as f:
         json.dump(coco, f)
-    return [int(i) for i in chosen]
+    return chosen
 
 
 def run_test(config, checkpoint, work_dir, options):

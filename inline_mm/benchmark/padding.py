@@ -45,7 +45,8 @@ from .backbones import MODES, _size
 from .measure import Timer, free_memory, is_oom, make_step
 
 __all__ = ['FULL_SIZES', 'QUICK_SIZES', 'CONDITIONS', 'VARIANTS', 'DIVISOR', 'SMALLER',
-           'Measurement', 'canvas', 'image_sizes', 'make_batch', 'build_model', 'run',
+           'Measurement', 'canvas', 'image_sizes', 'make_batch', 'build_model',
+           'check_condition', 'run',
            'padding_table', 'write_csv']
 
 FULL_SIZES = [(800, 1333), (1024, 1024)]
@@ -190,7 +191,6 @@ def run(args, device: torch.device) -> List[Measurement]:
                     results += pair.values()
                     _report_line(pair)
                     del x
-        model.pad_aware = True
         del model
         free_memory(device)
     return results
