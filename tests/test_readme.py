@@ -67,6 +67,14 @@ COVERED = [
      'the full InLine-DeiT benchmark takes 20-40 min on 2 cores; the same tool and code path '
      'run with --deit --quick in '
      'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
+    (r'python tools/padding_features\.py',
+     'the same tool on a smoke model: '
+     'tests/test_padding.py::test_padding_features_tool_reports_before_and_after'),
+    (r'python tools/benchmark\.py --padding --quick',
+     'tests/test_benchmark_padding.py::test_quick_run_writes_table_and_csv'),
+    (r'OMP_NUM_THREADS=1 python tools/benchmark\.py --padding( .*)?',
+     'the full padding benchmark takes 1-3 h on 2 cores; the same tool and code path run with '
+     '--padding --quick in tests/test_benchmark_padding.py::test_quick_run_writes_table_and_csv'),
     (r'python tools/train\.py configs/inline_deit/inline-deit-t-in1k-pre_upernet_.*',
      'the shipped config, shrunk, trains and tests through tools/train.py and tools/test.py in '
      'tests/test_deit_e2e.py::test_upernet_train_checkpoint_test'),

@@ -32,7 +32,7 @@ run's proposals (only the proposals differ).
 (0.6: 36 of 60) of its images resized to ``--small-size`` (boxes, polygons and RLE masks
 scaled with them), picked with ``--seed`` so that as many test batches of two as possible
 mix sizes (24 of 30 for 36 of 60), and runs the stock ``tools/test.py`` on it at test
-batch 1 and 2 for both settings of ``pad_aware`` (``--cfg-options``).
+batch 1 and 2 (``--ap-batches``) for both settings of ``pad_aware`` (``--cfg-options``).
 ``--skip-ap`` leaves it out.
 
 Run from the repository root. Everything printed is also written to
@@ -68,6 +68,8 @@ def parse_args(argv=None):
     p.add_argument('--skip-ap', action='store_true', help='leave out (b), the AP runs')
     p.add_argument('--ap-fraction', type=float, default=0.6,
                    help='(b): fraction of val images resized (default: 0.6)')
+    p.add_argument('--ap-batches', type=int, nargs='+', default=(1, 2),
+                   help='(b): test batch sizes (default: 1 2)')
     p.add_argument('--seed', type=int, default=0, help='(b): which images are resized')
     p.add_argument('--out-dir', default='work_dirs/padding_consistency')
     return p.parse_args(argv)
@@ -313,8 +315,10 @@ def pick_images(n, k, seed):
     pairs = n // 2
     first = [2 * int(p) + int(rng.randint(2))
              for p in sorted(rng.permutation(pairs)[:min(k, pairs)])]
-    rest = [i for i in range(n) if i not in first]
-    return sorted(first + [int(i) for i in rng.permutation(rest)[:k - len(first)]])
+    rest = [int(i) for i in rng.permutation([i for i in range(n) if i not in first])]
+    if n % 2:           # the last image of an odd set is batched alone: resize it first
+        rest = [n - 1] + [i for i in rest if i != n - 1]
+    return sorted(first + rest[:k - len(first)])
 
 
 def write_resized_set(src_root, ann_rel, img_rel, dst_root, fraction, size_wh, seed):
@@ -375,27 +379,29 @@ def ap_batch_1_vs_2(cfg, args):
             'test_dataloader.num_workers=0', 'test_dataloader.persistent_workers=False']
     runs = {}
     for pad_aware in (False, True):
-        for batch in (1, 2):
+        for batch in args.ap_batches:
             wd = osp.abspath(osp.join(args.out_dir, f'test_pad-aware-{pad_aware}_batch-{batch}'))
             os.makedirs(wd, exist_ok=True)
             runs[f'{pad_aware}/{batch}'] = run_test(
                 args.config, args.checkpoint, wd,
                 data + [f'test_dataloader.batch_size={batch}', f'model.backbone.pad_aware={pad_aware}'])
     return dict(images=n, resized=len(chosen), mixed_batches=mixed, batches=(n + 1) // 2,
-                small_size=list(args.small_size), ap=runs)
+                small_size=list(args.small_size), batch_sizes=list(args.ap_batches), ap=runs)
 
 
 def print_b(res):
     w, h = res['small_size']
     print(f'\n(b) tools/test.py on the val set with {res["resized"]} of {res["images"]} images '
           f'resized to {w}x{h} ({res["mixed_batches"]} of {res["batches"]} test batches of 2 mix '
-          'sizes): box / mask AP')
-    print(f'{"pad_aware":<10}{"batch 1":>16}{"batch 2":>16}{"batch 2 - 1":>18}')
+          'sizes): box / mask AP at each test batch size')
+    sizes = res['batch_sizes']
+    print(f'{"pad_aware":<10}' + ''.join(f'{f"batch {b}":>16}' for b in sizes) +
+          ''.join(f'{f"batch {b} - {sizes[0]}":>18}' for b in sizes[1:]))
     for pa in ('False', 'True'):
-        one, two = res['ap'][f'{pa}/1'], res['ap'][f'{pa}/2']
-        b1, m1, b2, m2 = (d[k] for d in (one, two) for k in ('coco/bbox_mAP', 'coco/segm_mAP'))
-        print(f'{pa:<10}{f"{b1:.3f} / {m1:.3f}":>16}{f"{b2:.3f} / {m2:.3f}":>16}'
-              f'{f"{b2 - b1:+.3f} / {m2 - m1:+.3f}":>18}')
+        ap = [(res['ap'][f'{pa}/{b}']['coco/bbox_mAP'], res['ap'][f'{pa}/{b}']['coco/segm_mAP'])
+              for b in sizes]
+        print(f'{pa:<10}' + ''.join(f'{f"{x:.3f} / {y:.3f}":>16}' for x, y in ap) +
+              ''.join(f'{f"{x - ap[0][0]:+.3f} / {y - ap[0][1]:+.3f}":>18}' for x, y in ap[1:]))
 
 
 def main(argv=None):
