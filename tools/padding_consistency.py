@@ -26,7 +26,10 @@ remaining differences come from, the RoI head is also run on mixed inputs:
 (no anchors in the padded area, exactly the alone run's anchors);
 ``alone proposals``: batched features, the alone run's proposals (only the features the
 RoI head pools differ); ``batched proposals``: the alone run's features, the batched
-run's proposals (only the proposals differ).
+run's proposals (only the proposals differ); ``alone, 0-padded``: the alone run's features
+zero-padded to the batch's map size and its proposals (only RoIAlign differs: bilinear
+samples past the image's last row/column interpolate with the padding instead of clamping
+to the edge).
 
 (b) **AP at test batch 1 vs 2.** Writes a copy of the val set with ``--ap-fraction``
 (0.6: 36 of 60) of its images resized to ``--small-size`` (boxes, polygons and RLE masks
@@ -161,6 +164,13 @@ def same_props(a, b):
     return int((d.amin(1) < 1e-3).sum())
 
 
+def at_edge(props, h, w, pad_h, pad_w):
+    """How many proposals reach the image's bottom / right edge where the batch pads it
+    (where the proposals of anchors in the padded area end up, clipped)."""
+    b = props.bboxes
+    return int(((b[:, 3] >= h) & pad_h | (b[:, 2] >= w) & pad_w).sum())
+
+
 def alone_vs_batched(model, dataset, args):
     import mmcv
     import torch
@@ -173,7 +183,7 @@ def alone_vs_batched(model, dataset, args):
         feat = dict(backbone=0.0, neck=0.0, neck_inner=0.0, rpn=0.0, rpn_inner=0.0,
                     neck_depth=[], rpn_depth=[])
         props = dict(alone=0, batched=0, batched_same=0, anchors_on_image=0,
-                     anchors_on_image_same=0, bottom_clipped_alone=0, bottom_clipped_batched=0)
+                     anchors_on_image_same=0, at_padded_edge_alone=0, at_padded_edge_batched=0)
         dets = {}
         alone_dets = []
         for i in range(n):
@@ -193,8 +203,8 @@ def alone_vs_batched(model, dataset, args):
                                                              DetDataSample(metainfo=partner[
                                                                  'data_samples'].metainfo)]))
                     assert compare_dets(ref[0].pred_instances, ba['dets'][0], 0)['identical']
-                shape_a, shape_b = al['samples'][0].batch_input_shape, ba['samples'][0].batch_input_shape
-                pad_h, pad_w = shape_b[0] > shape_a[0], shape_b[1] > shape_a[1]
+                (ha, wa), (hb, wb) = (r['samples'][0].batch_input_shape for r in (al, ba))
+                pad_h, pad_w = hb > ha, wb > wa
                 if not (pad_h or pad_w):
                     raise SystemExit(f'val image {(i + 1) % len(dataset)} is no larger than '
                                      f'{w_s}x{h_s}: choose a smaller --small-size')
@@ -218,14 +228,18 @@ def alone_vs_batched(model, dataset, args):
                              ('batched_same', same_props(pa, pb)),
                              ('anchors_on_image', len(p_img)),
                              ('anchors_on_image_same', same_props(pa, p_img)),
-                             ('bottom_clipped_alone', int((pa.bboxes[:, 3] >= h_s).sum())),
-                             ('bottom_clipped_batched', int((pb.bboxes[:, 3] >= h_s).sum()))):
+                             ('at_padded_edge_alone', at_edge(pa, h_s, w_s, pad_h, pad_w)),
+                             ('at_padded_edge_batched', at_edge(pb, h_s, w_s, pad_h, pad_w))):
                     props[k] += v
                 variants = {
                     'batched': ba['dets'][0],
                     'anchors on image': roi(model, ba['neck'], p_img, ba['samples'][0]),
                     'alone proposals': roi(model, ba['neck'], pa, ba['samples'][0]),
                     'batched proposals': roi(model, al['neck'], pb, al['samples'][0]),
+                    'alone, 0-padded': roi(model, [
+                        torch.nn.functional.pad(a, (0, b.shape[3] - a.shape[3], 0,
+                                                    b.shape[2] - a.shape[2]))
+                        for a, b in zip(al['neck'], ba['neck'])], pa, ba['samples'][0]),
                 }
             for thr in args.score_thrs:
                 for name, d in variants.items():
@@ -255,13 +269,13 @@ def print_a(res):
               f'{f["rpn_inner"]:>13.1e}{"/".join(map(str, f["rpn_depth"])):>16}')
     print('\nRPN proposals (summed over images): alone, batched, batched that are an alone '
           'proposal; the same with the\nbatched RPN outputs cropped to the image (no anchors in '
-          'the padded area); proposals clipped to the bottom edge')
+          'the padded area); proposals that reach the padded edge')
     for pa, r in res['results'].items():
         p = r['proposals']
         print(f'pad_aware={pa:<6} alone {p["alone"]}, batched {p["batched"]} ({p["batched_same"]} '
               f'same), anchors on image {p["anchors_on_image"]} ({p["anchors_on_image_same"]} '
-              f'same); at the bottom edge: alone {p["bottom_clipped_alone"]}, batched '
-              f'{p["bottom_clipped_batched"]}')
+              f'same); at the padded edge: alone {p["at_padded_edge_alone"]}, batched '
+              f'{p["at_padded_edge_batched"]}')
     cols = ('identical', 'alone', 'batched', 'matched', 'iou99', 'max_shift', 'max_dscore',
             'lost', 'gained', 'min_mask_iou')
     for thr in next(iter(res['results'].values()))['detections']:
@@ -273,6 +287,11 @@ def print_a(res):
                 vals = [f'{s["identical"]}/{s["images"]}'] + [
                     f'{s[c]:.3g}' if isinstance(s[c], float) else str(s[c]) for c in cols[1:]]
                 print(f'{pa:<10}{name:<19}' + ''.join(f'{v:>13}' for v in vals))
+    print('variants: batched = mmdet\'s test path on the batch; anchors on image = batched '
+          'features, RPN outputs cropped to the\nimage\'s cells; alone proposals = batched '
+          'features, the alone proposals; batched proposals = alone features, the\nbatched '
+          'proposals; alone, 0-padded = alone features zero-padded to the batch map, alone '
+          'proposals')
     same = res['results']['True']['alone_same_as_pad_aware_false']
     print(f'\nalone (no padding) detections identical with pad_aware False and True: {same}')
 
@@ -384,7 +403,8 @@ def ap_batch_1_vs_2(cfg, args):
             os.makedirs(wd, exist_ok=True)
             runs[f'{pad_aware}/{batch}'] = run_test(
                 args.config, args.checkpoint, wd,
-                data + [f'test_dataloader.batch_size={batch}', f'model.backbone.pad_aware={pad_aware}'])
+                data + [f'test_dataloader.batch_size={batch}',
+                        f'model.backbone.pad_aware={pad_aware}'])
     return dict(images=n, resized=len(chosen), mixed_batches=mixed, batches=(n + 1) // 2,
                 small_size=list(args.small_size), batch_sizes=list(args.ap_batches), ap=runs)
 

@@ -51,6 +51,10 @@ Implementation notes (why it looks the way it does):
   runs with the local term as nine shifted multiply-adds over the whole batch
   (:func:`_depthwise3x3_batched`): the tracer cannot record the autograd function,
   and a per-sample loop would bake the batch size into the graph.
+* Padding awareness (:mod:`.padding`) needs only per-sample token counts here: the
+  caller zeroes q, k, v outside each image, so sums over all tokens are sums over
+  the image's own, and the closed-form backward divides by the same counts; the
+  local term then sees zeros past the image, as at the border of an image alone.
 * The ``d x d`` statistics are reduced in fp32 even under autocast: their sum runs
   over every token of a high-resolution map, and a bounded mean (rather than a raw
   sum) in fp32 is what keeps fp16/bf16 from overflowing.  Token-wise products stay
@@ -115,9 +119,10 @@ class _InLineFunction(torch.autograd.Function):
             c = heads * d
             dt = qkv.dtype
             q, k, v = qkv.unbind(1)                                         # (B, heads, N, d)
+            # Tokens each sample's statistics are over: a number, or (B, 1, 1, 1).
             per = n if counts is None else counts.view(b, 1, 1, 1)
             means = qkv[:, 1:].sum(dim=3, keepdim=True, dtype=_F32).div_(
-                n if counts is None else counts.view(b, 1, 1, 1, 1))
+                per if counts is None else per.unsqueeze(1))
             k_mean, v_mean = means.unbind(1)                                # (B, heads, 1, d)
 
             cov = qkv.new_empty((b, heads, d, d), dtype=_F32)
