@@ -85,6 +85,8 @@ def test_detection_config_parses(path):
     backbone = cfg.model.backbone
     assert backbone.type in FAMILIES
     assert cfg.model.neck.in_channels == neck_in_channels(cfg.model.neck, backbone)
+    # proposals only from each image's own anchors (tests/test_padding.py)
+    assert cfg.model.rpn_head.type == 'PadAwareRPNHead'
     ckpt = (backbone.init_cfg or {}).get('checkpoint')
     if 'toy-coco' in path:
         assert backbone.init_cfg is None          # the demo trains from scratch

@@ -403,3 +403,48 @@ def test_padding_features_tool_reports_before_and_after(capsys):
     before, after = ([float(v) for v in cell.split(' / ')] for cell in row[0].split('|')[3:5])
     assert len(before) == len(after) == 4
     assert min(before) > 1e-3 and max(after) < 1e-5
+
+
+# ------------------------------------------------------------------ the RPN head
+def _rpn_heads():
+    from mmdet.models.dense_heads import RPNHead
+    from mmdet.registry import MODELS
+    from mmengine.config import ConfigDict
+    from mmengine.registry import DefaultScope
+    cfg = dict(in_channels=8, feat_channels=8,
+               anchor_generator=dict(type='AnchorGenerator', scales=[8], ratios=[0.5, 1.0, 2.0],
+                                     strides=[4, 8, 16, 32, 64]),
+               bbox_coder=dict(type='DeltaXYWHBBoxCoder', target_means=[.0, .0, .0, .0],
+                               target_stds=[1.0, 1.0, 1.0, 1.0]),
+               test_cfg=ConfigDict(nms_pre=50, max_per_img=20, nms=dict(type='nms', iou_threshold=0.7),
+                                   min_bbox_size=0))
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        aware = MODELS.build(dict(type='PadAwareRPNHead', **cfg))
+    return aware, RPNHead(**cfg)
+
+
+def test_pad_aware_rpn_head_proposes_from_each_images_own_anchors():
+    """An image's proposals come from the cells of its own ``pad_shape`` (those its
+    training targets use): the stock head's proposals for that image alone."""
+    aware, stock = _rpn_heads()
+    gen = torch.Generator().manual_seed(0)
+    sizes = [(160, 224), (96, 128)]                       # the batch map is 160x224
+    levels = [(40, 56), (20, 28), (10, 14), (5, 7), (3, 4)]
+    scores = [torch.randn(2, 3, h, w, generator=gen) for h, w in levels]
+    deltas = [torch.randn(2, 12, h, w, generator=gen) * 0.1 for h, w in levels]
+    metas = [dict(img_shape=s, pad_shape=s, batch_input_shape=(160, 224)) for s in sizes]
+    got = aware.predict_by_feat(scores, deltas, batch_img_metas=metas)
+    for i, (h, w) in enumerate(sizes):
+        own = [(-(-h // s), -(-w // s)) for s in (4, 8, 16, 32, 64)]
+        crop = lambda maps: [m[i:i + 1, :, :r, :c] for m, (r, c) in zip(maps, own)]  # noqa: E731
+        alone = stock.predict_by_feat(crop(scores), crop(deltas), batch_img_metas=[metas[i]])[0]
+        assert torch.equal(got[i].bboxes, alone.bboxes) and torch.equal(got[i].scores, alone.scores)
+    # The small image's proposals differ from what the stock head makes of the batch.
+    batched = stock.predict_by_feat(scores, deltas, batch_img_metas=metas)
+    assert not torch.equal(batched[1].scores, got[1].scores)
+    # A batch whose images all fill the map: the stock computation.
+    full = [dict(m, img_shape=(160, 224), pad_shape=(160, 224)) for m in metas]
+    for a, s in zip(aware.predict_by_feat(scores, deltas, batch_img_metas=full),
+                    stock.predict_by_feat(scores, deltas, batch_img_metas=full)):
+        assert torch.equal(a.bboxes, s.bboxes) and torch.equal(a.scores, s.scores)
+

@@ -81,6 +81,8 @@ def test_padding_consistency_tool(tmp_path):
     assert a['True']['features']['neck_inner'] < 1e-5
     assert max(a['True']['features']['neck_depth']) <= 1
     assert max(a['True']['features']['rpn_depth']) <= 2     # one more 3x3 conv
+    props = a['True']['proposals']
+    assert 0 < props['top_k'] and 0 <= props['top_k_padded'] <= props['top_k']
     for name in ('batched', 'anchors on image', 'alone proposals', 'batched proposals'):
         assert a['True']['detections']['0.05'][name]['images'] == 2
     ap = summary['ap_batch_1_vs_2']

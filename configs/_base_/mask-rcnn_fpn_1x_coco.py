@@ -15,6 +15,11 @@ _base_ = [
 custom_imports = dict(imports=['inline_mm', 'inline_mm.engine.enable'],
                       allow_failed_imports=False)
 
+# Proposals for an image come only from the anchors on its own cells (those its training
+# targets use), not from the padding that batching adds next to a smaller image: with the
+# padding-aware InLine backbones an image gets the same detections alone and batched.
+model = dict(rpn_head=dict(type='PadAwareRPNHead'))
+
 max_epochs = 12
 train_cfg = dict(max_epochs=max_epochs)
 param_scheduler = [

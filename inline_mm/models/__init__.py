@@ -11,7 +11,7 @@ from .families import FAMILIES, Family, convert_official, detect_family, get_fam
 from .inline_cswin import InLineCSwin
 from .inline_pvt import InLinePVT
 from .inline_swin import InLineSwin
-from .registry import register_backbones
+from .registry import register_backbones, register_lazy
 try:  # an mmdet neck built on mmengine's BaseModule: absent for timm-only installs
     from .simple_fpn import LayerNorm2d, SimpleFPN, register_neck
 except ModuleNotFoundError as e:
@@ -24,6 +24,8 @@ REGISTERED_IN = register_backbones(f.cls for f in FAMILIES.values())
 # ViTDet's simple pyramid for plain backbones (InLine-DeiT), which mmdet's package lacks
 if register_neck is not None:
     register_neck()
+# mmdet's RPN head proposing only from each image's own anchors (configs/_base_ Mask R-CNN)
+register_lazy('mmdet', 'PadAwareRPNHead', 'inline_mm.models.pad_aware_rpn')
 
 __all__ = ['InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineBackbone', 'FAMILIES', 'Family',
            'get_family', 'detect_family', 'convert_official', 'CheckpointError',

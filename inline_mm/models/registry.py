@@ -8,7 +8,7 @@ ops and no model zoo, so registering stays cheap.
 import importlib
 from typing import Iterable, List, Optional
 
-__all__ = ['FRAMEWORKS', 'framework_registry', 'register_backbones']
+__all__ = ['FRAMEWORKS', 'framework_registry', 'register_backbones', 'register_lazy']
 
 #: OpenMMLab frameworks whose ``MODELS`` get the backbones
 FRAMEWORKS = ('mmdet', 'mmseg')
@@ -61,3 +61,23 @@ def register_backbones(classes: Iterable[type],
             registry.register_module(module=cls)
         done.append(framework)
     return done
+
+
+def register_lazy(framework: str, name: str, module: str) -> bool:
+    """Register ``name`` in ``framework``'s ``MODELS`` as a builder that imports
+    ``module`` (and the model zoo it needs) only when a config builds it.
+
+    Returns:
+        bool: False when the framework is not installed (or already has ``name``).
+    """
+    registry = framework_registry(framework)
+    if registry is None or name in registry.module_dict:
+        return False
+
+    def build(*args, **kwargs):
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    build.__name__ = build.__qualname__ = name
+    build.__doc__ = f'Builds :class:`{module}.{name}` (imported on first use).'
+    registry.register_module(name=name, module=build)
+    return True
