@@ -70,6 +70,9 @@ COVERED = [
     (r'python tools/padding_features\.py',
      'the same tool on a smoke model: '
      'tests/test_padding.py::test_padding_features_tool_reports_before_and_after'),
+    (r'python tools/padding_consistency\.py configs/inline_swin/mask-rcnn_inline-swin-nano_.*',
+     'needs the demo model (`make demo`, 30 min); the same tool on a tiny generated set and '
+     'model: tests/test_padding_consistency.py::test_padding_consistency_tool'),
     (r'python tools/benchmark\.py --padding --quick',
      'tests/test_benchmark_padding.py::test_quick_run_writes_table_and_csv'),
     (r'OMP_NUM_THREADS=1 python tools/benchmark\.py --padding( .*)?',
