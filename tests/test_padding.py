@@ -326,7 +326,7 @@ def _uint8(h, w, seed):
     return torch.randint(0, 256, (3, h, w), generator=gen, dtype=torch.uint8)
 
 
-@pytest.mark.parametrize('name', ['InLineSwin', 'InLineDeiT'])
+@pytest.mark.parametrize('name', NAMES)
 def test_mmdet_preprocessor_batches_give_each_image_its_own_features(name):
     from mmdet.models.data_preprocessors import DetDataPreprocessor
     from mmdet.structures import DetDataSample
@@ -349,13 +349,14 @@ def test_mmdet_preprocessor_batches_give_each_image_its_own_features(name):
             assert rel_err(region(o[k], name, i, hw), region(a[0], name, i, hw)) < TOL
 
 
-def test_mmseg_preprocessor_batches_give_each_image_its_own_features():
+@pytest.mark.parametrize('name', NAMES)
+def test_mmseg_preprocessor_batches_give_each_image_its_own_features(name):
     from mmseg.models.data_preprocessor import SegDataPreProcessor
     from mmseg.structures import SegDataSample
     from mmengine.structures import PixelData
     pre = SegDataPreProcessor(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
                               bgr_to_rgb=True, size_divisor=32, pad_val=0, seg_pad_val=255)
-    model = build('InLineCSwin').eval()
+    model = build(name).eval()
     images = [_uint8(96, 160, 3), _uint8(150, 90, 4)]
 
     def sample(img):
@@ -372,8 +373,7 @@ def test_mmseg_preprocessor_batches_give_each_image_its_own_features():
     for k, img in enumerate(images):
         for i, (a, o) in enumerate(zip(features([img]), outs)):
             hw = img.shape[1:]
-            assert rel_err(region(o[k], 'InLineCSwin', i, hw),
-                           region(a[0], 'InLineCSwin', i, hw)) < TOL
+            assert rel_err(region(o[k], name, i, hw), region(a[0], name, i, hw)) < TOL
 
 
 @pytest.mark.parametrize('name', NAMES)
