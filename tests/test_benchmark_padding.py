@@ -39,8 +39,10 @@ def test_quick_run_writes_table_and_csv(tmp_path):
 
     with open(tmp_path / 'padding.csv') as f:
         rows = list(csv.DictReader(f))
-    key = lambda r: (r['family'], r['mode'], f'{r["height"]}x{r["width"]}', r['condition'],
-                     r['pad_aware'])
+
+    def key(r):
+        return (r['family'], r['mode'], f'{r["height"]}x{r["width"]}', r['condition'],
+                r['pad_aware'])
     expected = {(fam, mode, f'{h}x{w}', cond, aware)
                 for fam in FAMILIES for mode in ('inference', 'training')
                 for h, w in padding.QUICK_SIZES for cond in ('none', 'padded')

@@ -12,7 +12,7 @@ import torch
 
 from conftest import rel_err
 from inline_mm.export import trace_backbone
-from inline_mm.models import FAMILIES, InLineAttention, InLineSwin, WindowAttention
+from inline_mm.models import FAMILIES, InLineAttention, WindowAttention
 from inline_mm.models.padding import ValidMap, detect_valid_sizes
 
 NAMES = list(FAMILIES)
@@ -416,8 +416,8 @@ def _rpn_heads():
                                      strides=[4, 8, 16, 32, 64]),
                bbox_coder=dict(type='DeltaXYWHBBoxCoder', target_means=[.0, .0, .0, .0],
                                target_stds=[1.0, 1.0, 1.0, 1.0]),
-               test_cfg=ConfigDict(nms_pre=50, max_per_img=20, nms=dict(type='nms', iou_threshold=0.7),
-                                   min_bbox_size=0))
+               test_cfg=ConfigDict(nms_pre=50, max_per_img=20, min_bbox_size=0,
+                                   nms=dict(type='nms', iou_threshold=0.7)))
     with DefaultScope.overwrite_default_scope('mmdet'):
         aware = MODELS.build(dict(type='PadAwareRPNHead', **cfg))
     return aware, RPNHead(**cfg)
@@ -447,4 +447,3 @@ def test_pad_aware_rpn_head_proposes_from_each_images_own_anchors():
     for a, s in zip(aware.predict_by_feat(scores, deltas, batch_img_metas=full),
                     stock.predict_by_feat(scores, deltas, batch_img_metas=full)):
         assert torch.equal(a.bboxes, s.bboxes) and torch.equal(a.scores, s.scores)
-

@@ -130,9 +130,8 @@ class SpatialReductionAttention(nn.Module):
         if valid is not None:
             x = valid.zero(x)
             r = self.sr_ratio
-            keys = valid if r == 1 else ValidMap(
-                (hw[0] // r, hw[1] // r), [(max(h // r, 1), max(w // r, 1)) for h, w in valid.sizes],
-                x.device)
+            cells = [(max(h // r, 1), max(w // r, 1)) for h, w in valid.sizes]
+            keys = valid if r == 1 else ValidMap((hw[0] // r, hw[1] // r), cells, x.device)
             mask = keys.mask.view(b, 1, 1, -1)
         q = self.q(x).view(b, n, heads, d).transpose(1, 2)
         if self.sr_ratio > 1:

@@ -84,7 +84,8 @@ class ValidMap:
         self.prefix = prefix
         for h, w in self.sizes:
             if not (1 <= h <= self.hw[0] and 1 <= w <= self.hw[1]):
-                raise ValueError(f'valid size {(h, w)} does not fit a {self.hw[0]}x{self.hw[1]} map')
+                raise ValueError(f'valid size {(h, w)} does not fit a '
+                                 f'{self.hw[0]}x{self.hw[1]} map')
         self._mask = self._pixels = self._counts = None
 
     @classmethod
@@ -137,8 +138,8 @@ class ValidMap:
         """``(B,)`` float32: valid tokens per image (prefix included)."""
         if self._counts is None:
             counts = [self.prefix + h * w for h, w in self.sizes]
-            self._counts = torch.tensor(counts, dtype=torch.float32).to(self.device,
-                                                                         non_blocking=True)
+            counts = torch.tensor(counts, dtype=torch.float32)
+            self._counts = counts.to(self.device, non_blocking=True)
         return self._counts
 
     # ------------------------------------------------------------------ token ops
