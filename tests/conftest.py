@@ -15,6 +15,20 @@ torch.set_num_threads(int(os.environ.get('INLINE_MM_TEST_THREADS', '2')))
 inline_mm.engine.install()
 
 GOLDEN = Path(__file__).parent / 'data' / 'golden'
+#: the demo's Mask R-CNN config, parent of the tests' tiny detectors
+NANO_DET = (Path(__file__).resolve().parents[1] / 'configs' / 'inline_swin' /
+            'mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py')
+#: config lines shrinking NANO_DET's model to a 16-wide InLine-Swin Mask R-CNN (seconds on CPU)
+TINY_DET_MODEL = f"""
+_base_ = {str(NANO_DET)!r}
+model = dict(backbone=dict(embed_dims=16, num_heads=(1, 2, 4, 8), depths=(1, 1, 1, 1)),
+             neck=dict(in_channels=[16, 32, 64, 128], out_channels=16),
+             rpn_head=dict(in_channels=16, feat_channels=16),
+             roi_head=dict(bbox_roi_extractor=dict(out_channels=16),
+                           bbox_head=dict(in_channels=16, fc_out_channels=32),
+                           mask_roi_extractor=dict(out_channels=16),
+                           mask_head=dict(in_channels=16, conv_out_channels=16, num_convs=1)))
+"""
 #: what every shipped config imports: the backbones, and the engine behaviours switched on
 CUSTOM_IMPORTS = dict(imports=['inline_mm', 'inline_mm.engine.enable'], allow_failed_imports=False)
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TINY_DET_MODEL
 from inline_mm.toydata.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
-NANO = ROOT / 'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py'
 TIMEOUT = 300
 
 pytestmark = pytest.mark.slow
@@ -31,15 +31,8 @@ def tiny(tmp_path_factory):
     make_coco_toy(str(data), num_train=6, num_val=3, size=64, max_objects=2, seed=1)
     cfg = base / 'tiny.py'
     cfg.write_text(f"""
-_base_ = {str(NANO)!r}
+{TINY_DET_MODEL}
 data_root = {str(data) + '/'!r}
-model = dict(backbone=dict(embed_dims=16, num_heads=(1, 2, 4, 8), depths=(1, 1, 1, 1)),
-             neck=dict(in_channels=[16, 32, 64, 128], out_channels=16),
-             rpn_head=dict(in_channels=16, feat_channels=16),
-             roi_head=dict(bbox_roi_extractor=dict(out_channels=16),
-                           bbox_head=dict(in_channels=16, fc_out_channels=32),
-                           mask_roi_extractor=dict(out_channels=16),
-                           mask_head=dict(in_channels=16, conv_out_channels=16, num_convs=1)))
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
