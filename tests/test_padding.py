@@ -418,9 +418,9 @@ def _rpn_heads():
                                target_stds=[1.0, 1.0, 1.0, 1.0]),
                test_cfg=ConfigDict(nms_pre=50, max_per_img=20, min_bbox_size=0,
                                    nms=dict(type='nms', iou_threshold=0.7)))
+    # Another test may have left another default scope current: build under mmdet's.
     with DefaultScope.overwrite_default_scope('mmdet'):
-        aware = MODELS.build(dict(type='PadAwareRPNHead', **cfg))
-    return aware, RPNHead(**cfg)
+        return MODELS.build(dict(type='PadAwareRPNHead', **cfg)), RPNHead(**cfg)
 
 
 def test_pad_aware_rpn_head_proposes_from_each_images_own_anchors():
