@@ -235,7 +235,7 @@ class InLineBackbone(BaseModule):
         """A stage's tokens through its output norm as a ``(B, C, H, W)`` map, zero
         outside each image."""
         x = norm(x)
-        return to_nchw(x if valid is None else valid.zero(x), hw)
+        return to_nchw(x if valid is None else valid.zero_(x), hw)
 
     # ------------------------------------------------------------------ outputs
     def _add_output_norms(self, dims: Sequence[int], eps: float = 1e-5):

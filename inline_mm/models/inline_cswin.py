@@ -94,7 +94,7 @@ class LePEStripeAttention(nn.Module):
         ``hw`` map; ``token_mean`` is not used. Returns ``(B, N, C)``.
 
         With ``valid`` (the images' regions of a padded batch), q/k/v outside an image
-        are zero (its LePE sees zeros there, as at its border alone), keys there are
+        are zeroed in place (its LePE sees zeros there, as at its border alone), keys there are
         masked, and each image gets the stripe width it would get alone (images that
         differ run separately).
         """
@@ -102,7 +102,7 @@ class LePEStripeAttention(nn.Module):
         h, w = hw
         if valid is None:
             return self._stripes(qkv.reshape(b, h, w, c3), self.stripe(hw)).reshape(b, n, -1)
-        qkv = valid.zero(qkv).view(b, h, w, c3)
+        qkv = valid.zero_(qkv).view(b, h, w, c3)
         keys = valid.pixels
 
         def attend(part, stripe, idx):
@@ -200,7 +200,10 @@ class CSwinBlock(nn.Module):
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
                 valid: Optional[ValidMap] = None) -> torch.Tensor:
         b, n, c = x.shape
-        qkv = self.qkv(self.norm1(x)).view(b, n, 3, c).split(self.branch_dims, dim=-1)
+        qkv = self.qkv(self.norm1(x)).view(b, n, 3, c)
+        # One branch takes it whole: the branches may zero their part in place, which
+        # autograd forbids on the views split() returns.
+        qkv = qkv.split(self.branch_dims, dim=-1) if len(self.attns) > 1 else (qkv,)
         means = (x.mean(dim=1) if valid is None else valid.mean(x)).split(self.branch_dims, dim=-1)
         y = [attn.attend(part.reshape(b, n, -1), hw, mean, valid)
              for attn, part, mean in zip(self.attns, qkv, means)]

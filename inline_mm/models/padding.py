@@ -86,7 +86,7 @@ class ValidMap:
             if not (1 <= h <= self.hw[0] and 1 <= w <= self.hw[1]):
                 raise ValueError(f'valid size {(h, w)} does not fit a '
                                  f'{self.hw[0]}x{self.hw[1]} map')
-        self._mask = self._pixels = self._counts = None
+        self._mask = self._pixels = self._counts = self._weights = None
 
     @classmethod
     def for_map(cls, hw: Size, sizes: Sequence[Size], device: torch.device,
@@ -148,15 +148,24 @@ class ValidMap:
         (``where``, not a product: garbage there, even inf or NaN, cannot leak)."""
         return torch.where(self.mask[..., None], x, x.new_zeros(()))
 
+    def zero_(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`zero` in place, for a tensor the caller has just made (a projection's
+        output): several times cheaper than allocating a copy of a large map."""
+        return x.masked_fill_(~self.mask[..., None], 0)
+
     def zero_image(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W)`` with everything outside each image set to 0."""
         return torch.where(self.pixels[:, None], x, x.new_zeros(()))
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, N, C)`` -> ``(B, C)``: each image's mean over its own tokens (summed in
-        fp32, so a half-precision sum over a large map cannot overflow)."""
-        total = self.zero(x).sum(dim=1, dtype=torch.float32)
-        return (total / self.counts[:, None]).to(x.dtype)
+        """``(B, N, C)`` -> ``(B, C)``: each image's mean over its own tokens, as one
+        product with per-token weights (``1 / count`` inside, 0 outside) in fp32, so a
+        half-precision sum over a large map cannot overflow. Tokens outside must be
+        finite (they are: the blocks compute them from finite values like any other)."""
+        if self._weights is None:
+            self._weights = (self.mask.float() / self.counts[:, None]).unsqueeze(1)
+        xf = x if x.dtype == torch.float32 else x.float()
+        return torch.bmm(self._weights, xf).squeeze(1).to(x.dtype)
 
     # ------------------------------------------------------------------ layouts
     def group(self, layout: Callable[[Size], Hashable]) -> Dict[Hashable, List[int]]:
