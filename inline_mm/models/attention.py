@@ -405,9 +405,9 @@ class InLineAttention(nn.Module):
                 (required here: it cannot be recovered from ``qkv``).
             valid (ValidMap, optional): Each image's region of a padded batch: the
                 statistics run over it only and the local term sees zeros outside it
-                (the caller takes ``token_mean`` over it too). ``qkv`` is zeroed outside
-                it in place (pass the projection's own output). Outputs outside it are
-                left to the caller to ignore.
+                (the caller takes ``token_mean`` over it too). Keys and values are
+                zeroed outside it in place (pass the projection's own output); queries
+                there only make outputs there, which the caller ignores.
         """
         if token_mean is None:
             raise ValueError('InLineAttention.attend needs the (B, C) token mean the local '
@@ -426,7 +426,8 @@ class InLineAttention(nn.Module):
             bias = self.lepe.bias
         counts = None
         if valid is not None:
-            qkv, counts = valid.zero_(qkv), valid.counts
+            valid.zero_(qkv[..., self.dim:])                                # K and V
+            counts = valid.counts
         packed = qkv.reshape(b, n, 3, self.num_heads, self.head_dim).permute(0, 2, 3, 1, 4)
         out = _inline(packed, kernels, bias, (h, w), self.scale, counts)
         return self.attn_drop(out)

@@ -93,16 +93,17 @@ class LePEStripeAttention(nn.Module):
         """``qkv``: ``(B, N, 3C)`` (queries, keys, values along the last axis) of an
         ``hw`` map; ``token_mean`` is not used. Returns ``(B, N, C)``.
 
-        With ``valid`` (the images' regions of a padded batch), q/k/v outside an image
-        are zeroed in place (its LePE sees zeros there, as at its border alone), keys there are
-        masked, and each image gets the stripe width it would get alone (images that
+        With ``valid`` (the images' regions of a padded batch), values outside an image
+        are zeroed in place (its LePE sees zeros there, as at its border alone), keys there
+        are masked, and each image gets the stripe width it would get alone (images that
         differ run separately).
         """
         b, n, c3 = qkv.shape
         h, w = hw
         if valid is None:
             return self._stripes(qkv.reshape(b, h, w, c3), self.stripe(hw)).reshape(b, n, -1)
-        qkv = valid.zero_(qkv).view(b, h, w, c3)
+        valid.zero_(qkv[..., 2 * c3 // 3:])                                  # V
+        qkv = qkv.view(b, h, w, c3)
         keys = valid.pixels
 
         def attend(part, stripe, idx):

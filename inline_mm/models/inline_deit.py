@@ -96,8 +96,8 @@ class InLineAttentionWithClsToken(InLineAttention):
                 (required here: it cannot be recovered from ``qkv``).
             valid (ValidMap, optional): Each image's region of a padded batch (with
                 ``prefix = num_prefix``): the statistics run over the prefix and the
-                image's patches, and the local term sees zeros past the image (``qkv``
-                is zeroed outside it in place).
+                image's patches, and the local term sees zeros past the image (keys
+                and values are zeroed outside it in place).
 
         Returns:
             Tensor: ``(B, N, C)`` before the projection.
@@ -114,7 +114,8 @@ class InLineAttentionWithClsToken(InLineAttention):
         kernels = self.predict_kernels(token_mean)
         counts = None
         if valid is not None:
-            qkv, counts = valid.zero_(qkv), valid.counts
+            valid.zero_(qkv[..., c:])                                        # K and V
+            counts = valid.counts
         packed = qkv.view(b, n, 3, self.num_heads, self.head_dim).permute(0, 2, 3, 1, 4)
         out = _inline(packed, None, None, None, self.scale, counts)      # (B, N, C)
         # V of the patch tokens as a channels-last image (one copy), convolved per
