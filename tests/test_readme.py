@@ -67,7 +67,7 @@ COVERED = [
      'the full InLine-DeiT benchmark takes 20-40 min on 2 cores; the same tool and code path '
      'run with --deit --quick in '
      'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
-    (r'python tools/padding_features\.py',
+    (r'(OMP_NUM_THREADS=1 )?python tools/padding_features\.py',
      'the same tool on a smoke model: '
      'tests/test_padding.py::test_padding_features_tool_reports_before_and_after'),
     (r'python tools/padding_consistency\.py configs/inline_swin/mask-rcnn_inline-swin-nano_.*',
