@@ -323,13 +323,10 @@ class InLineDeiT(InLineBackbone):
             valid = valid.scaled(hw, p, prefix=1)
         if valid is None:
             return self.pos_drop(x + resize_pos_embed(self.pos_embed, self.pos_grid, hw)), hw, None
-        b, c = x.shape[0], x.shape[-1]
-        grid = x.new_zeros((b, hw[0], hw[1], c), dtype=self.pos_embed.dtype)
-        cls_pos = self.pos_embed[:, :1].expand(b, -1, -1)
-        for (gh, gw), idx in valid.group(lambda size: size).items():
-            table = resize_pos_embed(self.pos_embed, self.pos_grid, (gh, gw))
-            grid[idx, :gh, :gw] = table[:, 1:].view(1, gh, gw, c)
-        x = x + torch.cat([cls_pos, grid.flatten(1, 2)], dim=1)
+        grid = valid.paste(
+            lambda size: resize_pos_embed(self.pos_embed, self.pos_grid, size)[:, 1:])
+        cls_pos = self.pos_embed[:, :1].expand(x.shape[0], -1, -1)
+        x = x + torch.cat([cls_pos, grid], dim=1)
         return self.pos_drop(x), hw, valid
 
     def forward(self, x: torch.Tensor, valid_sizes=None) -> Tuple[torch.Tensor, ...]:

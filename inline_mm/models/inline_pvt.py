@@ -74,11 +74,7 @@ class PositionEmbedding(nn.Module):
         region (as alone), zero outside it."""
         if valid is None:
             return x + self.table(hw)
-        b, c = x.shape[0], x.shape[-1]
-        pos = x.new_zeros((b, hw[0], hw[1], c), dtype=self.weight.dtype)
-        for (h, w), idx in valid.group(lambda size: size).items():
-            pos[idx, :h, :w] = self.table((h, w)).view(1, h, w, c)
-        return x + pos.flatten(1, 2)
+        return x + valid.paste(self.table)
 
 
 class SpatialReductionAttention(nn.Module):

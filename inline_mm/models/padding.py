@@ -167,6 +167,18 @@ class ValidMap:
         xf = x if x.dtype == torch.float32 else x.float()
         return torch.bmm(self._weights, xf).squeeze(1).to(x.dtype)
 
+    def paste(self, make: Callable[[Size], torch.Tensor]) -> torch.Tensor:
+        """``(B, H * W, C)``: each image's ``make(its size)`` (a ``(1, h * w, C)`` table,
+        made once per distinct size) in its region, zero outside (per-image position
+        tables)."""
+        out = None
+        for (h, w), idx in self.group(lambda size: size).items():
+            part = make((h, w))
+            if out is None:
+                out = part.new_zeros((len(self), self.hw[0], self.hw[1], part.shape[-1]))
+            out[idx, :h, :w] = part.view(1, h, w, -1)
+        return out.flatten(1, 2)
+
     # ------------------------------------------------------------------ layouts
     def group(self, layout: Callable[[Size], Hashable]) -> Dict[Hashable, List[int]]:
         """Images grouped by ``layout(valid_size)`` (insertion order), for decisions an
