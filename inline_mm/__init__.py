@@ -5,8 +5,9 @@
 - the backbones of :data:`inline_mm.models.FAMILIES` (``InLineSwin``, ``InLinePVT``,
   ``InLineCSwin``, ``InLineDeiT``) in mmdet's and mmseg's ``MODELS`` (whichever is
   installed), and ViTDet's ``SimpleFPN`` neck with its ``LN2d`` in mmdet's;
-- ``SegFolderDataset`` / ``PaletteIoUMetric`` / ``CheckSegMapSize`` in mmseg's
-  registries (with mmseg) and the opt-in ``NonFiniteCheckHook`` / ``DatasetCheckHook``;
+- ``SegFolderDataset``, ``PaletteIoUMetric`` and the pipeline checks ``CheckSegMapSize``,
+  ``CheckSegLabels``, ``CheckImageSize`` in mmseg's registries (with mmseg),
+  and the opt-in ``NonFiniteCheckHook`` / ``DatasetCheckHook``;
 - mmengine's own checkpoint types on torch's ``weights_only`` allowlist
   (:mod:`inline_mm.compat`), so that every loader of mmengine checkpoints works on
   torch >= 2.6 without switching safe loading off.

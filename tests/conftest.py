@@ -14,6 +14,32 @@ torch.set_num_threads(int(os.environ.get('INLINE_MM_TEST_THREADS', '2')))
 # subprocess (test_package.py).
 inline_mm.engine.install()
 
+
+def _remember_external_bases():
+    """mmengine looks each ``mmdet::``/``mmseg::`` base up in all of the package's
+    model-zoo yaml files (~400 for mmdet) before falling back to the plain path: 0.5 s per
+    base, the same answer every time. Remember the answers for the session (the lookup
+    itself is unchanged); collecting the config matrices parses every shipped config."""
+    import mmengine.config.utils as cfg_utils
+    original = cfg_utils._get_cfg_metainfo
+    answers = {}
+
+    def remembered(package_path, cfg_path):
+        key = (package_path, cfg_path)
+        if key not in answers:
+            try:
+                answers[key] = original(package_path, cfg_path)
+            except ValueError as e:
+                answers[key] = e
+        if isinstance(answers[key], Exception):
+            raise answers[key]
+        return answers[key]
+
+    cfg_utils._get_cfg_metainfo = remembered
+
+
+_remember_external_bases()
+
 GOLDEN = Path(__file__).parent / 'data' / 'golden'
 #: the demo's Mask R-CNN config, parent of the tests' tiny detectors
 NANO_DET = (Path(__file__).resolve().parents[1] / 'configs' / 'inline_swin' /
@@ -90,3 +116,41 @@ def out_channels(backbone: dict) -> list:
     args = {k: v for k, v in backbone.items() if k not in ('type', 'init_cfg')}
     with torch.device('meta'):
         return list(FAMILIES[backbone['type']].cls(**args).out_channels)
+
+
+#: input side of the shrunken segmentors' training batches
+SEG_SIZE = 64
+
+
+def shrink_segmentor(cfg):
+    """A segmentation config's model made CPU-test sized, in place: the backbone as
+    :func:`shrink_backbone`, 16-channel neck and heads, 64-pixel training inputs."""
+    model = cfg.model
+    chans = out_channels(shrink_backbone(model.backbone))
+    model.data_preprocessor.size = (SEG_SIZE, SEG_SIZE)
+    if model.get('neck'):
+        model.neck.update(in_channels=chans, out_channels=16)
+        model.decode_head.update(in_channels=[16] * 4, channels=16)
+    else:
+        model.decode_head.update(in_channels=chans, channels=16)
+    if model.get('auxiliary_head'):      # (after a neck, the heads see the neck's maps)
+        aux_in = 16 if model.get('neck') else chans[model.auxiliary_head.in_index]
+        model.auxiliary_head.update(in_channels=aux_in, channels=8)
+    if model.test_cfg.get('mode') == 'slide':
+        model.test_cfg.update(crop_size=(48, 48), stride=(32, 32))
+    return cfg
+
+
+def shrink_detector(cfg):
+    """A Mask R-CNN config's model made CPU-test sized, in place: the backbone as
+    :func:`shrink_backbone`, a 16-channel neck, RPN and RoI heads."""
+    model = cfg.model
+    chans = out_channels(shrink_backbone(model.backbone))
+    model.neck.update(in_channels=chans[-1] if model.neck.type == 'SimpleFPN' else chans,
+                      out_channels=16)
+    model.rpn_head.update(in_channels=16, feat_channels=16)
+    roi = model.roi_head
+    roi.bbox_roi_extractor.out_channels = roi.mask_roi_extractor.out_channels = 16
+    roi.bbox_head.update(in_channels=16, fc_out_channels=32)
+    roi.mask_head.update(in_channels=16, conv_out_channels=16, num_convs=1)
+    return cfg

@@ -22,31 +22,6 @@ MODEL_CONFIGS = [p for p in CONFIGS if '_amp-' not in p and '_ms-crop-3x_' not i
 README = (ROOT / 'checkpoints' / 'README.md').read_text()
 
 
-@pytest.fixture(scope='module', autouse=True)
-def _remember_external_bases():
-    """mmengine looks each ``mmdet::`` base up in all of mmdet's model-zoo yaml files
-    (~400) before falling back to the plain path: 0.5 s per base, the same answer every
-    time. Remember it for this module (the lookup itself is unchanged)."""
-    import mmengine.config.utils as cfg_utils
-    original = cfg_utils._get_cfg_metainfo
-    answers = {}
-
-    def remembered(package_path, cfg_path):
-        key = (package_path, cfg_path)
-        if key not in answers:
-            try:
-                answers[key] = original(package_path, cfg_path)
-            except ValueError as e:
-                answers[key] = e
-        if isinstance(answers[key], Exception):
-            raise answers[key]
-        return answers[key]
-
-    cfg_utils._get_cfg_metainfo = remembered
-    yield
-    cfg_utils._get_cfg_metainfo = original
-
-
 @functools.lru_cache(maxsize=None)
 def _parse(path):
     return Config.fromfile(str(ROOT / path))

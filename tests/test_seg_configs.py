@@ -12,7 +12,7 @@ from mmengine.structures import PixelData
 from mmseg.registry import MODELS
 from mmseg.structures import SegDataSample
 
-from conftest import CUSTOM_IMPORTS, out_channels, shrink_backbone
+from conftest import CUSTOM_IMPORTS, SEG_SIZE as SIZE, shrink_segmentor as shrink
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'
@@ -21,7 +21,6 @@ SEG_CONFIGS = sorted(
      for p in (CONFIGS / d).glob('*.py')
      if 'ade20k' in p.name] + list((CONFIGS / 'custom').glob('*.py')))
 IDS = [p.name for p in SEG_CONFIGS]
-SIZE = 64
 
 
 def _expected_names():
@@ -44,24 +43,6 @@ def _expected_names():
 def test_every_recipe_has_its_configs():
     missing = set(_expected_names()) - set(IDS)
     assert not missing, f'segmentation configs missing: {sorted(missing)}'
-
-
-def shrink(cfg: Config) -> Config:
-    """Narrow, shallow backbone and heads, 64-pixel inputs, no pretrained file."""
-    model = cfg.model
-    chans = out_channels(shrink_backbone(model.backbone))
-    model.data_preprocessor.size = (SIZE, SIZE)
-    if model.get('neck'):
-        model.neck.update(in_channels=chans, out_channels=16)
-        model.decode_head.update(in_channels=[16] * 4, channels=16)
-    else:
-        model.decode_head.update(in_channels=chans, channels=16)
-    if model.get('auxiliary_head'):      # (after a neck, the heads see the neck's maps)
-        aux_in = 16 if model.get('neck') else chans[model.auxiliary_head.in_index]
-        model.auxiliary_head.update(in_channels=aux_in, channels=8)
-    if model.test_cfg.get('mode') == 'slide':
-        model.test_cfg.update(crop_size=(48, 48), stride=(32, 32))
-    return cfg
 
 
 def _batch(num_classes: int, ignore_index: int = 255):

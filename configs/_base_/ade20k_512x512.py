@@ -1,9 +1,15 @@
-# ADE20K as mmseg's base reads it (512x512 crops), plus one step in the train and test
-# pipelines: CheckSegMapSize (inline_mm.engine) right after LoadAnnotations refuses a mask
-# of another size than its image with an error naming both files. Without it mmseg trains
-# on such a pair silently (RandomResize scales image and mask into the same box, so the
-# mask is stretched over the image) and evaluation fails after the whole run with an
-# IndexError about shapes. The check compares two shapes: no measurable cost.
+# ADE20K as mmseg's base reads it (512x512 crops), plus checks that refuse a bad sample
+# where it is read, naming its files (inline_mm.engine.transforms; each costs one look at
+# what the pipeline already holds):
+# - CheckSegMapSize: a mask of another size than its image. mmseg trains on such a pair
+#   silently (RandomResize stretches the mask over the image) and evaluation fails after
+#   the whole run with an IndexError about shapes.
+# - CheckSegLabels: mask labels outside 0..149 and the ignore index 255 (after
+#   reduce_zero_label). mmseg trains on them until the loss meets one (IndexError: Target
+#   N is out of bounds, naming no file); IoUMetric drops them without a word.
+# - CheckImageSize (test pipeline): an image the resize leaves below the backbone's
+#   stride; nothing pads it at test time.
+# The mask checks step aside where no mask is read (MMSegInferencer, inference_model).
 _base_ = 'mmseg::_base_/datasets/ade20k.py'
 custom_imports = dict(imports=['inline_mm', 'inline_mm.engine.enable'],
                       allow_failed_imports=False)
@@ -13,6 +19,7 @@ train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', reduce_zero_label=True),
     dict(type='CheckSegMapSize'),
+    dict(type='CheckSegLabels', num_classes=150),
     dict(type='RandomResize', scale=(2048, 512), ratio_range=(0.5, 2.0), keep_ratio=True),
     dict(type='RandomCrop', crop_size=crop_size, cat_max_ratio=0.75),
     dict(type='RandomFlip', prob=0.5),
@@ -22,8 +29,10 @@ train_pipeline = [
 test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=(2048, 512), keep_ratio=True),
+    dict(type='CheckImageSize'),
     dict(type='LoadAnnotations', reduce_zero_label=True),   # after Resize: scored at full size
     dict(type='CheckSegMapSize'),
+    dict(type='CheckSegLabels', num_classes=150),
     dict(type='PackSegInputs'),
 ]
 train_dataloader = dict(dataset=dict(pipeline=train_pipeline))

@@ -78,12 +78,17 @@ model = dict(
     auxiliary_head=dict(in_channels=384, num_classes=num_classes,
                         ignore_index=ignore_index))
 
-# CheckSegMapSize (inline_mm.engine) refuses an image/mask pair of different sizes, naming
-# both files; without it mmseg stretches such a mask over its image in training, silently.
+# Checks that stop at the first bad sample, naming its files (inline_mm.engine.transforms):
+# CheckSegMapSize refuses an image/mask pair of different sizes (mmseg would stretch the
+# mask over its image, silently); CheckSegLabels a mask value that is neither a class nor
+# ignore_index (mmseg trains on it until the loss fails with "Target N is out of bounds",
+# naming no file); CheckImageSize an image the test resize leaves below the backbone's
+# stride. The mask checks step aside where no mask is read (MMSegInferencer).
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations'),     # reduce_zero_label comes from the dataset
     dict(type='CheckSegMapSize'),
+    dict(type='CheckSegLabels', num_classes=num_classes, ignore_index=ignore_index),
     dict(type='RandomResize', scale=img_scale, ratio_range=(0.5, 2.0), keep_ratio=True),
     dict(type='RandomCrop', crop_size=crop_size, cat_max_ratio=0.75,
          ignore_index=ignore_index),
@@ -94,13 +99,18 @@ train_pipeline = [
 test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=img_scale, keep_ratio=True),
+    dict(type='CheckImageSize'),
     dict(type='LoadAnnotations'),     # after Resize: scores are computed at full size
     dict(type='CheckSegMapSize'),
+    dict(type='CheckSegLabels', num_classes=num_classes, ignore_index=ignore_index),
     dict(type='PackSegInputs'),
 ]
+# Data loading processes: 4, or fewer on a machine with fewer CPUs. (A config with _base_
+# cannot hold import statements, hence __import__.)
+num_workers = min(4, __import__('os').cpu_count() or 1)
 train_dataloader = dict(
     batch_size=batch_size,
-    num_workers=4,
+    num_workers=num_workers,
     persistent_workers=True,
     sampler=dict(type='InfiniteSampler', shuffle=True),
     dataset=dict(
@@ -113,7 +123,7 @@ train_dataloader = dict(
         pipeline=train_pipeline))
 val_dataloader = dict(
     batch_size=1,
-    num_workers=2,
+    num_workers=min(2, num_workers),
     persistent_workers=True,
     sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(

@@ -13,6 +13,7 @@ test_dataloader = dict(
         pipeline=[
             dict(type='LoadImageFromFile'),
             dict(type='Resize', scale={{_base_.img_scale}}, keep_ratio=True),
+            dict(type='CheckImageSize'),
             dict(type='PackSegInputs'),
         ]))
 test_evaluator = dict(format_only=True)    # no masks: save predictions, score nothing

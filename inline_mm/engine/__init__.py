@@ -3,7 +3,8 @@
 Importing this package (``import inline_mm`` does) only *registers*
 :class:`NonFiniteCheckHook` and :class:`DatasetCheckHook` (mmengine ``HOOKS``, so
 ``custom_hooks`` of mmdet and mmseg configs find them) and the ``CheckSegMapSize``
-pipeline step (mmseg ``TRANSFORMS``, when mmseg is installed); all three are off
+pipeline steps ``CheckSegMapSize``, ``CheckSegLabels`` and ``CheckImageSize``
+(mmseg ``TRANSFORMS``, when mmseg is installed; :mod:`.transforms`); all are off
 unless a config asks for them.
 
 :func:`install` (or importing :mod:`inline_mm.engine.enable`) switches on what
@@ -31,10 +32,12 @@ import sys
 import warnings
 
 from . import checkpointing, data_checks, distributed
-from .data_checks import CheckSegMapSize, DatasetCheckHook, check_coco
+from .data_checks import DatasetCheckHook, check_coco
 from .nonfinite import NonFiniteCheckHook, NonFiniteLossError
+from .transforms import CheckImageSize, CheckSegLabels, CheckSegMapSize
 
 __all__ = ['NonFiniteCheckHook', 'NonFiniteLossError', 'DatasetCheckHook', 'CheckSegMapSize',
+           'CheckSegLabels', 'CheckImageSize',
            'check_coco', 'install', 'installed', 'ENABLE_MODULE', 'CUSTOM_IMPORTS_LINE']
 
 #: what a config lists in ``custom_imports`` to switch the behaviours on

@@ -16,21 +16,19 @@ table and ``tests/test_reliability_data.py``):
 * a segmentation mask of another size than its image: **silently** trained on.
   ``RandomResize`` rescales image and mask into the same box, so a half-size mask
   ends up stretched over the image; evaluation then crashes with an ``IndexError``
-  about shapes after the whole run. :class:`CheckSegMapSize` (a pipeline step) and
+  about shapes after the whole run. :class:`~.transforms.CheckSegMapSize` (a pipeline step) and
   :class:`DatasetCheckHook` (all files up front) refuse it, naming both files.
 """
 import functools
 import os.path as osp
 from typing import List, Optional
 
-from mmcv.transforms import BaseTransform
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ..datasets.checks import Problem, check_coco, dataset_file_problems
-from ..models.registry import framework_registry
 
-__all__ = ['CheckSegMapSize', 'DatasetCheckHook', 'check_coco', 'dataset_file_problems',
+__all__ = ['DatasetCheckHook', 'check_coco', 'dataset_file_problems',
            'install', 'installed']
 
 #: at most this many problems are listed in one error message (the count is exact)
@@ -108,39 +106,6 @@ class DatasetCheckHook(Hook):
     def before_test(self, runner):
         if 'test' in self.splits:
             self._check(runner, ['test'])
-
-
-# ------------------------------------------------------------------ pipeline step
-class CheckSegMapSize(BaseTransform):
-    """Refuse a sample whose segmentation mask is not the size of its image.
-
-    Place it directly after ``LoadAnnotations`` (in training pipelines before any
-    resize): it compares the mask with the image's original size. Costs nothing
-    measurable (two shapes compared). Takes no arguments. Registered in mmseg's
-    ``TRANSFORMS`` (when mmseg is installed).
-
-    Raises:
-        ValueError: naming both files and both sizes.
-    """
-
-    def transform(self, results: dict) -> dict:
-        seg = results.get('gt_seg_map')
-        if seg is None:
-            raise KeyError('CheckSegMapSize needs the mask: put it after LoadAnnotations '
-                           'in the pipeline')
-        hw = tuple(results['ori_shape'][:2])
-        if tuple(seg.shape[:2]) != hw:
-            raise ValueError(
-                f"mask {results.get('seg_map_path')} is {seg.shape[0]}x{seg.shape[1]} (HxW) "
-                f"but its image {results.get('img_path')} is {hw[0]}x{hw[1]}: a mask must "
-                'label every pixel of its image. Fix or remove this pair '
-                '(tools/check_dataset.py lists all of them)')
-        return results
-
-
-_TRANSFORMS = framework_registry('mmseg', 'TRANSFORMS')
-if _TRANSFORMS is not None:        # a segmentation pipeline step
-    _TRANSFORMS.register_module(module=CheckSegMapSize)
 
 
 # ------------------------------------------------------------------ empty datasets

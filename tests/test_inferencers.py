@@ -1,0 +1,141 @@
+"""Every shipped config through its framework's stock inference entry points.
+
+mmseg: ``MMSegInferencer`` and ``init_model`` + ``inference_model``; mmdet:
+``DetInferencer`` and ``init_detector`` + ``inference_detector``. Each with random
+weights and with a checkpoint saved from the same model: the checkpoint must give the
+very predictions of the weights it was saved from. Configs are deduplicated by what
+inference reads (the shrunken model and the test pipeline): AMP and schedule variants
+share their model and pipeline.
+"""
+import copy
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from PIL import Image
+
+from conftest import shrink_detector, shrink_segmentor
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / 'configs'
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(path: str) -> Config:
+    return Config.fromfile(path)
+
+
+def _shrunk(path: Path) -> Config:
+    """The config with a CPU-test sized model; inference as shipped (the test pipeline,
+    and a sliding window of the shipped size over the resized image)."""
+    cfg = copy.deepcopy(_parse(str(path)))
+    if cfg.default_scope == 'mmdet':
+        return shrink_detector(cfg)
+    test_cfg = copy.deepcopy(cfg.model.test_cfg)
+    shrink_segmentor(cfg).model.test_cfg = test_cfg
+    return cfg
+
+
+def _distinct(paths):
+    """One config per distinct (model, test pipeline), the first by name."""
+    seen, kept = set(), []
+    for path in paths:
+        cfg = _shrunk(path)
+        pipeline = cfg.test_dataloader.dataset.get('pipeline') or cfg.get('test_pipeline')
+        key = json.dumps([cfg.model.to_dict(), pipeline], sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            kept.append(path)
+    return kept
+
+
+SEG = _distinct(sorted(p for p in CONFIGS.glob('*/*.py') if p.parent.name != '_base_'
+                       if 'ade20k' in p.name or p.parent.name == 'custom'))
+DET = _distinct(sorted(CONFIGS.glob('inline_*/mask-rcnn_*.py')))
+
+
+def _ids(paths):
+    return [p.name for p in paths]
+
+
+def test_the_matrix_covers_every_family_and_both_kinds():
+    for paths in (SEG, DET):
+        families = {_parse(str(p)).model.backbone.type for p in paths}
+        assert families >= {'InLineSwin', 'InLinePVT', 'InLineDeiT'}, families
+    assert any(p.parent.name == 'custom' for p in SEG)       # the own-data template
+    assert any('slide' in p.name for p in SEG)               # sliding-window inference
+    assert any('cswin' in p.name for p in DET)
+
+
+@pytest.fixture(scope='module')
+def image(tmp_path_factory):
+    """A non-square photo-like JPEG (smooth colours, a few shapes) and its pixels (BGR)."""
+    rng = np.random.default_rng(0)
+    h, w = 75, 110
+    yy, xx = np.mgrid[:h, :w]
+    rgb = np.stack([xx * 255 // w, yy * 255 // h, (xx + yy) % 256], -1).astype(np.uint8)
+    rgb[20:50, 30:70] = rng.integers(0, 256, 3)
+    path = tmp_path_factory.mktemp('img') / 'photo.jpg'
+    Image.fromarray(rgb).save(path, quality=95)
+    import mmcv
+    return str(path), mmcv.imread(str(path))
+
+
+def _checkpoint(model, path: Path) -> str:
+    """The weights as mmengine's Runner saves them (state dict and dataset meta)."""
+    meta = dict(dataset_meta=copy.deepcopy(getattr(model, 'dataset_meta', None) or {}))
+    torch.save(dict(meta=meta, state_dict=model.state_dict()), path)
+    return str(path)
+
+
+@pytest.mark.parametrize('path', SEG, ids=_ids(SEG))
+def test_mmseg_inferencers(path, image, tmp_path):
+    from mmseg.apis import MMSegInferencer, inference_model, init_model
+    img_path, pixels = image
+    cfg = _shrunk(path)
+    num_classes = cfg.model.decode_head.num_classes
+
+    random = MMSegInferencer(model=copy.deepcopy(cfg), device='cpu')
+    pred = random(img_path, return_datasamples=True).pred_sem_seg.data
+    assert pred.shape == (1, *pixels.shape[:2])
+    assert 0 <= int(pred.min()) and int(pred.max()) < num_classes
+
+    ckpt = _checkpoint(random.model, tmp_path / 'model.pth')
+    loaded = MMSegInferencer(model=copy.deepcopy(cfg), weights=ckpt, device='cpu')
+    assert torch.equal(loaded(pixels, return_datasamples=True).pred_sem_seg.data, pred)
+
+    model = init_model(copy.deepcopy(cfg), ckpt, device='cpu')
+    for given in (img_path, pixels):
+        assert torch.equal(inference_model(model, given).pred_sem_seg.data, pred)
+
+
+@pytest.mark.parametrize('path', DET, ids=_ids(DET))
+def test_mmdet_inferencers(path, image, tmp_path):
+    from mmdet.apis import DetInferencer, inference_detector, init_detector
+    img_path, pixels = image
+    cfg = _shrunk(path)
+    cfg.model.test_cfg.rcnn.score_thr = 0.    # random heads score below the shipped 0.05
+
+    random = DetInferencer(model=copy.deepcopy(cfg), device='cpu', show_progress=False)
+    out = random(img_path, return_datasamples=True, no_save_vis=True)['predictions'][0]
+    inst = out.pred_instances
+    assert len(inst.scores) > 0
+    assert inst.bboxes.shape[1] == 4 and len(inst.scores) == len(inst.labels) == len(inst.masks)
+    assert inst.masks.shape[1:] == pixels.shape[:2]
+
+    ckpt = _checkpoint(random.model, tmp_path / 'model.pth')
+    loaded = DetInferencer(model=copy.deepcopy(cfg), weights=ckpt, device='cpu',
+                           show_progress=False)
+    again = loaded(pixels, return_datasamples=True, no_save_vis=True)['predictions'][0]
+    assert torch.equal(again.pred_instances.bboxes, inst.bboxes)
+    assert torch.equal(again.pred_instances.scores, inst.scores)
+
+    model = init_detector(copy.deepcopy(cfg), ckpt, device='cpu')
+    for given in (img_path, pixels):
+        result = inference_detector(model, given).pred_instances
+        assert torch.equal(result.bboxes, inst.bboxes)
+        assert torch.equal(result.masks, inst.masks)
