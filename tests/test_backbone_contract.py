@@ -176,8 +176,8 @@ def test_invalid_arguments(family):
 def test_bad_input_is_explained(family):
     model = build(family)
     m = family.min_input_size
-    for shape, message in [((1, 3, m - 1, 64), 'smaller than the backbone'),
-                           ((1, 3, 64, m - 1), 'smaller than the backbone'),
+    for shape, message in [((1, 3, m - 1, 64), 'smaller than its total stride'),
+                           ((1, 3, 64, m - 1), 'smaller than its total stride'),
                            ((1, 1, 64, 64), '3-channel input but got 1'),
                            ((1, 4, 64, 64), 'grayscale/RGBA'),
                            ((3, 64, 64), r'\(B, C, H, W\)')]:

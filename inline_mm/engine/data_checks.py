@@ -19,11 +19,14 @@ table and ``tests/test_reliability_data.py``):
   about shapes after the whole run. :class:`~.transforms.CheckSegMapSize` (a pipeline step) and
   :class:`DatasetCheckHook` (all files up front) refuse it, naming both files.
 """
+import difflib
 import functools
+import logging
 import os.path as osp
 from typing import List, Optional
 
 from mmengine.hooks import Hook
+from mmengine.logging import print_log
 from mmengine.registry import HOOKS
 
 from ..datasets.checks import Problem, check_coco, dataset_file_problems
@@ -135,8 +138,66 @@ def _describe_empty(dataset_cfg) -> Optional[str]:
             'file suffixes.')
 
 
+# ------------------------------------------------------------------ COCO classes
+def coco_class_problems(dataset) -> List[str]:
+    """What is wrong between a built mmdet COCO dataset's ``classes`` and its file.
+
+    mmdet keeps the annotations whose category *name* is in ``metainfo['classes']``
+    and drops the rest without a word. Training on a subset of a file's categories
+    is what that is for; a class name that matches no category (a typo, another
+    naming) is not: that class then has no annotations at all. Uses only what the
+    built dataset keeps (``cat_ids``, ``cat_img_map``); the file is read again only to
+    name the unmatched classes.
+
+    Returns:
+        list[str]: One message per problem (empty when the classes fit the file).
+    """
+    classes = list((getattr(dataset, 'metainfo', None) or {}).get('classes') or ())
+    cat_ids = getattr(dataset, 'cat_ids', None)
+    if cat_ids is None or not classes or len(cat_ids) >= len(classes):
+        return []
+    ann_file = getattr(dataset, 'ann_file', '')
+    names = []
+    try:
+        import json
+        with open(ann_file) as f:
+            names = [c.get('name') for c in json.load(f).get('categories') or []]
+    except (OSError, ValueError, AttributeError):
+        pass
+    missing = [c for c in classes if c not in names] if names else []
+    which = (f'{missing} of the config\'s classes are not category names of {ann_file}' if
+             missing else f'only {len(cat_ids)} of the config\'s {len(classes)} classes are '
+             f'category names of {ann_file}')
+    hints = []
+    for name in missing:
+        close = difflib.get_close_matches(name, [n for n in names if n], n=1)
+        if close:
+            hints.append(f'{name!r} -> {close[0]!r}?')
+    return [f'{which} (its categories: {names[:20]}{" ..." if len(names) > 20 else ""}). '
+            'mmdet would train those classes on no annotation at all. Make metainfo.classes '
+            'name the file\'s categories' + (f' ({", ".join(hints)})' if hints else '')]
+
+
+def dropped_annotations(dataset) -> Optional[str]:
+    """One line saying how many annotations mmdet skips because their category is not
+    in ``classes`` (None when it skips none)."""
+    cat_ids, cat_img_map = getattr(dataset, 'cat_ids', None), getattr(dataset, 'cat_img_map',
+                                                                        None)
+    if cat_ids is None or not cat_img_map:
+        return None
+    kept = set(cat_ids)
+    dropped = {c: len(v) for c, v in cat_img_map.items() if c not in kept and len(v)}
+    if not dropped:
+        return None
+    return (f'{getattr(dataset, "ann_file", "the COCO file")}: {sum(dropped.values())} '
+            f'annotation(s) of {len(dropped)} category id(s) not in metainfo.classes are not '
+            f'trained on (ids {sorted(dropped)[:10]}{" ..." if len(dropped) > 10 else ""})')
+
+
 def install():
-    """Make ``Runner.build_dataloader`` say why a dataset is empty (idempotent)."""
+    """Make ``Runner.build_dataloader`` say why a dataset is empty, refuse COCO class
+    names that match no category of the file, and log the annotations mmdet skips
+    (idempotent)."""
     from mmengine.runner import Runner
 
     build = Runner.build_dataloader
@@ -161,6 +222,13 @@ def install():
                 and len(dataset) == 0:
             why = _describe_empty(dataset_cfg) or 'the dataset has no samples'
             raise ValueError(why)
+        for base in _base_datasets(dataset):
+            problems = coco_class_problems(base)
+            if problems:
+                raise ValueError(problems[0])
+            dropped = dropped_annotations(base)
+            if dropped:
+                print_log(dropped, logger='current', level=logging.WARNING)
         return loader
 
     build_dataloader._inline_mm_checked = True

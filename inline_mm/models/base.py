@@ -182,9 +182,12 @@ class InLineBackbone(BaseModule):
                              'in_channels')
         h, w = x.shape[-2:]
         if min(h, w) < self.min_input_size:
-            raise ValueError(f'input of {h}x{w} pixels is smaller than the backbone\'s total '
-                             f'stride ({self.min_input_size}); resize or pad images to at least '
-                             f'{self.min_input_size} px per side (e.g. a Resize or Pad transform)')
+            raise ValueError(f'{type(self).__name__} got a {h}x{w} input (the batch as the data '
+                             'pipeline and batching left it), smaller than its total stride '
+                             f'({self.min_input_size}); resize or pad images to at least '
+                             f'{self.min_input_size} px per side (a Resize or Pad step). In an '
+                             "mmdet/mmseg pipeline, dict(type='CheckImageSize') after the "
+                             'resize names the image file that is too small')
 
     def valid_map(self, x: torch.Tensor, valid_sizes=None) -> Optional[ValidMap]:
         """Each image's region of the padded batch ``x`` (None when every image fills it).
