@@ -101,6 +101,10 @@ def test_mmseg_inferencers(path, image, tmp_path):
 
     random = MMSegInferencer(model=copy.deepcopy(cfg), device='cpu')
     pred = random(img_path, return_datasamples=True).pred_sem_seg.data
+    random(img_path, out_dir=str(tmp_path / 'out'))          # as the README shows it
+    assert (tmp_path / 'out/vis/photo.jpg').is_file()
+    saved = np.array(Image.open(tmp_path / 'out/pred/00000000_pred.png'))   # class indices
+    assert np.array_equal(saved, pred[0].numpy())
     assert pred.shape == (1, *pixels.shape[:2])
     assert 0 <= int(pred.min()) and int(pred.max()) < num_classes
 
@@ -122,6 +126,10 @@ def test_mmdet_inferencers(path, image, tmp_path):
 
     random = DetInferencer(model=copy.deepcopy(cfg), device='cpu', show_progress=False)
     out = random(img_path, return_datasamples=True, no_save_vis=True)['predictions'][0]
+    random(img_path, out_dir=str(tmp_path / 'out'), no_save_pred=False)   # as in the README
+    assert (tmp_path / 'out/vis/photo.jpg').is_file()
+    saved = json.loads((tmp_path / 'out/preds/photo.json').read_text())
+    assert len(saved['scores']) == len(out.pred_instances.scores)
     inst = out.pred_instances
     assert len(inst.scores) > 0
     assert inst.bboxes.shape[1] == 4 and len(inst.scores) == len(inst.labels) == len(inst.masks)
