@@ -181,8 +181,8 @@ def coco_class_problems(dataset) -> List[str]:
 def dropped_annotations(dataset) -> Optional[str]:
     """One line saying how many annotations mmdet skips because their category is not
     in ``classes`` (None when it skips none)."""
-    cat_ids, cat_img_map = getattr(dataset, 'cat_ids', None), getattr(dataset, 'cat_img_map',
-                                                                        None)
+    cat_ids = getattr(dataset, 'cat_ids', None)
+    cat_img_map = getattr(dataset, 'cat_img_map', None)
     if cat_ids is None or not cat_img_map:
         return None
     kept = set(cat_ids)
