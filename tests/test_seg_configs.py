@@ -1,6 +1,7 @@
 """Every segmentation config parses, follows its recipe, builds (shrunken) and trains a step."""
 import copy
 import functools
+import os
 from pathlib import Path
 
 import pytest
@@ -255,6 +256,10 @@ def test_custom_template_heads_follow_the_classes():
     assert cfg.val_evaluator.type == 'PaletteIoUMetric'
     assert cfg.val_evaluator.ignore_index == ignore
     assert cfg.train_dataloader.batch_size >= 2      # batch norm in the heads
+    # data workers: 4, or as many as the machine has CPUs (torch warns above that)
+    cpus = os.cpu_count() or 1
+    assert cfg.train_dataloader.num_workers == min(4, cpus)
+    assert cfg.val_dataloader.num_workers == min(2, cpus)
     predict = _load(CONFIGS / 'custom' /
                     'inline-swin-t-in1k-pre_upernet_1xb4-20k_custom-512x512_predict.py')
     assert predict.test_dataloader.dataset.with_masks is False
