@@ -147,3 +147,20 @@ def test_mmdet_inferencers(path, image, tmp_path):
         result = inference_detector(model, given).pred_instances
         assert torch.equal(result.bboxes, inst.bboxes)
         assert torch.equal(result.masks, inst.masks)
+
+
+@pytest.mark.parametrize('config', [
+    'configs/inline_pvt/fpn_inline-pvt-t_4xb4-40k_ade20k-512x512.py',
+    'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py'])
+def test_inferencers_take_the_config_file_as_users_give_it(config, image, monkeypatch):
+    """A path, run from the repository root, at the config's real size."""
+    monkeypatch.chdir(ROOT)
+    img_path, pixels = image
+    if 'ade20k' in config:
+        from mmseg.apis import MMSegInferencer
+        pred = MMSegInferencer(model=config, device='cpu')(img_path)['predictions']
+        assert pred.shape == pixels.shape[:2]
+    else:
+        from mmdet.apis import DetInferencer
+        out = DetInferencer(model=config, device='cpu', show_progress=False)(img_path)
+        assert set(out['predictions'][0]) >= {'labels', 'scores', 'bboxes', 'masks'}
