@@ -180,12 +180,13 @@ def coco(tmp_path_factory):
     return root
 
 
-def _coco_loader(root: Path, classes):
+def _coco_loader(root: Path, classes, test_mode=False):
     det = Config.fromfile(str(ROOT / 'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py'))
     from mmengine.registry import DefaultScope
     ds = det.train_dataloader.dataset
     ds.update(data_root=str(root), ann_file='annotations/instances_train2017.json',
-              data_prefix=dict(img='train2017/'), metainfo=dict(classes=classes))
+              data_prefix=dict(img='train2017/'), metainfo=dict(classes=classes),
+              test_mode=test_mode)
     with DefaultScope.overwrite_default_scope('mmdet'):
         return Runner.build_dataloader(dict(batch_size=1, num_workers=0, dataset=ds,
                                             sampler=dict(type='DefaultSampler', shuffle=False)))
@@ -212,3 +213,16 @@ def test_coco_subset_of_the_categories_trains_and_says_what_it_skips(coco):
     assert labels <= {0, 1}
     skipped = [line for line in lines if 'not in metainfo.classes are not trained on' in line]
     assert len(skipped) == 1 and 'of 1 category id(s)' in skipped[0], lines
+
+
+def test_coco_classes_naming_no_category_only_warn_outside_training(coco):
+    """Evaluation and analysis tools may point a COCO config at a stand-in set."""
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_instance('inline_mm_test_coco_test_mode', log_level='INFO')
+    lines = []
+    logger.addFilter(lambda record: lines.append(record.getMessage()) or True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(MMLogger, 'get_current_instance', classmethod(lambda cls: logger))
+        loader = _coco_loader(coco, ('circle', 'triangel', 'rectangle'), test_mode=True)
+    assert len(loader.dataset) > 0
+    assert any("['triangel'] of the config's classes" in line for line in lines), lines

@@ -196,8 +196,8 @@ def dropped_annotations(dataset) -> Optional[str]:
 
 def install():
     """Make ``Runner.build_dataloader`` say why a dataset is empty, refuse COCO class
-    names that match no category of the file, and log the annotations mmdet skips
-    (idempotent)."""
+    names that match no category of the file in training (warn in ``test_mode``), and
+    log the annotations mmdet skips (idempotent)."""
     from mmengine.runner import Runner
 
     build = Runner.build_dataloader
@@ -224,8 +224,12 @@ def install():
             raise ValueError(why)
         for base in _base_datasets(dataset):
             problems = coco_class_problems(base)
-            if problems:
+            # Training on a class without annotations is a mistake; evaluating or
+            # analysing (get_flops, browse_dataset on a stand-in set) with one is not.
+            if problems and not getattr(base, 'test_mode', False):
                 raise ValueError(problems[0])
+            for problem in problems:
+                print_log(problem, logger='current', level=logging.WARNING)
             dropped = dropped_annotations(base)
             if dropped:
                 print_log(dropped, logger='current', level=logging.WARNING)
