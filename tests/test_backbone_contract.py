@@ -283,3 +283,13 @@ def test_missing_checkpoint_names_the_path(family, tmp_path):
     model = build(family, init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'nope.pth')))
     with pytest.raises(FileNotFoundError, match='nope.pth'):
         model.init_weights()
+
+
+def test_file_that_is_no_checkpoint_is_named(family, tmp_path):
+    page = tmp_path / 'weights.pth'          # what a download that hit a login page saves
+    page.write_text('<!DOCTYPE html><html><head><title>404 Not Found</title></head></html>')
+    model = build(family, init_cfg=dict(type='Pretrained', checkpoint=str(page)))
+    with pytest.raises(CheckpointError, match="weights.pth is not a PyTorch checkpoint: it is "
+                                              "an HTML page titled '404 Not Found'") as e:
+        model.init_weights()
+    assert 'weights_only' not in str(e.value)
