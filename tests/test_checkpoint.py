@@ -147,6 +147,27 @@ def test_mmengine_load_from_says_what_the_file_is(not_a_checkpoint):
     _assert_explained(excinfo, says)
 
 
+def test_tools_test_names_a_checkpoint_that_is_no_checkpoint(tmp_path):
+    """tools/test.py CONFIG PAGE.pth: mmengine's loader, as a user meets it."""
+    from conftest import NANO_DET
+
+    from inline_mm.toydata.coco import make_coco_toy
+    make_coco_toy(str(tmp_path / 'coco'), num_train=1, num_val=1, size=64, seed=0)
+    page = tmp_path / 'epoch_12.pth'
+    page.write_text('<!DOCTYPE html><html><head><title>Sign in</title></head></html>')
+    out = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'test.py'), str(NANO_DET), str(page),
+         '--work-dir', str(tmp_path / 'wd'), '--cfg-options',
+         f'test_dataloader.dataset.data_root={tmp_path}/coco/', 'test_dataloader.num_workers=0',
+         'test_dataloader.persistent_workers=False', 'model.backbone.init_cfg=None',
+         f'test_evaluator.ann_file={tmp_path}/coco/annotations/instances_val2017.json'],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 1
+    assert (f"CheckpointError: {page} is not a PyTorch checkpoint: it is an HTML page titled "
+            "'Sign in'") in out.stderr, out.stderr[-3000:]
+    assert 'weights_only' not in out.stderr
+
+
 def test_mmengine_load_from_passes_other_errors_through(tmp_path):
     from mmengine.runner.checkpoint import _load_checkpoint
     path = tmp_path / 'gadget.pth'
