@@ -86,7 +86,8 @@ def test_no_false_alarm_on_any_shipped_config():
 
 def test_train_stops_on_a_typo_before_anything_runs(tmp_path):
     config = tmp_path / 'typo.py'
-    config.write_text(f"_base_ = {str(NANO_DET)!r}\nmodel = dict(backbone=dict(type='InLineSwinn'))\n")
+    config.write_text(f"_base_ = {str(NANO_DET)!r}\n"
+                      "model = dict(backbone=dict(type='InLineSwinn'))\n")
     work_dir = tmp_path / 'work_dir'
     out = subprocess.run(
         [sys.executable, str(ROOT / 'tools' / 'train.py'), str(config), '--work-dir',

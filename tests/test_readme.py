@@ -51,7 +51,8 @@ COVERED = [
     (r'python tools/make_toy_dataset\.py coco data/toy_coco .*|mim run mmdet get_flops( .*)?',
      'tests/test_stock_tools.py::test_mim_get_flops_on_toy_coco'),
     (r'mim run mmseg get_flops',
-     'the README says it fails: tests/test_stock_tools.py::test_mim_mmseg_get_flops_fails_as_documented'),
+     'the README says it fails with this mmengine: '
+     'tests/test_stock_tools.py::test_mim_mmseg_get_flops_fails_as_documented'),
     (r'(\.venv/bin/)?python -m _inline_mm_mmcv_hook (install|uninstall|status)',
      'tests/test_mmcv_fallback.py::test_hook_command_installs_and_removes_its_pth'),
     (r'python tools/convert_checkpoint\.py .*',

@@ -176,7 +176,8 @@ def test_mim_get_flops_on_toy_coco(tmp_path):
 
     run(here(readme_line('python tools/make_toy_dataset.py coco data/toy_coco')))
     log = run(here(readme_line('mim run mmdet get_flops')))
-    assert re.search(r'Input shape: \(800, 800\)\nFlops: [\d.]+T\nParams: 48\.73M', log), log[-2000:]
+    printed = r'Input shape: \(800, 800\)\nFlops: [\d.]+T\nParams: 48\.73M'
+    assert re.search(printed, log), log[-2000:]
 
 
 def test_mim_mmseg_get_flops_fails_as_documented():
