@@ -21,7 +21,7 @@ checkpoint pruning and resume fallback, empty-dataset messages) are switched on 
 ``'inline_mm.engine.enable'`` next to ``'inline_mm'`` in ``custom_imports``.
 """
 from . import compat
-from .models import FAMILIES, InLineCSwin, InLinePVT, InLineSwin
+from .models import FAMILIES, InLineCSwin, InLineDeiT, InLinePVT, InLineSwin
 from .version import __version__  # noqa: E402
 
 
@@ -44,4 +44,4 @@ if _have_mmengine():
     compat.allow_mmengine_checkpoints()
     engine.warn_if_config_lacks_enable()
 
-__all__ = ['__version__', 'FAMILIES', 'InLineSwin', 'InLinePVT', 'InLineCSwin']
+__all__ = ['__version__', 'FAMILIES', 'InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT']

@@ -13,6 +13,8 @@ import pytest
 import torch
 from conftest import build_in_each_framework, rel_err
 
+import inline_mm
+import inline_mm.models
 from inline_mm.models import FAMILIES, CheckpointError, save_converted
 from inline_mm.models.base import InLineBackbone
 from inline_mm.models.checkpoint import identify_family
@@ -39,6 +41,11 @@ def family(request):
 def test_table_lists_every_family_class():
     assert [f.name for f in FAMILIES.values()] == NAMES
     assert {f.cls for f in FAMILIES.values()} == set(InLineBackbone.family_classes())
+    # each is importable by name, e.g. `from inline_mm.models import InLineDeiT`
+    for package in (inline_mm, inline_mm.models):
+        assert {n: getattr(package, n, None) for n in NAMES} == \
+            {f.name: f.cls for f in FAMILIES.values()}, package.__name__
+        assert set(NAMES) <= set(package.__all__), package.__name__
 
 
 def test_key_patterns_identify_each_family_and_no_other(family):
@@ -283,3 +290,13 @@ def test_missing_checkpoint_names_the_path(family, tmp_path):
     model = build(family, init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'nope.pth')))
     with pytest.raises(FileNotFoundError, match='nope.pth'):
         model.init_weights()
+
+
+def test_file_that_is_no_checkpoint_is_named(family, tmp_path):
+    page = tmp_path / 'weights.pth'          # what a download that hit a login page saves
+    page.write_text('<!DOCTYPE html><html><head><title>404 Not Found</title></head></html>')
+    model = build(family, init_cfg=dict(type='Pretrained', checkpoint=str(page)))
+    with pytest.raises(CheckpointError, match="weights.pth is not a PyTorch checkpoint: it is "
+                                              "an HTML page titled '404 Not Found'") as e:
+        model.init_weights()
+    assert 'weights_only' not in str(e.value)

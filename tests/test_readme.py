@@ -48,8 +48,11 @@ COVERED = [
      'the same tool on the smoke presets (no ImageNet files here), onnxruntime parity and a '
      'wrong size refused: tests/test_export.py::test_export_tool, '
      'tests/test_export.py::test_onnx_matches_pytorch_at_each_exported_size'),
-    (r'python <mmdet>/\.mim/tools/analysis_tools/get_flops\.py .*',
-     'tests/test_export.py::test_stock_mmdet_get_flops_runs_on_a_shipped_config'),
+    (r'python tools/make_toy_dataset\.py coco data/toy_coco .*|mim run mmdet get_flops( .*)?',
+     'tests/test_stock_tools.py::test_mim_get_flops_on_toy_coco'),
+    (r'mim run mmseg get_flops',
+     'the README says it fails with this mmengine: '
+     'tests/test_stock_tools.py::test_mim_mmseg_get_flops_fails_as_documented'),
     (r'(\.venv/bin/)?python -m _inline_mm_mmcv_hook (install|uninstall|status)',
      'tests/test_mmcv_fallback.py::test_hook_command_installs_and_removes_its_pth'),
     (r'python tools/convert_checkpoint\.py .*',

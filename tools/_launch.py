@@ -5,7 +5,12 @@ which is also what ``mim train`` runs).  We run those scripts unchanged, so ever
 flag they document works, with ``inline_mm`` imported first (its backbones are
 registered, its checkpoint compatibility is in place) and its mmengine behaviours
 switched on (:func:`inline_mm.engine.install`), whatever the config imports.
+
+Before the stock script starts, every ``type`` of the config (with ``--cfg-options``
+applied) is looked up in its scope's registries: a misspelt one stops the run at once
+with the name it probably meant (:mod:`inline_mm.config_types`).
 """
+import argparse
 import os.path as osp
 import runpy
 import sys
@@ -13,11 +18,24 @@ import sys
 FRAMEWORKS = {'mmdet': 'mmdet', 'mmseg': 'mmseg'}
 
 
-def config_scope(config_path: str) -> str:
-    from mmengine.config import Config
-    if not osp.isfile(config_path):
-        sys.exit(f'error: config file not found: {config_path}')
-    scope = Config.fromfile(config_path).get('default_scope')
+def load_config(argv):
+    """The config of a stock-script command line (``CONFIG ... [--cfg-options ...]``),
+    with its ``custom_imports`` imported and ``--cfg-options`` merged, as the script will."""
+    from mmengine.config import Config, DictAction
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument('config')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    args, _ = parser.parse_known_args(argv)
+    if not osp.isfile(args.config):
+        sys.exit(f'error: config file not found: {args.config}')
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    return cfg
+
+
+def config_scope(cfg, config_path: str) -> str:
+    scope = cfg.get('default_scope')
     if scope not in FRAMEWORKS:
         sys.exit(f"error: {config_path} has default_scope={scope!r}; expected 'mmdet' or "
                  "'mmseg' (inherit a base from mmdet:: or mmseg::)")
@@ -37,7 +55,11 @@ def run(tool: str):
         sys.exit(f'usage: python tools/{tool}.py CONFIG [args of the stock mmdet/mmseg '
                  f'{tool}.py ...]')
     import inline_mm.engine
+    from inline_mm.config_types import check_types
     inline_mm.engine.install()
-    script = stock_script(config_scope(sys.argv[1]), tool)
+    cfg = load_config(sys.argv[1:])
+    scope = config_scope(cfg, sys.argv[1])
+    check_types(cfg, scope, sys.argv[1])
+    script = stock_script(scope, tool)
     sys.argv = [script] + sys.argv[1:]
     runpy.run_path(script, run_name='__main__')

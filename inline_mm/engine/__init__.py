@@ -17,7 +17,11 @@ changes for runs that work:
 - ``CheckpointHook`` deletes outdated checkpoints only after the new one is written,
   and ``--resume`` skips a missing or incomplete latest checkpoint
   (:mod:`.checkpointing`);
-- ``Runner.build_dataloader`` says why a dataset came out empty (:mod:`.data_checks`).
+- a file given as ``load_from``, ``--resume PATH`` or the checkpoint of ``test.py`` that
+  is no checkpoint is named for what it is (an HTML page, an image, a file cut short),
+  not met with torch's advice to load it with ``weights_only=False`` (:mod:`.loading`);
+- ``Runner.build_dataloader`` says why a dataset came out empty and refuses COCO classes
+  that name no category of the training file (:mod:`.data_checks`).
 
 Who switches them on: ``tools/train.py`` and ``tools/test.py`` call :func:`install`;
 the shipped configs list ``'inline_mm.engine.enable'`` in ``custom_imports``, so
@@ -31,7 +35,7 @@ import os
 import sys
 import warnings
 
-from . import checkpointing, data_checks, distributed
+from . import checkpointing, data_checks, distributed, loading
 from .data_checks import DatasetCheckHook, check_coco
 from .nonfinite import NonFiniteCheckHook, NonFiniteLossError
 from .transforms import CheckImageSize, CheckSegLabels, CheckSegMapSize
@@ -49,6 +53,7 @@ CUSTOM_IMPORTS_LINE = (f"custom_imports = dict(imports=['inline_mm', '{ENABLE_MO
 BEHAVIOURS = {
     'cpu_distributed': (distributed.install, distributed.installed),
     'safe_checkpoints': (checkpointing.install, checkpointing.installed),
+    'checkpoint_file_messages': (loading.install, loading.installed),
     'empty_dataset_messages': (data_checks.install, data_checks.installed),
 }
 

@@ -9,6 +9,7 @@ from .base import InLineBackbone
 from .checkpoint import CheckpointError, load_pretrained, read_checkpoint, save_converted
 from .families import FAMILIES, Family, convert_official, detect_family, get_family
 from .inline_cswin import InLineCSwin
+from .inline_deit import InLineDeiT
 from .inline_pvt import InLinePVT
 from .inline_swin import InLineSwin
 from .registry import register_backbones, register_lazy
@@ -27,7 +28,7 @@ if register_neck is not None:
 # mmdet's RPN head proposing only from each image's own anchors (configs/_base_ Mask R-CNN)
 register_lazy('mmdet', 'PadAwareRPNHead', 'inline_mm.models.pad_aware_rpn')
 
-__all__ = ['InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineBackbone', 'FAMILIES', 'Family',
+__all__ = ['InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT', 'InLineBackbone', 'FAMILIES', 'Family',
            'get_family', 'detect_family', 'convert_official', 'CheckpointError',
            'read_checkpoint', 'load_pretrained', 'save_converted', 'InLineAttention',
            'WindowAttention', 'GlobalSoftmaxAttention', 'ATTENTIONS', 'inline_attention',

@@ -22,6 +22,7 @@ import logging
 import os
 import pickle
 import re
+import struct
 import zipfile
 from collections import OrderedDict
 from typing import Dict, Iterable, Optional, Sequence, Tuple
@@ -37,7 +38,8 @@ except ModuleNotFoundError as e:  # timm-only installs (inline_mm.timm) have no 
         logging.getLogger('inline_mm').log(level, msg)
 
 __all__ = ['CheckpointError', 'read_checkpoint', 'extract_state_dict', 'load_pretrained',
-           'save_converted', 'matches_keys', 'identify_family', 'check_layout']
+           'save_converted', 'matches_keys', 'identify_family', 'check_layout',
+           'describe_non_checkpoint', 'unreadable_message', 'GET_A_CHECKPOINT']
 
 #: foreign globals the official checkpoints are known to hold (metadata, no tensors).
 KNOWN_METADATA_GLOBALS = ('yacs.config.CfgNode', 'argparse.Namespace')
@@ -135,27 +137,155 @@ def read_checkpoint(path: str, allow_pickle: Optional[bool] = None,
             'pass allow_pickle=True in the init_cfg (or set INLINE_MM_ALLOW_PICKLE=1), or '
             'convert it once with tools/convert_checkpoint.py --allow-pickle into a '
             'tensors-only .safetensors file.')
-    try:
-        return _torch_load(path, map_location, weights_only=False,
-                           pickle_module=_restricted_pickle)
-    except pickle.UnpicklingError as e:
-        raise CheckpointError(f'{path}: cannot unpickle ({e}); the file is corrupt or '
-                              'truncated: download it again.') from e
+    return _torch_load(path, map_location, weights_only=False, pickle_module=_restricted_pickle)
 
 
 def _torch_load(path, map_location, weights_only, **kwargs):
     """``torch.load``; unreadable files become :class:`CheckpointError`. A refused global
-    stays an ``UnpicklingError`` for the caller to handle."""
+    of a readable checkpoint stays an ``UnpicklingError`` for the caller to handle."""
     try:
         return torch.load(path, map_location=map_location, weights_only=weights_only, **kwargs)
-    except pickle.UnpicklingError as e:
-        if weights_only and _unsafe_globals(path):
+    except Exception as e:  # arbitrary bytes make the unpickler raise almost anything
+        message = unreadable_message(path, e)
+        if message is None and weights_only:
             raise
-        raise CheckpointError(f'{path}: cannot unpickle ({str(e).splitlines()[0]}); the file '
-                              'is corrupt or truncated: download it again.') from e
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
-        raise CheckpointError(f'{path}: not a readable PyTorch checkpoint ({e}); the file is '
-                              'corrupt or truncated: download it again.') from e
+        # ``from None``: torch's own message advises weights_only=False, which is wrong
+        # for a file that is no checkpoint and unsafe for one that is not trusted.
+        raise CheckpointError(message or f'{path}: cannot unpickle ({_torch_reason(e)})') from None
+
+
+#: what to do about a file that is not (or no longer) a readable checkpoint
+GET_A_CHECKPOINT = ('Point the config at the right file, or download it again: the official '
+                    'ImageNet files and their links are listed in checkpoints/README.md; '
+                    'tools/convert_checkpoint.py turns a readable checkpoint into a '
+                    'tensors-only .safetensors file.')
+
+# torch.save's legacy (non-zip) format begins with a pickled magic number (a LONG1 opcode)
+_LEGACY_MAGIC = b'\x8a\x0a' + (0x1950a86a20f9469cfc6c).to_bytes(10, 'little')
+# (prefix, what it is, what to do) of formats a wrong download or path turns out to be
+_SIGNATURES = (
+    (b'\xff\xd8\xff', 'a JPEG image', ''),
+    (b'\x89PNG\r\n\x1a\n', 'a PNG image', ''),
+    (b'GIF8', 'a GIF image', ''),
+    (b'%PDF', 'a PDF document', ''),
+    (b'\x1f\x8b', 'gzip-compressed data', 'unpack it first'),
+    (b'BZh', 'bzip2-compressed data', 'unpack it first'),
+    (b'\xfd7zXZ\x00', 'xz-compressed data', 'unpack it first'),
+    (b"7z\xbc\xaf\x27\x1c", 'a 7-Zip archive', 'unpack it first'),
+    (b'\x89HDF\r\n\x1a\n', 'an HDF5 file', 'Keras/TensorFlow weights do not load here'),
+    (b'\x93NUMPY', 'a NumPy .npy array', ''),
+)
+
+
+def describe_non_checkpoint(path) -> Optional[str]:
+    """What the file at ``path`` is, when it is not a PyTorch checkpoint.
+
+    Reads only the head of the file (and, for a zip, its directory), so it is cheap to
+    call after ``torch.load`` failed.
+
+    Returns:
+        str or None: A phrase following the path, e.g. ``'is not a PyTorch checkpoint: it
+        is an HTML page ...'`` or ``'is a PyTorch checkpoint cut short ...'``; None when
+        the file looks like a complete ``torch.save`` archive (a zip holding a
+        ``data.pkl``, or the legacy format).
+    """
+    size = os.path.getsize(path)
+    with open(path, 'rb') as f:
+        head = f.read(4096)
+    if not head:
+        return 'is empty (0 bytes): the download or copy did not complete'
+    if head.startswith((b'PK\x03\x04', b'PK\x05\x06')):
+        return _describe_zip(path, head, size)
+    if head[2:14] == _LEGACY_MAGIC:
+        return None
+    if len(head) > 9 and head[8:9] == b'{' and struct.unpack('<Q', head[:8])[0] < size:
+        return 'is a safetensors file: name it *.safetensors to have it read as one'
+    what, todo = _identify(head)
+    return (f'is not a PyTorch checkpoint: it is {what} ({size:,} bytes)'
+            + (f'; {todo}' if todo else ''))
+
+
+def _identify(head: bytes) -> Tuple[str, str]:
+    """(what ``head`` begins, what to do) for a file that is no torch archive."""
+    for prefix, what, todo in _SIGNATURES:
+        if head.startswith(prefix):
+            return what, todo
+    if head[257:262] == b'ustar':
+        return 'a tar archive', 'unpack it first'
+    text = _as_text(head)
+    if text is not None:
+        return _identify_text(text)
+    if head[:1] == b'\x80' and 2 <= head[1] <= 5:
+        return 'a Python pickle not written by torch.save', 'save the weights with torch.save'
+    return f'binary data of an unknown format, beginning {head[:8].hex(" ")}', ''
+
+
+def _describe_zip(path, head, size) -> Optional[str]:
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError):
+        # torch.save writes the archive's directory last: a cut-short file lacks it.
+        # The first entry's name (local header, offset 30) tells whose archive it was.
+        first = head[30:30 + int.from_bytes(head[26:28], 'little')]
+        whose = 'a PyTorch checkpoint' if first.endswith(b'data.pkl') else 'a zip archive'
+        return (f'is {whose} cut short ({size:,} bytes, the end of the archive is missing): '
+                'the download or copy was interrupted')
+    if any(n == 'data.pkl' or n.endswith('/data.pkl') for n in names):
+        return None
+    shown = ', '.join(names[:3]) + (', ...' if len(names) > 3 else '')
+    return (f'is not a PyTorch checkpoint: it is a zip archive of other files '
+            f'({shown or "none"})')
+
+
+def _as_text(head: bytes) -> Optional[str]:
+    """``head`` decoded, when it reads as text (UTF-8, almost all printable)."""
+    if b'\x00' in head:
+        return None
+    text = head.decode('utf-8', errors='replace')
+    odd = sum(not (c.isprintable() or c in '\t\r\n') for c in text)
+    return text if odd <= len(text) // 50 else None
+
+
+def _identify_text(text: str) -> Tuple[str, str]:
+    start = text.lstrip().lower()
+    if start.startswith('version https://git-lfs'):
+        return 'a Git LFS pointer', 'fetch the file itself (git lfs pull)'
+    if start.startswith(('<!doctype html', '<html')) or '<html' in start[:1000]:
+        title = re.search(r'<title[^>]*>([^<]*)', text, re.IGNORECASE)
+        title = title.group(1).strip()[:60] if title else ''
+        return (f'an HTML page{f" titled {title!r}" if title else ""}',
+                'a web page (login, error or redirect) was saved in place of the file')
+    if start.startswith('<?xml'):
+        return 'an XML document', 'probably an error reply of the download site'
+    first = next((line.strip() for line in text.splitlines() if line.strip()), '')
+    return f'{"JSON " if start[:1] in "{[" else ""}text beginning {first[:60]!r}', ''
+
+
+def _torch_reason(error: Exception) -> str:
+    """The cause in torch's message, without its advice about ``weights_only``."""
+    text = str(error)
+    if 'WeightsUnpickler error:' in text:
+        text = text.split('WeightsUnpickler error:', 1)[1]
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and 'weights_only' not in line]
+    return lines[0] if lines else type(error).__name__
+
+
+def unreadable_message(path, error: Exception) -> Optional[str]:
+    """The error for a file that ``torch.load`` failed on with ``error``: what the file
+    is, and what to do; never torch's advice to load with ``weights_only=False``.
+
+    Returns None when ``error`` is torch refusing pickled objects of an intact
+    checkpoint: that is about trust, not about the file, and torch's message stands.
+    """
+    what = describe_non_checkpoint(path)
+    if what is None:
+        if isinstance(error, pickle.UnpicklingError) and _unsafe_globals(path):
+            return None
+        what = (f'is a PyTorch checkpoint that torch cannot read ({_torch_reason(error)}): it '
+                'is probably damaged')
+    return f'{path} {what}. {GET_A_CHECKPOINT}'
 
 
 def _unsafe_globals(path) -> list:
