@@ -104,6 +104,3 @@ def test_export_tool(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out.exists() and max(report['max_abs_err'].values()) < 1e-4
-
-
-@pytest.mark.slow
