@@ -325,7 +325,7 @@ def read_file(path: str, kind: str = 'image', decode: bool = True) -> FileRead:
                 return FileRead([], size, mode, orientation, None, 0)
             try:
                 im.load()
-                pixels = np.asarray(im) if kind == 'mask' else None
+                pixels = np.array(im) if kind == 'mask' else None     # as mmseg
             except Exception as e:
                 return _decode_failure(path, e)
         if kind == 'image' and _cv2() is not None:
@@ -374,7 +374,8 @@ class PairCheck(NamedTuple):
 
 def _histogram(arr: np.ndarray) -> Dict[int, int]:
     if arr.dtype in (np.uint8, np.bool_):       # bincount: ~20x faster than unique
-        counts = np.bincount(arr.reshape(-1).view(np.uint8))
+        # (not a view: Pillow's 1-bit masks hold True as byte 255)
+        counts = np.bincount(arr.reshape(-1).astype(np.uint8, copy=False))
         return {v: int(n) for v, n in enumerate(counts.tolist()) if n}
     values, counts = np.unique(arr, return_counts=True)
     return dict(zip(values.tolist(), counts.tolist()))
@@ -571,7 +572,7 @@ def parallel_map(func: Callable, items: Sequence, jobs: Optional[int] = None,
 
 @dataclass
 class FileTally:
-    """How many images and masks a check read, and how many bytes it decoded."""
+    """How many images and masks a check looked at, and how many bytes it decoded."""
     images: int = 0
     masks: int = 0
     nbytes: int = 0
@@ -627,8 +628,7 @@ def check_sample(img: Optional[str], seg: Optional[str] = None, check_sizes: boo
         if path is not None and ok and (decode or sizes):
             reads[kind] = read_file(path, kind, decode)
             problems += reads[kind].problems
-    tally.images = int('image' in reads)
-    tally.masks = int('mask' in reads)
+    tally.images, tally.masks = int(img is not None), int(seg is not None)
     tally.nbytes = sum(r.nbytes for r in reads.values())
     if sizes and not problems:
         img_hw, seg_hw = reads['image'].size, reads['mask'].size

@@ -167,10 +167,10 @@ class DatasetCheckHook(Hook):
             runner.logger.error(head + _listing(problems, limit=None) + tail)
             raise (FileNotFoundError if missing else ValueError)(
                 head + _listing(problems) + tail)
-        how = 'decoded' if self.decode else 'headers read'
-        runner.logger.info(f'DatasetCheckHook: data files of {", ".join(splits)} checked '
-                           f'({how}): {checked}'
-                           + (f' on {world_size} ranks' if world_size > 1 else ''))
+        how = 'decoded' if self.decode else 'headers only'
+        ranks = f', {world_size} ranks' if world_size > 1 else ''
+        runner.logger.info(f'DatasetCheckHook: {", ".join(splits)}: checked {checked} '
+                           f'({how}, {self._workers()} thread(s){ranks})')
 
     def before_train(self, runner):
         self._check(runner, [s for s in self.splits if s in ('train', 'val')])
