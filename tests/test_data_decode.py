@@ -325,3 +325,25 @@ def test_hook_calls_nothing_distributed_in_one_process(coco_dataset, monkeypatch
 def test_hook_rejects_bad_worker_counts():
     with pytest.raises(ValueError, match='num_workers'):
         DatasetCheckHook(num_workers=0)
+
+
+# ------------------------------------------------------------------ shipped configs
+def test_own_data_template_checks_its_data_by_default_and_passes_the_toy_set(folders, caplog):
+    """On in the template (user data is where broken files come from), off in the ADE20K
+    and COCO configs (the bases say how to switch it on and what it costs)."""
+    from mmseg.registry import DATASETS
+    template = Config.fromfile(str(
+        ROOT / 'configs/custom/inline-swin-t-in1k-pre_upernet_1xb4-20k_custom-512x512.py'))
+    assert [h['type'] for h in template.custom_hooks] == ['DatasetCheckHook']
+    for shipped in ('upernet', 'mask_rcnn'):
+        hooks = Config.fromfile(str(SHIPPED[shipped])).get('custom_hooks') or []
+        assert 'DatasetCheckHook' not in [h['type'] for h in hooks], shipped
+    init_default_scope('mmseg')
+    built = []
+    for loader in (template.train_dataloader, template.val_dataloader):
+        loader.dataset.data_root = str(folders[0])
+        built.append(DATASETS.build(loader.dataset))
+    with caplog.at_level(logging.INFO, 'test_data_decode'):
+        DatasetCheckHook(**{k: v for k, v in template.custom_hooks[0].items() if k != 'type'}
+                         ).before_train(_runner(*built))
+    assert 'checked 9 images and 9 masks (' in caplog.text
