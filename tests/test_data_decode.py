@@ -347,3 +347,16 @@ def test_own_data_template_checks_its_data_by_default_and_passes_the_toy_set(fol
         DatasetCheckHook(**{k: v for k, v in template.custom_hooks[0].items() if k != 'type'}
                          ).before_train(_runner(*built))
     assert 'checked 9 images and 9 masks (' in caplog.text
+
+
+def test_benchmark_set_is_ade20k_like_and_passes(tmp_path, capsys):
+    """tools/dev/bench_dataset_check.py times the checks on this set (at 2,000 pairs)."""
+    spec = importlib.util.spec_from_file_location(
+        '_bench_dataset_check', ROOT / 'tools' / 'dev' / 'bench_dataset_check.py')
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.make_set(str(tmp_path), 2)
+    image = Image.open(tmp_path / 'images' / 'train' / '000001.jpg')
+    assert image.size == (683, 512) and image.format == 'JPEG'
+    rc, out = _check(capsys, tmp_path, '--splits', 'train', '--jobs', 1)
+    assert rc == 0 and 'checked 2 images and 2 masks' in out, out
