@@ -95,6 +95,9 @@ COVERED = [
     (r'python tools/make_toy_dataset\.py ade data/toy_ade'
      r'|python tools/(train|test)\.py +configs/inline_swin/inline-swin-t-in1k-pre_upernet.*',
      'tests/test_readme.py::test_readme_segmentation_commands_on_toy_ade'),
+    (r'python tools/dev/bench_dataset_check\.py',
+     'writes 2,000 images and runs 9 checks (~4 min on 2 cores); its set passes the checker in '
+     'tests/test_data_decode.py::test_benchmark_set_is_ade20k_like_and_passes'),
     (r'python tools/make_toy_dataset\.py folder data/my_dataset'
      r'|python tools/check_dataset\.py .*|python tools/convert_masks\.py .*'
      r'|(mv|cp|mkdir|sed) .*my_dataset.*|python tools/(train|test)\.py configs/my_dataset.*',

@@ -205,7 +205,9 @@ def test_convert_masks_binary_unknown_nearest_gray(data, tmp_path, capsys):
     assert convert_masks.main([str(tmp_path / 'in'), str(tmp_path / 'o1'), '--palette', pal]) == 1
     out = capsys.readouterr().out
     assert 'a.png' in out and '(9,9,200) 16 px' in out and '(250,2,1) 32 px' in out
-    assert not (tmp_path / 'o1' / 'a.png').exists()
+    assert 'nothing written' in out
+    assert not (tmp_path / 'o1').exists()      # no empty or partial output folder
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith('.')] == []
     assert convert_masks.main([str(tmp_path / 'in'), str(tmp_path / 'o2'), '--palette', pal,
                                '--nearest', '8', '--ignore-color', '255,255,255',
                                '--unknown', 'ignore']) == 0
@@ -217,6 +219,31 @@ def test_convert_masks_binary_unknown_nearest_gray(data, tmp_path, capsys):
     Image.fromarray(grey).save(tmp_path / 'g' / 'b.png')
     assert convert_masks.main([str(tmp_path / 'g'), str(tmp_path / 'o3'), '--gray']) == 0
     assert np.array_equal(np.array(Image.open(tmp_path / 'o3' / 'b.png')), grey[..., 0])
+
+
+def test_convert_masks_failed_run_leaves_what_was_there(tmp_path, capsys):
+    """Into an existing folder: a failed run changes nothing in it; a good run adds and
+    replaces files of the same name and keeps the others."""
+    (tmp_path / 'in' / 'sub').mkdir(parents=True)
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / 'in' / 'sub' / 'a.png')
+    bad = np.zeros((4, 4, 3), np.uint8)
+    bad[0, 0] = (9, 9, 9)
+    Image.fromarray(bad).save(tmp_path / 'in' / 'b.png')
+    out = tmp_path / 'out'
+    (out / 'sub').mkdir(parents=True)
+    (out / 'keep.txt').write_text('mine')
+    (out / 'sub' / 'a.png').write_bytes(b'old')
+    before = sorted(p.relative_to(out) for p in out.rglob('*'))
+    args = [str(tmp_path / 'in'), str(out), '--palette', '0,0,0;255,0,0']
+    assert convert_masks.main(args) == 1
+    assert sorted(p.relative_to(out) for p in out.rglob('*')) == before
+    assert (out / 'sub' / 'a.png').read_bytes() == b'old'
+    (tmp_path / 'in' / 'b.png').unlink()
+    assert convert_masks.main(args) == 0
+    assert (out / 'keep.txt').read_text() == 'mine'
+    assert np.array_equal(np.array(Image.open(out / 'sub' / 'a.png')), np.zeros((4, 4)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['in', 'out']   # no scratch left
+    capsys.readouterr()
 
 
 # ---------------------------------------------------------- SegFolderDataset

@@ -4,6 +4,13 @@
     python tools/check_dataset.py data/my_dataset                 # images/, masks/, meta.json
     python tools/check_dataset.py --config configs/custom/my.py   # exactly what the config reads
     python tools/check_dataset.py --config CONFIG --cfg-options train_dataloader.dataset.data_root=X
+    python tools/check_dataset.py data/my_dataset --quick         # headers only, seconds
+
+Every image and mask is read and decoded in full, as the training pipelines decode
+them (images with OpenCV and Pillow, masks with Pillow), on --jobs threads (default:
+one per CPU); the summary says how many files, how many bytes and how long. --quick
+reads only the image headers (the masks are still decoded for their labels), so
+truncated or corrupt images are not found.
 
 Layout checked (names pair up by file stem; see README "Fine-tune on your own data")::
 
@@ -24,7 +31,13 @@ Problems (exit status 1; each line names the file):
   label-out-of-range              label values >= num_classes other than ignore_index
   binary-0-255                    a 2-class set stored as 0/255: 255 is the ignore index,
                                   so the foreground would never be learned
-  unreadable                      a file that cannot be opened
+  unreadable                      a file whose header cannot be read: empty (0 bytes),
+                                  another format (e.g. text named .jpg), garbage
+  truncated                       a file that ends before its pixels do (interrupted
+                                  download or copy; not found by --quick for images)
+  corrupt                         pixels that do not decode, or that OpenCV (the image
+                                  loader of the pipelines) cannot decode in full
+                                  (not found by --quick for images)
   meta                            meta.json missing, malformed or inconsistent
 Warnings (exit status 0): files in image folders that are not images, classes that
 never occur in a split.
@@ -35,11 +48,13 @@ training hooks apply too (``--config`` also needs mmengine and mmseg).
 import argparse
 import os.path as osp
 import sys
+import time
 from collections import Counter
 from typing import List, Optional, Sequence
 
-from inline_mm.datasets.checks import (IMAGE_SUFFIXES, Problem, binary_problems, check_pair,
-                                       label_problems, read_meta, scan_split)
+from inline_mm.datasets.checks import (IMAGE_SUFFIXES, FileTally, Problem, binary_problems,
+                                       check_pair, default_jobs, label_problems, parallel_map,
+                                       read_meta, scan_split)
 
 
 class Report:
@@ -82,18 +97,68 @@ class Split:
         self.mask_suffix = mask_suffix
 
 
-def check_split(split: Split, report: Report, stats: dict):
-    """Check one split's files; per-mask label histograms go to ``stats[split.name]``."""
-    files = scan_split(split.img_dir, split.mask_dir, split.img_suffixes, split.mask_suffix,
-                       split.name)
-    report.add(files.warnings, warning=True)
-    report.add(files.problems)
-    hist = stats.setdefault(split.name, {})
-    for img_path, mask_path in files.pairs:
-        problems, labels = check_pair(img_path, mask_path)
-        report.add(problems)
-        if labels is not None:
-            hist[mask_path] = labels
+class Progress:
+    """A progress line on stderr for checks that take a while: refreshed in place on a
+    terminal, otherwise one line every ``every`` seconds; nothing in the first
+    ``after`` seconds (small sets and test logs stay quiet)."""
+
+    def __init__(self, what: str, stream=None, after: float = 2.0, every: float = 30.0):
+        self.what, self.stream = what, stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.after, self.every = after, (0.2 if self.tty else every)
+        self.start = self.last = time.monotonic()
+        self.shown = False
+
+    def __call__(self, done: int, total: int):
+        now = time.monotonic()
+        if now - self.start < self.after or (now - self.last < self.every and done < total):
+            return
+        self.last = now
+        line = (f'{self.what}: {done:,} of {total:,} ({100 * done / total:.0f}%), '
+                f'{now - self.start:.0f} s')
+        if self.tty:
+            self.stream.write(f'\r{line}\033[K')
+        else:
+            self.stream.write(line + '\n')
+        self.stream.flush()
+        self.shown = True
+
+    def close(self):
+        if self.tty and self.shown:
+            self.stream.write('\r\033[K')
+            self.stream.flush()
+
+
+def _pair_task(args):
+    img_path, mask_path, decode = args
+    return check_pair(img_path, mask_path, read_labels=True, decode=decode)
+
+
+def check_splits(splits: Sequence[Split], report: Report, stats: dict, decode: bool = True,
+                 jobs: int = 1) -> FileTally:
+    """Check the splits' files, decoding all pairs on ``jobs`` threads; per-mask label
+    histograms go to ``stats[split.name]``. Returns what was read."""
+    pairs = []
+    for split in splits:
+        files = scan_split(split.img_dir, split.mask_dir, split.img_suffixes,
+                           split.mask_suffix, split.name)
+        report.add(files.warnings, warning=True)
+        report.add(files.problems)
+        stats.setdefault(split.name, {})
+        pairs += [(split.name, img, mask) for img, mask in files.pairs]
+    progress = Progress('decoding image/mask pairs' if decode else 'reading image/mask pairs')
+    try:
+        results = parallel_map(_pair_task, [(img, mask, decode) for _, img, mask in pairs],
+                               jobs, progress)
+    finally:
+        progress.close()
+    tally = FileTally(images=len(pairs), masks=len(pairs))
+    for (name, _, mask_path), found in zip(pairs, results):
+        report.add(found.problems)
+        tally.nbytes += found.nbytes
+        if found.histogram is not None:
+            stats[name][mask_path] = found.histogram
+    return tally
 
 
 def class_summary(stats: dict, classes: Optional[Sequence[str]], num_classes: int,
@@ -208,10 +273,18 @@ def parse_args(argv=None):
     p.add_argument('--img-dir', default='images', help='image folder under ROOT (images)')
     p.add_argument('--mask-dir', default='masks', help='mask folder under ROOT (masks)')
     p.add_argument('--mask-suffix', default='.png', help='mask extension (.png)')
+    p.add_argument('--quick', action='store_true',
+                   help='read only the image headers (masks are still decoded): seconds '
+                        'instead of minutes, but truncated or corrupt images are not found')
+    p.add_argument('--jobs', type=int, default=default_jobs(),
+                   help='threads that decode the files (default: one per CPU, here '
+                        f'{default_jobs()}); 1 decodes on the main thread')
     p.add_argument('--quiet', action='store_true', help='print only the summary')
     args = p.parse_args(argv)
     if bool(args.root) == bool(args.config):
         p.error('give a dataset folder or --config (one of them)')
+    if args.jobs < 1:
+        p.error(f'--jobs must be at least 1, got {args.jobs}')
     return args
 
 
@@ -268,8 +341,9 @@ def main(argv=None) -> int:
                        f'{len(classes)} class names but num_classes={num_classes}')
 
     stats: dict = {}
-    for split in splits:
-        check_split(split, report, stats)
+    start = time.perf_counter()
+    tally = check_splits(splits, report, stats, decode=not args.quick, jobs=args.jobs)
+    seconds = time.perf_counter() - start
     histograms = {p: h for s in stats.values() for p, h in s.items()}
     binary = binary_problems(histograms, num_classes, ignore_index, reduce_zero_label)
     report.add(binary)
@@ -278,6 +352,12 @@ def main(argv=None) -> int:
                               num_classes, ignore_index, reduce_zero_label))
     class_summary(stats, classes, num_classes, reduce_zero_label, report)
 
+    threads = min(args.jobs, tally.images)
+    print(f'checked {tally.describe(seconds, headers_only=args.quick)}'
+          + (f' on {threads} threads' if threads > 1 else ''))
+    if args.quick:
+        print('quick: image headers only, images not decoded: truncated or corrupt images '
+              'are not found (run without --quick to decode them)')
     if report.problems:
         kinds = Counter(p[0] for p in report.problems)
         files = {p[1] for p in report.problems}

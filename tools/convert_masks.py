@@ -10,9 +10,10 @@ palette-mode PNGs (``<stem>.png``, sub-folders kept): image viewers show the cla
 colours, and mmseg reads the indices. Grey masks are matched as colours ``(v, v, v)``,
 so 0/255 "object on black" masks become 0/1 with the palette ``[[0,0,0],[255,255,255]]``.
 
-Colours that are not in the palette are an error (listed per file, nothing written
-for that file) unless ``--nearest D`` maps colours within distance D of an entry
-(JPEG or anti-aliasing noise) or ``--unknown ignore`` labels them ``--ignore-index``.
+Colours that are not in the palette are an error, listed per file, unless ``--nearest
+D`` maps colours within distance D of an entry (JPEG or anti-aliasing noise) or
+``--unknown ignore`` labels them ``--ignore-index``. A run with any error writes
+nothing: the output appears only when every mask converted.
 ``--ignore-color r,g,b`` (repeatable) marks colours that mean "unlabelled" (e.g.
 a white border) as ``--ignore-index``. Only numpy and Pillow are needed.
 """
@@ -20,7 +21,9 @@ import argparse
 import json
 import os
 import os.path as osp
+import shutil
 import sys
+import tempfile
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -185,18 +188,45 @@ def main(argv=None) -> int:
     if not files:
         print(f'error: no mask images ({", ".join(MASK_SUFFIXES)}) in {args.src}')
         return 1
+    # Everything is written into a scratch folder beside the output and moved there only
+    # when every mask converted: a failed run leaves no partial output (and removes only
+    # its scratch folder, nothing that was there before).
+    parent = osp.dirname(osp.abspath(args.dst))
+    os.makedirs(parent, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=f'.{osp.basename(osp.abspath(args.dst))}.', dir=parent)
     failed = 0
-    for src in files:
-        rel = osp.splitext(osp.relpath(src, args.src))[0] + '.png'
-        dst = osp.join(args.dst, rel)
-        os.makedirs(osp.dirname(dst), exist_ok=True)
-        error = convert_file(src, dst, args, palette)
-        if error:
-            failed += 1
-            print(f'ERROR {osp.relpath(src, args.src)}: {error}')
-    print(f'converted {len(files) - failed} of {len(files)} mask(s) into {args.dst}'
-          + (f'; {failed} failed (nothing written for them)' if failed else ''))
-    return 1 if failed else 0
+    try:
+        for src in files:
+            rel = osp.splitext(osp.relpath(src, args.src))[0] + '.png'
+            dst = osp.join(scratch, rel)
+            os.makedirs(osp.dirname(dst), exist_ok=True)
+            error = convert_file(src, dst, args, palette)
+            if error:
+                failed += 1
+                print(f'ERROR {osp.relpath(src, args.src)}: {error}')
+        if not failed:
+            publish(scratch, args.dst)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if failed:
+        print(f'{failed} of {len(files)} mask(s) failed: nothing written (fix them and run '
+              'again)')
+        return 1
+    print(f'converted {len(files)} mask(s) into {args.dst}')
+    return 0
+
+
+def publish(scratch: str, dst: str):
+    """Move the converted masks from ``scratch`` to ``dst``: a rename when ``dst`` does
+    not exist, else file by file (files of the same name are replaced, others kept)."""
+    if not osp.exists(dst):
+        os.rename(scratch, dst)
+        return
+    for dirpath, _, names in os.walk(scratch):
+        target = osp.join(dst, osp.relpath(dirpath, scratch))
+        os.makedirs(target, exist_ok=True)
+        for name in names:
+            os.replace(osp.join(dirpath, name), osp.join(target, name))
 
 
 if __name__ == '__main__':
