@@ -287,17 +287,17 @@ def verify_file(path: Path, t: Target, content_type: str = '') -> str:
     size = path.stat().st_size
     sent = f'{t.url} did not send a checkpoint of {t.label}' if t.release else \
         f'{t.url} did not send an InLine checkpoint'
-    ctype = f', Content-Type {content_type}' if content_type else ''
+    ctype = f'Content-Type {content_type}' if content_type else ''
     if path.suffix != '.safetensors':
-        what = describe_non_checkpoint(path)
+        what = describe_non_checkpoint(path)        # names the size itself
         if what is not None:
-            raise WeightsError(f'{sent}: what arrived{ctype} {what}.')
+            raise WeightsError(f'{sent}: what arrived{f" ({ctype})" if ctype else ""} {what}.')
     try:
         state = extract_state_dict(read_checkpoint(path))
         family = detect_family(state)
     except CheckpointError as e:
-        raise WeightsError(f'{sent}: what arrived ({size:,} bytes{ctype}) cannot be used: '
-                           f'{e}') from None
+        raise WeightsError(f'{sent}: what arrived ({size:,} bytes{", " + ctype if ctype else ""}) '
+                           f'cannot be used: {e}') from None
     if t.family is not None:
         if family != t.family.name:
             raise WeightsError(f'{sent}: what arrived ({size:,} bytes) is a checkpoint of '
@@ -307,7 +307,8 @@ def verify_file(path: Path, t: Target, content_type: str = '') -> str:
             check_layout(t.family.convert(state), family, family, t.family.presets[arch]['depths'],
                          arch, t.family.presets, t.family.cls.block_key)
         except CheckpointError as e:
-            raise WeightsError(f'{sent}: what arrived ({size:,} bytes) is {e}') from None
+            raise WeightsError(f'{sent}: what arrived ({size:,} bytes) is not {family} {arch}: '
+                               f'{e}') from None
     digest = sha256_of(path)
     if t.known_sha256 and digest != t.known_sha256:
         raise WeightsError(f'{sent}: what arrived has sha256 {digest}, expected '
