@@ -2,7 +2,6 @@
 backbone and runs one loss step (forward + backward) on CPU."""
 import copy
 import functools
-import re
 from pathlib import Path
 
 import pytest

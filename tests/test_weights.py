@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import GOLDEN
+from conftest import GOLDEN, shrink_backbone
 from inline_mm import weights
 from inline_mm.models import FAMILIES, InLinePVT, InLineSwin, load_pretrained
 from inline_mm.weights import SCHEME, WeightsError
@@ -538,3 +538,28 @@ def test_train_with_a_url_in_init_cfg(host, cache, tmp_path):
     assert [p for p, _ in host.requests] == [f'/f/{LINK}/?dl=1', '/files/inline_swin_t.pth']
     name = weights.target(url).file
     assert leftovers(cache) == [name, f'{name}.sha256']
+
+
+@pytest.mark.parametrize('config', [
+    'inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
+    'inline_pvt/mask-rcnn_inline-pvt-s_fpn_1x_coco.py'])
+def test_shipped_config_takes_a_local_path_through_cfg_options(config, tmp_path, monkeypatch):
+    """``--cfg-options model.backbone.init_cfg.checkpoint=PATH`` replaces a shipped config's
+    short name: that file is loaded and nothing is looked up (offline, no server)."""
+    from mmengine.config import Config
+    monkeypatch.setenv('INLINE_MM_OFFLINE', '1')
+    cfg = Config.fromfile(str(ROOT / 'configs' / config))
+    assert cfg.model.backbone.init_cfg.checkpoint.startswith(SCHEME)
+    local = tmp_path / 'my weights.pth'
+    cfg.merge_from_dict({'model.backbone.init_cfg.checkpoint': str(local)})  # --cfg-options
+    backbone = cfg.model.backbone.to_dict()
+    init_cfg = backbone['init_cfg']
+    shrink_backbone(backbone)                   # CPU-test widths (drops init_cfg)
+    family = FAMILIES[backbone.pop('type')]
+    source = family.cls(**backbone)
+    source.init_weights()
+    torch.save({'model': source.state_dict()}, local)
+    model = family.cls(**dict(backbone, init_cfg=init_cfg))
+    model.init_weights()
+    for k, v in source.state_dict().items():
+        assert torch.equal(model.state_dict()[k], v), k
