@@ -243,7 +243,8 @@ def _checked(path: Path, t: Target) -> Path:
     verified as a download would be and its hash recorded."""
     expected = t.known_sha256 or _read_record(path)
     if expected is None:
-        digest = verify_file(path, t)
+        digest = verify_file(path, t, intro=f'{path} (in the cache with no recorded hash) is '
+                                            f'not a checkpoint of {t.label}')
         _write_record(path, digest)
         print_log(f'{t.label}: {path} was put in the cache by hand; verified, sha256 '
                   f'{digest} recorded', logger='current')
@@ -275,43 +276,52 @@ def _manual_route(t: Target) -> str:
 
 
 # ------------------------------------------------------------------ verifying
-def verify_file(path: Path, t: Target, content_type: str = '') -> str:
+def verify_file(path: Path, t: Target, content_type: str = '',
+                intro: Optional[str] = None) -> str:
     """Check that ``path`` is what ``t`` names; returns its sha256.
 
     The file must be read by the safe reader and be a checkpoint of an InLine family; for
     a released file, of its family and variant (depths), and of its hash where known.
 
+    Args:
+        path (Path): The file.
+        t (Target): What it should be.
+        content_type (str): The server's ``Content-Type`` for it (named in errors).
+        intro (str, optional): How an error begins; default ``'<url> did not send a
+            checkpoint of <name>'`` (the file was just downloaded).
+
     Raises:
-        WeightsError: naming ``t``'s URL and what the file turned out to be.
+        WeightsError: naming ``t``'s URL (or ``intro``) and what the file turned out to be.
     """
     size = path.stat().st_size
-    sent = f'{t.url} did not send a checkpoint of {t.label}' if t.release else \
-        f'{t.url} did not send an InLine checkpoint'
+    sent = intro or (f'{t.url} did not send a checkpoint of {t.label}' if t.release else
+                     f'{t.url} did not send an InLine checkpoint')
+    it = 'the file' if intro else 'what arrived'
     ctype = f'Content-Type {content_type}' if content_type else ''
     if path.suffix != '.safetensors':
         what = describe_non_checkpoint(path)        # names the size itself
         if what is not None:
-            raise WeightsError(f'{sent}: what arrived{f" ({ctype})" if ctype else ""} {what}.')
+            raise WeightsError(f'{sent}: {it}{f" ({ctype})" if ctype else ""} {what}.')
     try:
         state = extract_state_dict(read_checkpoint(path))
         family = detect_family(state)
     except CheckpointError as e:
-        raise WeightsError(f'{sent}: what arrived ({size:,} bytes{", " + ctype if ctype else ""}) '
+        raise WeightsError(f'{sent}: {it} ({size:,} bytes{", " + ctype if ctype else ""}) '
                            f'cannot be used: {e}') from None
     if t.family is not None:
         if family != t.family.name:
-            raise WeightsError(f'{sent}: what arrived ({size:,} bytes) is a checkpoint of '
+            raise WeightsError(f'{sent}: {it} ({size:,} bytes) is a checkpoint of '
                                f'{family}, not of {t.family.name}.')
         arch = t.release.arch
         try:
             check_layout(t.family.convert(state), family, family, t.family.presets[arch]['depths'],
                          arch, t.family.presets, t.family.cls.block_key)
         except CheckpointError as e:
-            raise WeightsError(f'{sent}: what arrived ({size:,} bytes) is not {family} {arch}: '
+            raise WeightsError(f'{sent}: {it} ({size:,} bytes) is not {family} {arch}: '
                                f'{e}') from None
     digest = sha256_of(path)
     if t.known_sha256 and digest != t.known_sha256:
-        raise WeightsError(f'{sent}: what arrived has sha256 {digest}, expected '
+        raise WeightsError(f'{sent}: {it} has sha256 {digest}, expected '
                            f'{t.known_sha256}.')
     return digest
 
@@ -588,28 +598,27 @@ def _cmd_fetch(args) -> int:
 
 def _cmd_verify(args) -> int:
     by_file = {r.file: _release_target(f, r) for f, r in releases().values()}
-    files = [(p, by_file.get(p.name) or Target(str(p), p.name))
-             for p in sorted(cache_dir().glob('*'))
-             if p.is_file() and p.suffix != '.sha256' and not p.name.startswith('.')]
-    files += [(Path(MANUAL_DIR) / f, t) for f, t in by_file.items()
+    cached = [(p, by_file.get(p.name) or Target(str(p), p.name), True)
+              for p in sorted(cache_dir().glob('*'))
+              if p.is_file() and p.suffix != '.sha256' and not p.name.startswith('.')]
+    manual = [(Path(MANUAL_DIR) / f, t, False) for f, t in by_file.items()
               if (Path(MANUAL_DIR) / f).is_file()]
-    if not files:
+    if not cached + manual:
         print(f'nothing to verify: no files in {cache_dir()} or {MANUAL_DIR}/')
         return 0
     failed = 0
-    for path, t in files:
+    for path, t, in_cache in cached + manual:
         try:
-            digest = verify_file(path, t)
-            expected = t.known_sha256 or (None if path.parent.name == MANUAL_DIR
-                                          else _read_record(path))
-            if expected is None and path.parent.name != MANUAL_DIR:
-                _write_record(path, digest)
-                note = 'hash recorded now'
-            elif expected is None:
-                note = 'no hash to compare'
-            else:
+            digest = verify_file(path, t, intro=f'{path} is not a checkpoint of {t.label}')
+            expected = t.known_sha256 or (_read_record(path) if in_cache else None)
+            if expected is not None:
                 _compare(path, digest, expected, t, recorded=not t.known_sha256)
                 note = 'hash matches'
+            elif in_cache:              # put there by hand: recorded from now on
+                _write_record(path, digest)
+                note = 'hash recorded now'
+            else:
+                note = 'no hash known to compare'
             print(f'ok    {path}  ({t.label}, sha256 {digest[:16]}..., {note})')
         except WeightsError as e:
             print(f'FAIL  {path}: {e}')
@@ -624,8 +633,8 @@ def _cmd_path(args) -> int:
         print(path)
         return 0
     print(cache_dir() / t.file)
-    print(f'(not on this machine yet: python -m inline_mm.weights fetch {args.name}, or put '
-          f'{t.release.url if t.release else t.url} there)', file=sys.stderr)
+    print(f'(not on this machine yet: python -m inline_mm.weights fetch {args.name} downloads '
+          f'it from {t.url}; or put the file there)', file=sys.stderr)
     return 1
 
 

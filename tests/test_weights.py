@@ -14,6 +14,7 @@ import http.server
 import io
 import os
 import re
+import runpy
 import subprocess
 import sys
 import threading
@@ -416,7 +417,9 @@ def test_file_put_in_the_cache_by_hand_is_verified_and_recorded(cache, monkeypat
     cache.mkdir()
     pvt = official_bytes(InLinePVT, **smoke('InLinePVT'))
     (cache / 'inline_swin_t.pth').write_bytes(pvt)          # the wrong file, by hand
-    with pytest.raises(WeightsError, match='is a checkpoint of InLinePVT, not of InLineSwin'):
+    with pytest.raises(WeightsError, match=r'inline_swin_t\.pth \(in the cache with no recorded '
+                                           r'hash\) is not a checkpoint of inline://swin_t: the '
+                                           r'file .* is a checkpoint of InLinePVT'):
         weights.resolve('inline://swin_t')
     (cache / 'inline_swin_t.pth').write_bytes(official_bytes(**NARROW_SWIN_T))
     weights.resolve('inline://swin_t')
@@ -496,21 +499,37 @@ def test_cli_runs_as_a_module(cache):
 
 
 def test_convert_tool_and_timm_take_names(host, cache, monkeypatch, swin_t_bytes, tmp_path):
-    mirrored(host, monkeypatch, **{'inline_swin_t.pth': swin_t_bytes})
-    sys.path.insert(0, str(ROOT / 'tools'))
-    try:
-        import convert_checkpoint
-    finally:
-        sys.path.pop(0)
-    dst = tmp_path / 'swin_t.safetensors'
-    convert_checkpoint.main(['inline://swin_t', str(dst)])
+    from safetensors.torch import load_file
+
     from inline_mm.timm import create_backbone
+    mirrored(host, monkeypatch, **{'inline_swin_t.pth': swin_t_bytes})
+    served = torch.load(io.BytesIO(swin_t_bytes), weights_only=True)['model']
+    dst = tmp_path / 'swin_t.safetensors'
+    runpy.run_path(str(ROOT / 'tools/convert_checkpoint.py'))['main'](['inline://swin_t', str(dst)])
+    converted = load_file(dst)
+    assert converted and all(torch.equal(v, served[k]) for k, v in converted.items())
     model = create_backbone('inline_swin_tiny', pretrained=True, file='inline://swin_t',
                             embed_dims=16, num_heads=(1, 2, 4, 8))
-    converted = load_pretrained(InLineSwin(**NARROW_SWIN_T), str(dst))
-    assert not converted['missing'] or all(k.startswith('norm') for k in converted['missing'])
-    assert model.backbone.patch_embed.proj.weight.shape[0] == 16
-    assert host.bodies('inline_swin_t.pth') == [None]       # one download served all three
+    for k, v in model.backbone.state_dict().items():
+        assert torch.equal(v, served[k]), k
+    assert host.bodies('inline_swin_t.pth') == [None]       # one download served both
+
+
+def test_progress_on_a_terminal_shows_size_speed_and_time_left(host, tmp_path, monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    host.files['w.pth'] = bytes(300_000)
+    host.pace = 0.1                                          # 5 chunks, 0.5 s
+    monkeypatch.setattr(sys, 'stderr', Terminal())
+    info = weights.download(f'{host.url}/files/w.pth', tmp_path / 'w.pth', label='w.pth')
+    shown = sys.stderr.getvalue()
+    assert info['size'] == 300_000 and shown.endswith('\n') and shown.count('\r') >= 2
+    assert re.search(r'\rw\.pth: 300\.0 kB / 300\.0 kB 100% [\d.]+ kB/s ETA 00:00:00\x1b\[K\n$',
+                     shown), shown
+    assert re.search(r'\rw\.pth: \d+\.\d kB / 300\.0 kB +\d+% [\d.]+ kB/s ETA \d\d:\d\d:\d\d',
+                     shown), shown
 
 
 # ------------------------------------------------------------------ end to end
