@@ -22,9 +22,9 @@ Weights: pass them with ``pretrained_cfg_overlay=dict(file=...)``: an official f
 short name (``'inline://swin_t'``, downloaded once into the weights cache and verified,
 as for ``init_cfg``: :mod:`inline_mm.weights`), a URL or a local path.  The file goes
 through the project's safe loader (:func:`inline_mm.models.load_pretrained`): official,
-converted (safetensors) or mm checkpoints, the same default sub-dict as ``init_cfg=dict(type='Pretrained')``
-(``model``, not CSwin's ``state_dict_ema``; ``checkpoint_key=`` picks another), and
-the same refusal of another variant.  timm's own loading (``checkpoint_path=``, or
+converted (safetensors) or mm checkpoints, the same default sub-dict as
+``init_cfg=dict(type='Pretrained')`` (``model``, not CSwin's ``state_dict_ema``;
+``checkpoint_key=`` picks another), and the same refusal of another variant.  timm's own loading (``checkpoint_path=``, or
 a ``file`` through timm's loader) would refuse the official files: they hold a
 pickled yacs config, and timm loads with ``weights_only=True``.
 
