@@ -388,7 +388,7 @@ def _download_verified(t: Target, dst: Path):
         raise WeightsError(f'{e}{_manual_route(t)}') from None
     try:
         digest = verify_file(partial, t, arrived['content_type'])
-    except WeightsError:
+    except Exception:               # refused, or not even readable as far as the checks go
         _remove(partial)
         raise
     _write_record(dst, digest)

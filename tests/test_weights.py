@@ -428,10 +428,16 @@ def test_file_put_in_the_cache_by_hand_is_verified_and_recorded(cache, monkeypat
 
 
 # ------------------------------------------------------------------ concurrency
+#: resolve argv[1] once both children are ready (imports take seconds; the body takes 2 s)
 CHILD = """
-import sys, time
+import os, sys, time
+from pathlib import Path
 from inline_mm import weights
-print('started', time.monotonic(), flush=True)
+ready = Path(sys.argv[2])
+(ready / str(os.getpid())).touch()
+deadline = time.monotonic() + 60
+while len(list(ready.iterdir())) < 2 and time.monotonic() < deadline:
+    time.sleep(0.01)
 print('path', weights.resolve(sys.argv[1]), flush=True)
 """
 
@@ -441,7 +447,10 @@ def test_two_processes_download_once_and_never_see_a_partial_file(host, cache, s
     host.pace = 2. / (len(swin_t_bytes) / (1 << 16))       # the body takes ~2 s
     url = f'{host.url}/files/inline_swin_t.pth'
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1')
-    procs = [subprocess.Popen([sys.executable, '-c', CHILD, url], env=env, cwd=cache.parent,
+    ready = cache.parent / 'ready'
+    ready.mkdir()
+    procs = [subprocess.Popen([sys.executable, '-c', CHILD, url, str(ready)], env=env,
+                              cwd=cache.parent,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
     final = cache / weights.target(url).file

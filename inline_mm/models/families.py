@@ -28,11 +28,13 @@ How to add a family (InLine-DeiT is the example the table was shaped for):
    ``inline_mm/models`` and third-party packages.
 2. Add one :class:`Family` entry to :data:`FAMILIES` below; its ``smoke`` arguments
    must include ``embed_dims`` and ``depths`` (or ``depth``), as the contract tests
-   derive wider and deeper variants from them.
+   derive wider and deeper variants from them.  Its released files go in
+   ``checkpoints`` (one :class:`Release` each; list them in ``checkpoints/README.md``).
 
 That is all: the backbone is then registered in mmdet's and mmseg's ``MODELS``
 (whichever is installed), its official checkpoints are recognised by
-``tools/convert_checkpoint.py``, and ``tests/test_backbone_contract.py`` runs every
+``tools/convert_checkpoint.py`` and its released files get short names
+(``inline://<name>``, :mod:`inline_mm.weights`), and ``tests/test_backbone_contract.py`` runs every
 contract test (shapes at normal, odd and non-square sizes, minimum input, frozen
 stages, ``with_cp``, invalid arguments, checkpoint layouts, wrong-variant refusal,
 registration) on the entry's ``smoke`` configuration; ``tests/test_padding.py`` checks
