@@ -8,6 +8,9 @@
 - ``SegFolderDataset``, ``PaletteIoUMetric`` and the pipeline checks ``CheckSegMapSize``,
   ``CheckSegLabels``, ``CheckImageSize`` in mmseg's registries (with mmseg),
   and the opt-in ``NonFiniteCheckHook`` / ``DatasetCheckHook``;
+- :func:`inline_mm.weights.resolve` as the backbones' checkpoint locator, so that
+  ``init_cfg`` takes URLs and official names (``'inline://swin_t'``); nothing is
+  downloaded or created until a checkpoint is loaded;
 - mmengine's own checkpoint types on torch's ``weights_only`` allowlist
   (:mod:`inline_mm.compat`), so that every loader of mmengine checkpoints works on
   torch >= 2.6 without switching safe loading off.
@@ -22,7 +25,19 @@ checkpoint pruning and resume fallback, empty-dataset messages) are switched on 
 """
 from . import compat
 from .models import FAMILIES, InLineCSwin, InLineDeiT, InLinePVT, InLineSwin
+from .models.checkpoint import set_locator
 from .version import __version__  # noqa: E402
+
+
+def _locate_weights(reference: str) -> str:
+    # imported on first use, so that `python -m inline_mm.weights` runs a fresh module
+    from .weights import resolve
+    return resolve(reference)
+
+
+# init_cfg checkpoints may be URLs and official names ('inline://swin_t'): the backbones'
+# loader asks inline_mm.weights for the local file.
+set_locator(_locate_weights)
 
 
 def _have_mmengine() -> bool:

@@ -3,7 +3,7 @@
     import timm
     import inline_mm.timm  # registers inline_swin_tiny, inline_pvt_small, ...
     model = timm.create_model('inline_swin_tiny', pretrained=True, features_only=True,
-                              pretrained_cfg_overlay=dict(file='checkpoints/inline_swin_t.pth'))
+                              pretrained_cfg_overlay=dict(file='inline://swin_t'))
     model.feature_info.channels(), model.feature_info.reduction()   # [96, 192, 384, 768], [4, 8, 16, 32]
     features = model(images)                                        # list of NCHW maps
 
@@ -18,12 +18,13 @@ OpenMMLab backbone itself (same class, same weights, same outputs) inside
 ``feature_info``; ``out_indices`` selects the outputs as in timm.  There is no
 classifier head: with or without ``features_only`` the model returns features.
 
-Weights: the official ImageNet files have no download URL; pass the file with
-``pretrained_cfg_overlay=dict(file=...)``.  The file goes through the project's safe
-loader (:func:`inline_mm.models.load_pretrained`): official, converted (safetensors)
-or mm checkpoints, the same default sub-dict as ``init_cfg=dict(type='Pretrained')``
-(``model``, not CSwin's ``state_dict_ema``; ``checkpoint_key=`` picks another), and
-the same refusal of another variant.  timm's own loading (``checkpoint_path=``, or
+Weights: pass them with ``pretrained_cfg_overlay=dict(file=...)``: an official file's
+short name (``'inline://swin_t'``, downloaded once into the weights cache and verified,
+as for ``init_cfg``: :mod:`inline_mm.weights`), a URL or a local path.  The file goes
+through the project's safe loader (:func:`inline_mm.models.load_pretrained`): official,
+converted (safetensors) or mm checkpoints, the same default sub-dict as
+``init_cfg=dict(type='Pretrained')`` (``model``, not CSwin's ``state_dict_ema``;
+``checkpoint_key=`` picks another), and the same refusal of another variant.  timm's own loading (``checkpoint_path=``, or
 a ``file`` through timm's loader) would refuse the official files: they hold a
 pickled yacs config, and timm loads with ``weights_only=True``.
 
@@ -80,7 +81,8 @@ def create_backbone(name: str, pretrained: bool = False, file: Optional[str] = N
     Args:
         name (str): e.g. ``'inline_swin_tiny'``.
         pretrained (bool): Load ``file`` (required then).
-        file (str, optional): Official, converted or mm checkpoint file.
+        file (str, optional): Official, converted or mm checkpoint: a path, a URL or an
+            official file's short name (``'inline://swin_t'``, :mod:`inline_mm.weights`).
         checkpoint_key (str, optional): Sub-dict of the file to load (e.g.
             ``'state_dict_ema'``); default as the OpenMMLab path.
         out_indices (Sequence[int], optional): Outputs; default the backbone's.
@@ -94,9 +96,10 @@ def create_backbone(name: str, pretrained: bool = False, file: Optional[str] = N
     backbone = family.cls(arch=preset, **kwargs)
     if pretrained:
         if not file:
-            raise ValueError(f'{name}: the official weights have no download URL; pass the file: '
-                             "timm.create_model(..., pretrained=True, "
-                             "pretrained_cfg_overlay=dict(file='path/to/official.pth'))")
+            released = [r.name for r in family.checkpoints if r.arch == preset]
+            example = f'inline://{released[0]}' if released else 'path/to/checkpoint.pth'
+            raise ValueError(f'{name}: pass the weights to load: timm.create_model(..., '
+                             f"pretrained=True, pretrained_cfg_overlay=dict(file='{example}'))")
         load_pretrained(backbone, file, checkpoint_key=checkpoint_key)
     else:
         backbone.init_weights()

@@ -2,7 +2,6 @@
 backbone and runs one loss step (forward + backward) on CPU."""
 import copy
 import functools
-import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from mmengine.config import Config
 
 from conftest import CUSTOM_IMPORTS, out_channels, shrink_backbone
 
+from inline_mm import weights
 from inline_mm.models import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,9 +66,11 @@ def test_detection_config_parses(path):
     if 'toy-coco' in path:
         assert backbone.init_cfg is None          # the demo trains from scratch
     else:
-        # COCO configs start from an official file documented in checkpoints/README.md.
-        name = re.fullmatch(r'checkpoints/(inline_\w+\.pth)', ckpt)
-        assert name and f'`{name[1]}`' in README, ckpt
+        # COCO configs start from the official file of their backbone, by short name
+        # (inline_mm.weights; documented in checkpoints/README.md).
+        official = weights.target(ckpt)
+        assert official.release and f'`{ckpt}`' in README, ckpt
+        assert (official.family.name, official.release.arch) == (backbone.type, backbone.arch)
         assert cfg.optim_wrapper.optimizer.type == 'AdamW'
     amp = '_amp-' in path
     assert (cfg.optim_wrapper.type == 'AmpOptimWrapper') == amp

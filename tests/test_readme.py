@@ -55,6 +55,10 @@ COVERED = [
      'tests/test_stock_tools.py::test_mim_mmseg_get_flops_fails_as_documented'),
     (r'(\.venv/bin/)?python -m _inline_mm_mmcv_hook (install|uninstall|status)',
      'tests/test_mmcv_fallback.py::test_hook_command_installs_and_removes_its_pth'),
+    (r'python -m inline_mm\.weights (list|fetch swin_t|verify|path swin_t)',
+     'the same subcommands against a mirror on 127.0.0.1 (no test reaches the real host): '
+     'tests/test_weights.py::test_cli_list_fetch_path_verify, '
+     'tests/test_weights.py::test_cli_runs_as_a_module'),
     (r'python tools/convert_checkpoint\.py .*',
      'tests/test_checkpoint.py::test_convert_tool_writes_tensors_only_file'),
     (r'python tools/get_flops\.py .*', 'tests/test_flops.py::test_flops_cli_whole_detector_json'),

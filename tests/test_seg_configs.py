@@ -14,6 +14,7 @@ from mmseg.registry import MODELS
 from mmseg.structures import SegDataSample
 
 from conftest import CUSTOM_IMPORTS, SEG_SIZE as SIZE, shrink_segmentor as shrink
+from inline_mm import weights
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'
@@ -76,8 +77,11 @@ def test_config_builds_and_trains_a_step(path):
     cfg = _load(path)
     assert cfg.default_scope == 'mmseg'
     assert cfg.custom_imports == CUSTOM_IMPORTS
-    ckpt = cfg.model.backbone.init_cfg.checkpoint
-    assert ckpt.startswith('checkpoints/inline_') and ckpt.endswith('.pth')
+    # the official file of this backbone, by short name (downloaded once into the cache)
+    official = weights.target(cfg.model.backbone.init_cfg.checkpoint)
+    assert official.release is not None
+    assert (official.family.name, official.release.arch) == \
+        (cfg.model.backbone.type, cfg.model.backbone.arch)
     num_classes = cfg.model.decode_head.num_classes
     model = MODELS.build(shrink(cfg).model)
     # The heads keep SyncBN as in mmseg; one process without torch.distributed must
@@ -115,7 +119,7 @@ def test_upernet_recipe(v):
                 f'inline-swin-{v}-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py')
     bb = cfg.model.backbone
     assert (bb.type, bb.arch, bb.drop_path_rate) == ('InLineSwin', arch, dpr)
-    assert bb.init_cfg.checkpoint == f'checkpoints/inline_swin_{v}.pth'
+    assert bb.init_cfg.checkpoint == f'inline://swin_{v}'
     assert cfg.model.decode_head.in_channels == [c, 2 * c, 4 * c, 8 * c]
     assert cfg.model.auxiliary_head.in_channels == 4 * c
     assert cfg.model.decode_head.num_classes == cfg.model.auxiliary_head.num_classes == 150
@@ -141,7 +145,7 @@ def test_deit_upernet_recipe(v):
     bb = cfg.model.backbone
     assert (bb.type, bb.arch, bb.drop_path_rate) == ('InLineDeiT', arch, 0.1)
     assert (bb.out_indices, bb.final_norm) == ((2, 5, 8, 11), True)
-    assert bb.init_cfg.checkpoint == f'checkpoints/inline_deit_{v}.pth'
+    assert bb.init_cfg.checkpoint == f'inline://deit_{v}'
     assert cfg.model.pretrained is None
     neck = cfg.model.neck
     assert (neck.type, neck.in_channels, neck.out_channels, neck.scales) == \
@@ -165,7 +169,7 @@ def test_semantic_fpn_recipe(v):
     cfg = _load(CONFIGS / 'inline_pvt' / f'fpn_inline-pvt-{v}_4xb4-40k_ade20k-512x512.py')
     bb = cfg.model.backbone
     assert (bb.type, bb.arch, bb.drop_path_rate) == ('InLinePVT', PVT[v], 0.1)
-    assert bb.init_cfg.checkpoint == f'checkpoints/inline_pvt_{v}.pth'
+    assert bb.init_cfg.checkpoint == f'inline://pvt_{v}'
     assert cfg.model.pretrained is None
     assert cfg.model.neck.in_channels == [64, 128, 320, 512]
     assert cfg.model.decode_head.num_classes == 150

@@ -1,8 +1,10 @@
 #!/usr/bin/env python
 """Convert an official InLine ImageNet checkpoint into a tensors-only file, once.
 
-    python tools/convert_checkpoint.py checkpoints/inline_swin_t.pth \
-        checkpoints/inline_swin_t.safetensors
+    python tools/convert_checkpoint.py inline://swin_t checkpoints/inline_swin_t.safetensors
+
+SRC is a file, a URL or an official file's short name (``python -m inline_mm.weights
+list``), resolved as ``init_cfg`` resolves it: downloaded once into the weights cache.
 
 The official files pickle the training config (a yacs object) beside the weights.
 inline_mm reads that one object inertly; any other pickled object is refused unless
@@ -15,11 +17,13 @@ import sys
 from inline_mm.models.checkpoint import (CheckpointError, extract_state_dict, read_checkpoint,
                                          save_converted)
 from inline_mm.models.families import convert_official
+from inline_mm.weights import resolve
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('src', help='official checkpoint (.pth) or any accepted checkpoint')
+    p.add_argument('src', help="official checkpoint (.pth) or any accepted checkpoint: a path, "
+                               "a URL or a short name such as inline://swin_t")
     p.add_argument('dst', help='output file: .safetensors (recommended) or .pth')
     p.add_argument('--allow-pickle', action='store_true',
                    help='fully unpickle SRC (only for files you trust)')
@@ -32,7 +36,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     try:
-        ckpt = read_checkpoint(args.src, allow_pickle=args.allow_pickle)
+        ckpt = read_checkpoint(resolve(args.src), allow_pickle=args.allow_pickle)
         family, state = convert_official(extract_state_dict(ckpt, args.checkpoint_key))
     except (CheckpointError, FileNotFoundError, ValueError) as e:
         sys.exit(f'error: {e}')

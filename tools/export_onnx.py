@@ -3,7 +3,7 @@
 with ONNX Runtime against PyTorch.
 
     python tools/export_onnx.py --family InLineSwin --arch tiny \\
-        --checkpoint checkpoints/inline_swin_t.pth --size 224 224 --out inline_swin_t_224.onnx
+        --checkpoint inline://swin_t --size 224 224 --out inline_swin_t_224.onnx
     python tools/export_onnx.py configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py \\
         --size 800 1216 --out swin_t_800x1216.onnx          # the config's backbone
     python tools/export_onnx.py --family InLinePVT --arch smoke --size 64 96 --bench
@@ -32,7 +32,8 @@ def parse_args(argv=None):
     p.add_argument('--family', help='backbone class instead of a config, e.g. InLineSwin')
     p.add_argument('--arch', default='tiny', help="preset, or 'smoke' (the family table's "
                    'tiny model); with --family. Default: tiny')
-    p.add_argument('--checkpoint', help='weights (official, converted or mm checkpoint)')
+    p.add_argument('--checkpoint', help='weights (official, converted or mm checkpoint): a '
+                   'path, a URL or a short name such as inline://swin_t')
     p.add_argument('--whole', action='store_true',
                    help="the config's whole model in tensor mode (model._forward), not its "
                         'backbone; the checkpoint is then an mm checkpoint of that model')

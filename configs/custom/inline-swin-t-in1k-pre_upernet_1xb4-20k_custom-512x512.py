@@ -35,10 +35,11 @@ num_classes = len(classes)    # the decode head, auxiliary head and metric all u
 #   fixes it.
 reduce_zero_label = False
 ignore_index = 255
-# Backbone weights: the official ImageNet-1k file (name as in checkpoints/README.md).
+# Backbone weights: the official ImageNet-1k file (short names: checkpoints/README.md),
+# downloaded once into the weights cache; or a local path.
 # None starts from random weights: for rehearsing on the toy set without a download
 # (real data needs the ImageNet weights).
-pretrained = 'checkpoints/inline_swin_t.pth'
+pretrained = 'inline://swin_t'
 # ==========================================================================================
 
 # Training size and length. Images are resized to fit within img_scale (long x short

@@ -10,7 +10,7 @@ model = dict(
         drop_path_rate=0.2,  # as in its ImageNet recipe
         out_indices=(0, 1, 2, 3),
         with_cp=False,
-        init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_cswin_t.pth')),
+        init_cfg=dict(type='Pretrained', checkpoint='inline://cswin_t')),
     neck=dict(in_channels=[64, 128, 256, 512]))
 # Only the base's no-decay key (LayerNorms): CSwin has no position tables to exempt, its
 # positional term (LePE) is a depthwise conv, decayed like any other weight.

@@ -30,8 +30,8 @@ model = dict(
         out_indices=(2, 5, 8, 11),
         final_norm=True,
         with_cp=False,
-        # Official ImageNet weights, file name as in checkpoints/README.md.
-        init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_deit_t.pth')),
+        # Official ImageNet weights: downloaded once into the weights cache (checkpoints/README.md).
+        init_cfg=dict(type='Pretrained', checkpoint='inline://deit_t')),
     neck=dict(in_channels=[width] * 4, out_channels=width, scales=[4, 2, 1, 0.5]),
     decode_head=dict(in_channels=[width] * 4, num_classes=150),
     auxiliary_head=dict(in_channels=width, num_classes=150))

@@ -2,5 +2,5 @@ _base_ = './mask-rcnn_inline-deit-t_simple-fpn_1x_coco.py'
 # InLine-DeiT-B: 384 wide (DeiT-S's width, not ViT-B's 768), position table trained at
 # 448 (28x28 grid).
 model = dict(
-    backbone=dict(arch='base', init_cfg=dict(checkpoint='checkpoints/inline_deit_b.pth')),
+    backbone=dict(arch='base', init_cfg=dict(checkpoint='inline://deit_b')),
     neck=dict(in_channels=384))

@@ -13,8 +13,8 @@ model = dict(
         out_indices=(11,),
         final_norm=True,
         with_cp=False,
-        # Official ImageNet weights, file name as in checkpoints/README.md.
-        init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_deit_t.pth')),
+        # Official ImageNet weights: downloaded once into the weights cache (checkpoints/README.md).
+        init_cfg=dict(type='Pretrained', checkpoint='inline://deit_t')),
     neck=dict(
         _delete_=True,
         type='SimpleFPN',

@@ -2,4 +2,4 @@ _base_ = './fpn_inline-pvt-t_4xb4-40k_ade20k-512x512.py'
 # InLine-PVT-L (large); drop path 0.1 as in the sibling PVT Semantic FPN configs.
 model = dict(
     backbone=dict(arch='large', drop_path_rate=0.1,
-                  init_cfg=dict(checkpoint='checkpoints/inline_pvt_l.pth')))
+                  init_cfg=dict(checkpoint='inline://pvt_l')))

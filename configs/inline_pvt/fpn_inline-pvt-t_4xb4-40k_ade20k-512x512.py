@@ -29,8 +29,8 @@ model = dict(
         drop_path_rate=0.1,
         out_indices=(0, 1, 2, 3),
         with_cp=False,
-        # Official ImageNet weights, file name as in checkpoints/README.md.
-        init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_pvt_t.pth')),
+        # Official ImageNet weights: downloaded once into the weights cache (checkpoints/README.md).
+        init_cfg=dict(type='Pretrained', checkpoint='inline://pvt_t')),
     neck=dict(in_channels=[64, 128, 320, 512]),
     decode_head=dict(num_classes=150))
 

@@ -2,4 +2,4 @@ _base_ = './mask-rcnn_inline-pvt-t_fpn_ms-crop-3x_coco.py'
 # InLine-PVT-L; drop path as in its ImageNet recipe.
 model = dict(
     backbone=dict(arch='large', drop_path_rate=0.3,
-                  init_cfg=dict(checkpoint='checkpoints/inline_pvt_l.pth')))
+                  init_cfg=dict(checkpoint='inline://pvt_l')))

@@ -2,4 +2,4 @@ _base_ = './mask-rcnn_inline-pvt-t_fpn_1x_coco.py'
 # InLine-PVT-S; drop path as in its ImageNet recipe.
 model = dict(
     backbone=dict(arch='small', drop_path_rate=0.1,
-                  init_cfg=dict(checkpoint='checkpoints/inline_pvt_s.pth')))
+                  init_cfg=dict(checkpoint='inline://pvt_s')))

@@ -10,7 +10,7 @@ model = dict(
         drop_path_rate=0.1,  # as in its ImageNet recipe
         out_indices=(0, 1, 2, 3),
         with_cp=False,
-        init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_pvt_t.pth')),
+        init_cfg=dict(type='Pretrained', checkpoint='inline://pvt_t')),
     neck=dict(in_channels=[64, 128, 320, 512]))
 # No decay on the absolute position tables either: decay would only shrink the positional
 # signal learned on ImageNet, which adds no capacity to regularise.

@@ -28,8 +28,8 @@ model = dict(
         drop_path_rate=0.3,
         out_indices=(0, 1, 2, 3),
         with_cp=False,
-        # Official ImageNet weights, file name as in checkpoints/README.md.
-        init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_swin_t.pth')),
+        # Official ImageNet weights: downloaded once into the weights cache (checkpoints/README.md).
+        init_cfg=dict(type='Pretrained', checkpoint='inline://swin_t')),
     decode_head=dict(in_channels=[96, 192, 384, 768], num_classes=150),
     auxiliary_head=dict(in_channels=384, num_classes=150))
 

@@ -2,4 +2,4 @@ _base_ = './mask-rcnn_inline-swin-t_fpn_ms-crop-3x_coco.py'
 # InLine-Swin-S; drop path as in its ImageNet recipe.
 model = dict(
     backbone=dict(arch='small', drop_path_rate=0.3,
-                  init_cfg=dict(checkpoint='checkpoints/inline_swin_s.pth')))
+                  init_cfg=dict(checkpoint='inline://swin_s')))

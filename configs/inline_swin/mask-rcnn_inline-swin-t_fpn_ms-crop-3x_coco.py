@@ -10,7 +10,7 @@ model = dict(
         drop_path_rate=0.2,
         out_indices=(0, 1, 2, 3),
         with_cp=False,
-        init_cfg=dict(type='Pretrained', checkpoint='checkpoints/inline_swin_t.pth')),
+        init_cfg=dict(type='Pretrained', checkpoint='inline://swin_t')),
     neck=dict(in_channels=[96, 192, 384, 768]))
 
 # No decay on the relative position bias tables (see the 1x config).

@@ -11,6 +11,11 @@ Accepted inputs (all through ``init_cfg=dict(type='Pretrained', checkpoint=PATH)
 * an OpenMMLab checkpoint (``state_dict`` with ``backbone.`` prefixes),
 * the project's own converted file (``.safetensors``, tensors only).
 
+``PATH`` may also be a URL or a short name (``'inline://swin_t'``): a *locator* turns it
+into a local file before anything is read.  This package knows no network or cache;
+``import inline_mm`` installs :func:`inline_mm.weights.resolve` as the locator
+(:func:`set_locator`), and without one a reference is read as a local path.
+
 Nothing here unpickles arbitrary objects.  ``torch.load(weights_only=True)`` is
 used throughout; the one kind of foreign object the official files are known to
 carry (the yacs ``CfgNode`` holding the training config) is read as an inert
@@ -25,7 +30,7 @@ import re
 import struct
 import zipfile
 from collections import OrderedDict
-from typing import Dict, Iterable, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Optional, Sequence, Tuple
 
 import torch
 try:
@@ -39,7 +44,8 @@ except ModuleNotFoundError as e:  # timm-only installs (inline_mm.timm) have no 
 
 __all__ = ['CheckpointError', 'read_checkpoint', 'extract_state_dict', 'load_pretrained',
            'save_converted', 'matches_keys', 'identify_family', 'check_layout',
-           'describe_non_checkpoint', 'unreadable_message', 'GET_A_CHECKPOINT']
+           'describe_non_checkpoint', 'unreadable_message', 'GET_A_CHECKPOINT',
+           'set_locator', 'locate']
 
 #: foreign globals the official checkpoints are known to hold (metadata, no tensors).
 KNOWN_METADATA_GLOBALS = ('yacs.config.CfgNode', 'argparse.Namespace')
@@ -47,6 +53,23 @@ KNOWN_METADATA_GLOBALS = ('yacs.config.CfgNode', 'argparse.Namespace')
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used: unreadable, unsafe, or of another model."""
+
+
+_locator: Optional[Callable[[str], str]] = None
+
+
+def set_locator(locator: Optional[Callable[[str], str]]):
+    """Install the function that turns a checkpoint reference (a path, a URL, a short
+    name) into a local file for :func:`load_pretrained`; returns the one it replaces."""
+    global _locator
+    previous, _locator = _locator, locator
+    return previous
+
+
+def locate(checkpoint) -> str:
+    """The local file that ``checkpoint`` refers to (itself without a locator)."""
+    checkpoint = os.fspath(checkpoint)
+    return _locator(checkpoint) if _locator is not None else checkpoint
 
 
 class _InertDict(dict):
@@ -110,8 +133,9 @@ def read_checkpoint(path: str, allow_pickle: Optional[bool] = None,
         allow_pickle = _allow_pickle_default()
     if not os.path.isfile(path):
         raise FileNotFoundError(
-            f'checkpoint not found: {path!r}. Put the file there (see checkpoints/README.md '
-            'for the official download links) or fix the path in the config.')
+            f'checkpoint not found: {path!r}. Put the file there or fix the path in the '
+            "config; an official file can also be named, e.g. 'inline://swin_t' (see "
+            'checkpoints/README.md).')
     if path.endswith('.safetensors'):
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -336,12 +360,16 @@ def load_pretrained(model: torch.nn.Module, checkpoint: str, prefix: Optional[st
     with the model: any tensor with another shape, or fewer than ``min_match`` of
     the backbone's loadable tensors found, is an error (another variant, another
     backbone).  Counts of matched / missing / ignored tensors are logged.
+    ``checkpoint`` is a path, or a URL or short name that the locator
+    (:func:`set_locator`) turns into one.
 
     Returns:
         dict: ``matched``, ``missing`` and ``unexpected`` key lists.
     """
     name = type(model).__name__
-    ckpt = read_checkpoint(checkpoint, allow_pickle=allow_pickle, map_location=map_location)
+    checkpoint = os.fspath(checkpoint)
+    path = locate(checkpoint)
+    ckpt = read_checkpoint(path, allow_pickle=allow_pickle, map_location=map_location)
     if prefix:
         inner = extract_state_dict(ckpt, checkpoint_key) if 'state_dict' in ckpt else ckpt
         if not prefix.endswith('.'):
@@ -370,7 +398,8 @@ def load_pretrained(model: torch.nn.Module, checkpoint: str, prefix: Optional[st
             f'({model.arch_name}) (needs {min_match:.0%}); first unknown keys: '
             f'{unexpected[:5]}. It is probably a checkpoint of another model.')
     model.load_state_dict(state, strict=False)
-    print_log(f'{name}: loaded {len(matched)} tensors from {checkpoint}; '
+    source = checkpoint if path == checkpoint else f'{checkpoint} ({path})'
+    print_log(f'{name}: loaded {len(matched)} tensors from {source}; '
               f'{len(missing)} missing ({_short(missing)}), '
               f'{len(unexpected)} ignored ({_short(unexpected)})', logger='current')
     return dict(matched=matched, missing=missing, unexpected=unexpected)

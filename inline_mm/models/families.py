@@ -28,11 +28,13 @@ How to add a family (InLine-DeiT is the example the table was shaped for):
    ``inline_mm/models`` and third-party packages.
 2. Add one :class:`Family` entry to :data:`FAMILIES` below; its ``smoke`` arguments
    must include ``embed_dims`` and ``depths`` (or ``depth``), as the contract tests
-   derive wider and deeper variants from them.
+   derive wider and deeper variants from them.  Its released files go in
+   ``checkpoints`` (one :class:`Release` each; list them in ``checkpoints/README.md``).
 
 That is all: the backbone is then registered in mmdet's and mmseg's ``MODELS``
 (whichever is installed), its official checkpoints are recognised by
-``tools/convert_checkpoint.py``, and ``tests/test_backbone_contract.py`` runs every
+``tools/convert_checkpoint.py`` and its released files get short names
+(``inline://<name>``, :mod:`inline_mm.weights`), and ``tests/test_backbone_contract.py`` runs every
 contract test (shapes at normal, odd and non-square sizes, minimum input, frozen
 stages, ``with_cp``, invalid arguments, checkpoint layouts, wrong-variant refusal,
 registration) on the entry's ``smoke`` configuration; ``tests/test_padding.py`` checks
@@ -58,9 +60,42 @@ from .inline_deit import InLineDeiT, convert_deit_checkpoint
 from .inline_pvt import InLinePVT, convert_pvt_checkpoint
 from .inline_swin import InLineSwin, convert_swin_checkpoint
 
-__all__ = ['Family', 'FAMILIES', 'get_family', 'detect_family', 'convert_official']
+__all__ = ['Family', 'FAMILIES', 'Release', 'get_family', 'detect_family', 'convert_official']
 
 StateDict = Dict[str, torch.Tensor]
+
+#: where the InLine authors publish their ImageNet-1K files (links from the README of
+#: github.com/LeapLabTHU/InLine); ``?dl=1`` answers with a redirect to the file itself
+_TSINGHUA = 'https://cloud.tsinghua.edu.cn/f/{}/?dl=1'
+
+
+@dataclass(frozen=True)
+class Release:
+    """One official ImageNet-1K file of a family.
+
+    Args:
+        name (str): Short name, e.g. ``'swin_t'``; configs say ``'inline://swin_t'``.
+        arch (str): The family preset the file holds (``'tiny'``, ...).
+        url (str): The authors' download link.
+        sha256 (str, optional): The file's hash where the project knows it. None for every
+            official file today: the authors publish no hashes and this project has never
+            downloaded them, so none is invented here; :mod:`inline_mm.weights` records the
+            hash of each file on its first download and checks it from then on.
+    """
+
+    name: str
+    arch: str
+    url: str
+    sha256: Optional[str] = None
+
+    @property
+    def file(self) -> str:
+        """The file's name in ``checkpoints/`` and in the weights cache."""
+        return f'inline_{self.name}.pth'
+
+
+def _releases(*entries) -> Tuple[Release, ...]:
+    return tuple(Release(name, arch, _TSINGHUA.format(key)) for name, arch, key in entries)
 
 
 @dataclass(frozen=True)
@@ -84,8 +119,8 @@ class Family:
             Default: True.
         class_token (bool): The model carries a class token. Default: False.
         configs (str, optional): Folder of its configs under ``configs/``.
-        checkpoints (tuple[str]): Official ImageNet file names expected in
-            ``checkpoints/`` (see ``checkpoints/README.md``).
+        checkpoints (tuple[Release]): The official ImageNet files of the family (the one
+            table of them: :mod:`inline_mm.weights` and ``checkpoints/README.md`` follow it).
     """
 
     cls: type
@@ -96,7 +131,7 @@ class Family:
     output_norms: bool = True
     class_token: bool = False
     configs: Optional[str] = None
-    checkpoints: Tuple[str, ...] = field(default_factory=tuple)
+    checkpoints: Tuple[Release, ...] = field(default_factory=tuple)
 
     def __post_init__(self):
         if not issubclass(self.cls, InLineBackbone) or 'official_keys' not in vars(self.cls):
@@ -104,6 +139,9 @@ class Family:
                             'InLineBackbone and declare official_keys)')
         if self.out_unit not in ('stage', 'block'):
             raise ValueError(f"out_unit must be 'stage' or 'block', got {self.out_unit!r}")
+        unknown = [r.arch for r in self.checkpoints if r.arch not in self.presets]
+        if unknown:
+            raise ValueError(f'{self.name}: released files of unknown presets {unknown}')
 
     @property
     def name(self) -> str:
@@ -133,25 +171,34 @@ FAMILIES: Dict[str, Family] = {f.name: f for f in (
                       stage_types=('inline', 'softmax', ('inline', 'softmax'), 'softmax'),
                       drop_path_rate=0.),
            configs='inline_swin',
-           checkpoints=('inline_swin_t.pth', 'inline_swin_s.pth', 'inline_swin_b.pth')),
+           checkpoints=_releases(('swin_t', 'tiny', '32810869fcc34410966b'),
+                                 ('swin_s', 'small', 'e9657fd247c04c7cb1a1'),
+                                 ('swin_b', 'base', 'bf23564bb64c420aafe1'))),
     Family(InLinePVT, convert_pvt_checkpoint, strides=(4, 8, 16, 32),
            smoke=dict(embed_dims=(16, 32, 48, 64), depths=(1, 2, 2, 1), num_heads=(1, 2, 3, 4),
                       mlp_ratios=(2, 2, 2, 2), drop_path_rate=0.,
                       stage_types=(('softmax',), 'inline', ('inline', 'softmax'), 'softmax')),
            configs='inline_pvt',
-           checkpoints=('inline_pvt_t.pth', 'inline_pvt_s.pth', 'inline_pvt_m.pth',
-                        'inline_pvt_l.pth')),
+           checkpoints=_releases(('pvt_t', 'tiny', '90ac52b1555b401eb5e6'),
+                                 ('pvt_s', 'small', '1ab953b2479d433080a3'),
+                                 ('pvt_m', 'medium', 'a72aec31e6084bc0a280'),
+                                 # the official config calls it inline_pvt_b.yaml
+                                 ('pvt_l', 'large', 'efd91318ba964f01b288'))),
     Family(InLineCSwin, convert_cswin_checkpoint, strides=(4, 8, 16, 32),
            smoke=dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(2, 2, 4, 8),
                       stage_types=('inline', ('inline', 'softmax'), 'softmax', 'softmax'),
                       drop_path_rate=0.),
            configs='inline_cswin',
-           checkpoints=('inline_cswin_t.pth', 'inline_cswin_s.pth', 'inline_cswin_b.pth')),
+           checkpoints=_releases(('cswin_t', 'tiny', '49fa2ecc543647c4b970'),
+                                 ('cswin_s', 'small', '59f4e65f776f4052b93c'),
+                                 ('cswin_b', 'base', '91e17121df284ae38521'))),
     Family(InLineDeiT, convert_deit_checkpoint, strides=(16,),
            smoke=dict(embed_dims=32, depth=12, num_heads=2, mlp_ratio=1., pretrain_img_size=64,
                       drop_path_rate=0.),
            out_unit='block', output_norms=False, class_token=True, configs='inline_deit',
-           checkpoints=('inline_deit_t.pth', 'inline_deit_s.pth', 'inline_deit_b.pth')),
+           checkpoints=_releases(('deit_t', 'tiny', '1d6b8191ad6d4114b291'),
+                                 ('deit_s', 'small', '2f3898b07e9247f3beb3'),
+                                 ('deit_b', 'base', '10bdd726d4b0435eb34e'))),
 )}
 
 
