@@ -7,7 +7,6 @@ Each config is shrunk as the other config tests shrink it (conftest) and given t
 configs whose shrunken models are built alike (AMP and 3x children, variants that differ
 only in depth or drop path) run once.
 """
-import copy
 import os
 import re
 import subprocess
@@ -43,12 +42,13 @@ def _shrunk(path: Path) -> Config:
 def _structure(path: Path) -> str:
     """What the shrunken model is, whatever the config calls it: the backbone as built
     (on the meta device, without drop path) and the rest of the model's config."""
-    model = copy.deepcopy(_shrunk(path).model)
-    args = {k: v for k, v in model.pop('backbone').items() if k not in ('type', 'init_cfg')}
+    model = _shrunk(path).model
+    backbone = model.pop('backbone')
+    args = {k: v for k, v in backbone.items() if k not in ('type', 'init_cfg')}
     args['drop_path_rate'] = 0.
     with torch.device('meta'):
-        backbone = FAMILIES[_shrunk(path).model.backbone.type].cls(**args)
-    return repr(backbone) + repr(model.to_dict())
+        built = FAMILIES[backbone.type].cls(**args)
+    return repr(built) + repr(model.to_dict())
 
 
 def _distinct(paths):
