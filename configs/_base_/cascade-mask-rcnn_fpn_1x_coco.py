@@ -1,6 +1,7 @@
 # Cascade Mask R-CNN + FPN on COCO, 1x schedule (12 epochs): mmdet's own Cascade Mask R-CNN
-# with the box heads of mmdet's ConvNeXt / Swin cascades (four 3x3 convs with batch norm
-# and one fc per stage, box targets decoded and scored by GIoU), trained as the Mask R-CNN
+# with the box heads of the Swin authors' cascades and of mmdet's ConvNeXt one
+# (configs/convnext/cascade-mask-rcnn_convnext-*: four 3x3 convs with batch norm and one fc
+# per stage, box targets decoded and scored by GIoU), trained as the Mask R-CNN
 # configs train (./mask-rcnn_fpn_1x_coco.py: AdamW lr 1e-4, wd 0.05, 16 images per step,
 # steps at epochs 8 and 11). A family's config
 # (configs/inline_<family>/cascade-mask-rcnn_*_1x_coco.py) replaces the base's ResNet-50

@@ -1,7 +1,8 @@
 # The Cascade Mask R-CNN recipe (./cascade-mask-rcnn_fpn_1x_coco.py) on the 3x schedule of
-# mmdet's Swin / ConvNeXt cascades (36 epochs, steps at 27 and 33) with their DETR-style
-# multi-scale + random crop augmentation, the same as ./mask-rcnn_fpn_ms-crop-3x_coco.py:
-# short side 480..800 (long side <= 1333), or resize / crop / resize.
+# the Swin and ConvNeXt cascades (36 epochs, steps at 27 and 33) with their DETR-style
+# multi-scale + random crop augmentation, the same as ./mask-rcnn_fpn_ms-crop-3x_coco.py
+# (kept in step with it by tests/test_detection_configs.py): short side 480..800 (long
+# side <= 1333), or resize / crop / resize.
 _base_ = './cascade-mask-rcnn_fpn_1x_coco.py'
 _multi_scale = [(480, 1333), (512, 1333), (544, 1333), (576, 1333), (608, 1333), (640, 1333),
                 (672, 1333), (704, 1333), (736, 1333), (768, 1333), (800, 1333)]
