@@ -146,8 +146,8 @@ def shrink_segmentor(cfg):
 
 
 def shrink_detector(cfg):
-    """A Mask R-CNN config's model made CPU-test sized, in place: the backbone as
-    :func:`shrink_backbone`, a 16-channel neck, RPN and RoI heads."""
+    """A (Cascade) Mask R-CNN config's model made CPU-test sized, in place: the backbone as
+    :func:`shrink_backbone`, a 16-channel neck, RPN and RoI heads (every cascade stage)."""
     model = cfg.model
     chans = out_channels(shrink_backbone(model.backbone))
     model.neck.update(in_channels=chans[-1] if model.neck.type == 'SimpleFPN' else chans,
@@ -155,6 +155,8 @@ def shrink_detector(cfg):
     model.rpn_head.update(in_channels=16, feat_channels=16)
     roi = model.roi_head
     roi.bbox_roi_extractor.out_channels = roi.mask_roi_extractor.out_channels = 16
-    roi.bbox_head.update(in_channels=16, fc_out_channels=32)
+    bbox_heads = roi.bbox_head if isinstance(roi.bbox_head, list) else [roi.bbox_head]
+    for head in bbox_heads:     # (conv_out_channels: the cascades' 4-conv heads)
+        head.update(in_channels=16, conv_out_channels=16, fc_out_channels=32)
     roi.mask_head.update(in_channels=16, conv_out_channels=16, num_convs=1)
     return cfg

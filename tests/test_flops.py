@@ -76,6 +76,20 @@ def test_flops_cli_whole_detector_json():
     assert 0 < r['proposals'] <= 300 and 0 < r['mask_rois'] <= 100
 
 
+def test_flops_cascade_detector(tmp_path):
+    """A Cascade Mask R-CNN (shrunken): per-image lists out of its RoI head."""
+    from mmengine.config import Config
+
+    from conftest import shrink_detector
+    cfg = Config.fromfile(
+        str(ROOT / 'configs/inline_swin/cascade-mask-rcnn_inline-swin-t_fpn_1x_coco.py'))
+    config = tmp_path / 'cascade.py'
+    shrink_detector(cfg).dump(str(config))
+    r = get_flops.measure(str(config), (128, 160))
+    assert r['parts']['roi_head']['macs'] > 0
+    assert 0 < r['proposals'] <= 1000 and r['mask_rois'] == r['proposals']
+
+
 def test_flops_cli_rejects_bad_shape():
     out = subprocess.run([sys.executable, 'tools/get_flops.py', NANO, '--shape', '1', '2', '3'],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -55,7 +55,7 @@ def _distinct(paths):
 
 SEG = _distinct(sorted(p for p in CONFIGS.glob('*/*.py') if p.parent.name != '_base_'
                        if 'ade20k' in p.name or p.parent.name == 'custom'))
-DET = _distinct(sorted(CONFIGS.glob('inline_*/mask-rcnn_*.py')))
+DET = _distinct(sorted(CONFIGS.glob('inline_*/*mask-rcnn_*.py')))  # Mask R-CNN and Cascade
 
 
 def _ids(paths):
@@ -69,6 +69,8 @@ def test_the_matrix_covers_every_family_and_both_kinds():
     assert any(p.parent.name == 'custom' for p in SEG)       # the own-data template
     assert any('slide' in p.name for p in SEG)               # sliding-window inference
     assert any('cswin' in p.name for p in DET)
+    assert any(p.name.startswith('cascade-') for p in DET)
+    assert any('cswin' in p.name for p in SEG)
 
 
 @pytest.fixture(scope='module')

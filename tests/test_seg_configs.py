@@ -34,9 +34,11 @@ def _expected_names():
     for v in 'tsml':
         for amp in ('', 'amp-'):
             names.append(f'fpn_inline-pvt-{v}_4xb4-{amp}40k_ade20k-512x512.py')
-    for v in 'tsb':
-        for amp in ('', 'amp-'):
-            names.append(f'inline-deit-{v}-in1k-pre_upernet_8xb2-{amp}160k_ade20k-512x512.py')
+    for family in ('deit', 'cswin'):
+        for v in 'tsb':
+            for amp in ('', 'amp-'):
+                names.append(
+                    f'inline-{family}-{v}-in1k-pre_upernet_8xb2-{amp}160k_ade20k-512x512.py')
     names += ['inline-swin-t-in1k-pre_upernet_1xb4-20k_custom-512x512.py',
               'inline-swin-t-in1k-pre_upernet_1xb4-20k_custom-512x512_predict.py']
     return names
@@ -108,18 +110,21 @@ def test_config_builds_and_trains_a_step(path):
 
 
 SWIN = {'t': ('tiny', 0.3, 96), 's': ('small', 0.3, 96), 'b': ('base', 0.5, 128)}
+CSWIN = {'t': ('tiny', 0.2, 64), 's': ('small', 0.4, 64), 'b': ('base', 0.5, 96)}
+UPERNET = [('swin', 'InLineSwin', v, *SWIN[v]) for v in SWIN] + \
+    [('cswin', 'InLineCSwin', v, *CSWIN[v]) for v in CSWIN]
 PVT = {'t': 'tiny', 's': 'small', 'm': 'medium', 'l': 'large'}
 DEIT = {'t': ('tiny', 192), 's': ('small', 320), 'b': ('base', 384)}   # -B is 384 wide
 
 
-@pytest.mark.parametrize('v', SWIN)
-def test_upernet_recipe(v):
-    arch, dpr, c = SWIN[v]
-    cfg = _load(CONFIGS / 'inline_swin' /
-                f'inline-swin-{v}-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py')
+@pytest.mark.parametrize('family,cls,v,arch,dpr,c', UPERNET,
+                         ids=[f'{f}-{v}' for f, _, v, *_ in UPERNET])
+def test_upernet_recipe(family, cls, v, arch, dpr, c):
+    cfg = _load(CONFIGS / f'inline_{family}' /
+                f'inline-{family}-{v}-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py')
     bb = cfg.model.backbone
-    assert (bb.type, bb.arch, bb.drop_path_rate) == ('InLineSwin', arch, dpr)
-    assert bb.init_cfg.checkpoint == f'inline://swin_{v}'
+    assert (bb.type, bb.arch, bb.drop_path_rate) == (cls, arch, dpr)
+    assert bb.init_cfg.checkpoint == f'inline://{family}_{v}'
     assert cfg.model.decode_head.in_channels == [c, 2 * c, 4 * c, 8 * c]
     assert cfg.model.auxiliary_head.in_channels == 4 * c
     assert cfg.model.decode_head.num_classes == cfg.model.auxiliary_head.num_classes == 150
@@ -212,6 +217,7 @@ def test_slide_variant_only_changes_testing():
     ('inline_pvt/fpn_inline-pvt-t_4xb4-40k_ade20k-512x512.py', ('pos_embed',)),
     ('inline_deit/inline-deit-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
      ('pos_embed', 'cls_token')),
+    ('inline_cswin/inline-cswin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py', ()),
 ])
 def test_no_weight_decay_on_norms_and_position_tables(name, keys):
     cfg = shrink(_load(CONFIGS / name))

@@ -13,7 +13,9 @@ both are printed.  Norms, activations and mmcv's RoIAlign/NMS are not counted (a
 in those tables).  The model has random weights (no checkpoint is loaded); for a
 two-stage detector the heads' figure depends on how many proposals the RPN keeps
 (at most ``test_cfg.rpn.max_per_img``, 1000 in the COCO configs; the mask head sees
-the first 100), which is printed too.  Use ``--shape H W`` (default 800 1280, i.e. a
+the first 100), which is printed too.  A Cascade Mask R-CNN's forward runs its three
+mask heads on every proposal (inference runs them on the <= 100 detections), so its
+heads' figure is an upper bound.  Use ``--shape H W`` (default 800 1280, i.e. a
 1280x800 image) for detectors and e.g. ``--shape 512 512`` for ADE20K segmentors.
 """
 import argparse
@@ -90,11 +92,14 @@ def measure(config, shape=(800, 1280), backbone_only=False, cfg_options=None) ->
         parts[name] = dict(params=count_params(child), macs=c.module(name))
     result.update(params=count_params(model), macs=c.macs, parts=parts)
     if scope == 'mmdet' and getattr(model, 'with_rpn', False):
-        # roi_head outputs (cls_score, bbox_pred[, mask_preds]): rows = proposals kept
+        # roi_head outputs (cls_score, bbox_pred[, mask_preds]): rows = proposals kept;
+        # a cascade's are lists with one tensor per image (one image here)
+        def rows(t):
+            return int((t[0] if isinstance(t, (list, tuple)) else t).shape[0])
         roi_out = out[-1]
-        result['proposals'] = int(roi_out[0].shape[0])
+        result['proposals'] = rows(roi_out[0])
         if len(roi_out) > 2:
-            result['mask_rois'] = int(roi_out[2].shape[0])
+            result['mask_rois'] = rows(roi_out[2])
     return result
 
 

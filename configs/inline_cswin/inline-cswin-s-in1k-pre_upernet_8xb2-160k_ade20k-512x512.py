@@ -1,0 +1,5 @@
+_base_ = './inline-cswin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'
+# InLine-CSwin-S; drop path as in its ImageNet recipe.
+model = dict(
+    backbone=dict(arch='small', drop_path_rate=0.4,
+                  init_cfg=dict(checkpoint='inline://cswin_s')))

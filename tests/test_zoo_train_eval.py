@@ -1,0 +1,180 @@
+"""The model-zoo configs that no other tools test trains (Cascade Mask R-CNN, InLine-CSwin
+Mask R-CNN and UperNet) through the real tools on toy data: for each distinct model one
+training iteration with ``tools/train.py`` (which validates at its end) and one evaluation
+of the checkpoint it wrote with ``tools/test.py``.
+
+Each config is shrunk as the other config tests shrink it (conftest) and given the toy data;
+configs whose shrunken models are built alike (AMP and 3x children, variants that differ
+only in depth or drop path) run once.
+"""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.config import Config
+
+from conftest import SEG_SIZE, shrink_detector, shrink_segmentor
+from inline_mm.models import FAMILIES
+from inline_mm.toydata import segmentation as toy_seg
+from inline_mm.toydata.coco import DEFAULT_CLASSES, make_coco_toy
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / 'configs'
+TIMEOUT = 300
+
+pytestmark = pytest.mark.slow
+
+#: the configs of this test: those that define a model (no AMP or 3x child)
+ZOO = sorted([*CONFIGS.glob('inline_*/cascade-mask-rcnn_*_1x_coco.py'),
+              *CONFIGS.glob('inline_cswin/mask-rcnn_*_fpn_1x_coco.py'),
+              *CONFIGS.glob('inline_cswin/*_upernet_8xb2-160k_ade20k-512x512.py')])
+
+
+def _shrunk(path: Path) -> Config:
+    cfg = Config.fromfile(str(path))
+    return shrink_detector(cfg) if cfg.default_scope == 'mmdet' else shrink_segmentor(cfg)
+
+
+def _structure(path: Path) -> str:
+    """What the shrunken model is, whatever the config calls it: the backbone as built
+    (on the meta device, without drop path) and the rest of the model's config."""
+    model = _shrunk(path).model
+    backbone = model.pop('backbone')
+    args = {k: v for k, v in backbone.items() if k not in ('type', 'init_cfg')}
+    args['drop_path_rate'] = 0.
+    with torch.device('meta'):
+        built = FAMILIES[backbone.type].cls(**args)
+    return repr(built) + repr(model.to_dict())
+
+
+def _distinct(paths):
+    seen, kept = set(), []
+    for path in paths:
+        key = _structure(path)
+        if key not in seen:
+            seen.add(key)
+            kept.append(path)
+    return kept
+
+
+DISTINCT = _distinct(ZOO)
+
+
+def test_every_detector_and_segmentor_pairing_is_run():
+    names = [p.name for p in DISTINCT]
+    for prefix in ('cascade-mask-rcnn_inline-swin', 'cascade-mask-rcnn_inline-pvt',
+                   'mask-rcnn_inline-cswin', 'inline-cswin'):
+        assert any(n.startswith(prefix) for n in names), (prefix, names)
+    # InLine-Swin-T, -S and -B differ in their stage layouts, so each is a model of its own
+    assert sum(n.startswith('cascade-mask-rcnn_inline-swin') for n in names) == 3
+
+
+@pytest.fixture(scope='module')
+def coco(tmp_path_factory):
+    data = tmp_path_factory.mktemp('zoo_coco')
+    make_coco_toy(str(data), num_train=2, num_val=2, size=64, max_objects=2, seed=1)
+    return data
+
+
+@pytest.fixture(scope='module')
+def ade(tmp_path_factory):
+    data = tmp_path_factory.mktemp('zoo_ade')
+    toy_seg.make_ade_toy(str(data), num_train=2, num_val=2, size=SEG_SIZE)
+    return data
+
+
+def _one_iteration(cfg: Config):
+    """One training iteration, validation at its end, a checkpoint after it."""
+    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=1, val_interval=1)
+    cfg.param_scheduler = []
+    cfg.default_hooks.logger = dict(type='LoggerHook', interval=1)
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', by_epoch=False, interval=1)
+    cfg.log_processor = dict(by_epoch=False, window_size=1)
+    for split in ('train', 'val', 'test'):
+        cfg[f'{split}_dataloader'].update(num_workers=0, persistent_workers=False)
+
+
+def _on_toy_coco(cfg: Config, data: Path) -> Config:
+    root = f'{data}/'
+    num_classes = len(DEFAULT_CLASSES)
+    roi = cfg.model.roi_head
+    for head in roi.bbox_head if isinstance(roi.bbox_head, list) else [roi.bbox_head]:
+        head.num_classes = num_classes
+    roi.mask_head.num_classes = num_classes
+    load = [dict(type='LoadImageFromFile'),
+            dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+            dict(type='Resize', scale=(64, 64), keep_ratio=True)]
+    for split, pipeline in (('train', load + [dict(type='PackDetInputs')]),
+                            ('val', load + [dict(type='PackDetInputs', meta_keys=(
+                                'img_id', 'img_path', 'ori_shape', 'img_shape',
+                                'scale_factor'))])):
+        loader = cfg[f'{split}_dataloader']
+        loader.batch_size = 2 if split == 'train' else 1
+        loader.dataset.update(data_root=root, metainfo=dict(classes=DEFAULT_CLASSES),
+                              pipeline=pipeline)
+    cfg.test_dataloader = cfg.val_dataloader
+    cfg.val_evaluator.ann_file = root + 'annotations/instances_val2017.json'
+    cfg.test_evaluator = cfg.val_evaluator
+    _one_iteration(cfg)
+    return cfg
+
+
+def _on_toy_ade(cfg: Config, data: Path) -> Config:
+    crop = (SEG_SIZE, SEG_SIZE)
+    # the shipped steps, at the toy size (the mask checks included)
+    for split, loader in (('train', cfg.train_dataloader), ('val', cfg.val_dataloader)):
+        for step in loader.dataset.pipeline:
+            if step.type in ('RandomResize', 'Resize'):
+                step.scale = (4 * SEG_SIZE, SEG_SIZE)
+            if step.type == 'RandomCrop':
+                step.crop_size = crop
+        loader.dataset.data_root = str(data)
+        loader.batch_size = 2 if split == 'train' else 1
+    cfg.test_dataloader = cfg.val_dataloader
+    _one_iteration(cfg)
+    return cfg
+
+
+def _run(*args) -> str:
+    env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONUNBUFFERED='1')
+    env['PYTHONPATH'] = str(ROOT) + os.pathsep + env.get('PYTHONPATH', '')
+    proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def _metrics(log: str, keys) -> dict:
+    found = {}
+    for key in keys:
+        values = re.findall(re.escape(key) + r': (-?[\d.]+)', log)
+        assert values, f'{key} not reported:\n{log[-2000:]}'
+        found[key] = float(values[-1])
+    return found
+
+
+@pytest.mark.parametrize('path', DISTINCT, ids=[p.name for p in DISTINCT])
+def test_trains_a_step_and_evaluates_through_the_tools(path, coco, ade, tmp_path):
+    cfg = _shrunk(path)
+    detection = cfg.default_scope == 'mmdet'
+    cfg = _on_toy_coco(cfg, coco) if detection else _on_toy_ade(cfg, ade)
+    config = tmp_path / path.name
+    cfg.dump(str(config))
+    keys = ('coco/bbox_mAP', 'coco/segm_mAP') if detection else ('mIoU',)
+
+    log = _run('tools/train.py', config, '--work-dir', tmp_path / 'train')
+    assert 'Iter(train) [1/1]' in log
+    for value in _metrics(log, keys).values():              # validation after training
+        assert -1 <= value <= 100
+    checkpoint = tmp_path / 'train' / 'iter_1.pth'
+    assert checkpoint.is_file()
+
+    log = _run('tools/test.py', config, checkpoint, '--work-dir', tmp_path / 'test')
+    assert 'Iter(test) [2/2]' in log
+    for value in _metrics(log, keys).values():
+        assert -1 <= value <= 100
