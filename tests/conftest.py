@@ -1,3 +1,4 @@
+import functools
 import os
 from pathlib import Path
 
@@ -40,6 +41,10 @@ def _remember_external_bases():
         return answers[key]
 
     cfg_utils._get_cfg_metainfo = remembered
+    # ... and before that asks whether the package is installed, re-importing
+    # pkg_resources each time (~20 ms per base).
+    import mmengine.config.config as cfg_config
+    cfg_config.is_installed = functools.lru_cache(maxsize=None)(cfg_config.is_installed)
 
 
 _remember_external_bases()
