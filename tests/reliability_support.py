@@ -59,6 +59,17 @@ def tiny_config(tmp: Path, shipped: str, body: str = 'upernet', extra: str = '',
     return write_config(tmp / f'{name}.py', tiny, extra, probes=probes)
 
 
+def hook_checked_runner(tmp: Path, data_root: Path):
+    """The tiny UperNet run on ``data_root`` with ``DatasetCheckHook`` on, not started."""
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+    cfg = Config.fromfile(str(tiny_config(
+        tmp, 'upernet', extra="custom_hooks = [dict(type='DatasetCheckHook')]\n")))
+    cfg.work_dir = str(tmp / 'work')
+    cfg.train_dataloader.dataset.data_root = str(data_root)
+    return Runner.from_cfg(cfg)
+
+
 # ------------------------------------------------------------------ processes
 def env() -> Dict[str, str]:
     e = dict(os.environ)

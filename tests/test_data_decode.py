@@ -16,14 +16,13 @@ import numpy as np
 import pytest
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
-from mmengine.runner import Runner
 from PIL import Image, ImageFile
 
 import inline_mm  # noqa: F401
 from inline_mm.datasets import checks
 from inline_mm.engine import DatasetCheckHook
 from inline_mm.toydata import segmentation as toy
-from reliability_support import SHIPPED, tiny_config, toy_ade, toy_coco
+from reliability_support import SHIPPED, hook_checked_runner, toy_ade, toy_coco
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location('_tool_check_dataset',
@@ -223,11 +222,7 @@ def test_hook_refuses_undecodable_files_before_the_first_iteration(tmp_path):
     mask = root / 'annotations/training/ADE_train_00000003.png'
     _halve(image)
     mask.write_text('not a png')
-    cfg = Config.fromfile(str(tiny_config(
-        tmp_path, 'upernet', extra="custom_hooks = [dict(type='DatasetCheckHook')]\n")))
-    cfg.work_dir = str(tmp_path / 'work')
-    cfg.train_dataloader.dataset.data_root = str(root)
-    runner = Runner.from_cfg(cfg)
+    runner = hook_checked_runner(tmp_path, root)
     with pytest.raises(ValueError) as err:
         runner.train()
     message = str(err.value)

@@ -200,14 +200,20 @@ def test_coco_class_that_names_no_category_is_refused(coco):
     assert 'instances_train2017.json' in message and "'triangel' -> 'triangle'?" in message
 
 
-def test_coco_subset_of_the_categories_trains_and_says_what_it_skips(coco):
+@pytest.fixture
+def logged(monkeypatch):
+    """The messages of mmengine's current logger while the test runs."""
     from mmengine.logging import MMLogger
-    logger = MMLogger.get_instance('inline_mm_test_coco_subset', log_level='INFO')
+    logger = MMLogger.get_instance('inline_mm_test_logged', log_level='INFO')
     lines = []
     logger.addFilter(lambda record: lines.append(record.getMessage()) or True)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(MMLogger, 'get_current_instance', classmethod(lambda cls: logger))
-        loader = _coco_loader(coco, ('circle', 'rectangle'))
+    monkeypatch.setattr(MMLogger, 'get_current_instance', classmethod(lambda cls: logger))
+    return lines
+
+
+def test_coco_subset_of_the_categories_trains_and_says_what_it_skips(coco, logged):
+    lines = logged
+    loader = _coco_loader(coco, ('circle', 'rectangle'))
     assert len(loader.dataset) > 0
     labels = {int(i['bbox_label']) for d in loader.dataset.data_list for i in d['instances']}
     assert labels <= {0, 1}
@@ -215,14 +221,9 @@ def test_coco_subset_of_the_categories_trains_and_says_what_it_skips(coco):
     assert len(skipped) == 1 and 'of 1 category id(s)' in skipped[0], lines
 
 
-def test_coco_classes_naming_no_category_only_warn_outside_training(coco):
+def test_coco_classes_naming_no_category_only_warn_outside_training(coco, logged):
     """Evaluation and analysis tools may point a COCO config at a stand-in set."""
-    from mmengine.logging import MMLogger
-    logger = MMLogger.get_instance('inline_mm_test_coco_test_mode', log_level='INFO')
-    lines = []
-    logger.addFilter(lambda record: lines.append(record.getMessage()) or True)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(MMLogger, 'get_current_instance', classmethod(lambda cls: logger))
-        loader = _coco_loader(coco, ('circle', 'triangel', 'rectangle'), test_mode=True)
+    lines = logged
+    loader = _coco_loader(coco, ('circle', 'triangel', 'rectangle'), test_mode=True)
     assert len(loader.dataset) > 0
     assert any("['triangel'] of the config's classes" in line for line in lines), lines

@@ -16,7 +16,7 @@ from PIL import Image
 import inline_mm  # noqa: F401
 from inline_mm.engine import check_coco
 from inline_mm.toydata.segmentation import save_index_png
-from reliability_support import SHIPPED, tiny_config, toy_ade, toy_coco
+from reliability_support import SHIPPED, hook_checked_runner, tiny_config, toy_ade, toy_coco
 
 CLASSES = ('circle', 'triangle', 'rectangle')
 
@@ -207,11 +207,7 @@ def test_shipped_pipeline_refuses_wrong_size_mask(ade_bad_mask):
 
 def test_dataset_check_hook_lists_wrong_size_masks(ade_bad_mask, tmp_path):
     root, mask = ade_bad_mask
-    cfg = Config.fromfile(str(tiny_config(
-        tmp_path, 'upernet', extra="custom_hooks = [dict(type='DatasetCheckHook')]\n")))
-    cfg.work_dir = str(tmp_path / 'work')
-    cfg.train_dataloader.dataset.data_root = str(root)
-    runner = Runner.from_cfg(cfg)
+    runner = hook_checked_runner(tmp_path, root)
     with pytest.raises(ValueError) as err:
         runner.train()
     message = str(err.value)

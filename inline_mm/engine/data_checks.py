@@ -26,6 +26,7 @@ table and ``tests/test_reliability_data.py``):
 """
 import difflib
 import functools
+import json
 import logging
 import os.path as osp
 import time
@@ -231,7 +232,6 @@ def coco_class_problems(dataset) -> List[str]:
     ann_file = getattr(dataset, 'ann_file', '')
     names = []
     try:
-        import json
         with open(ann_file) as f:
             names = [c.get('name') for c in json.load(f).get('categories') or []]
     except (OSError, ValueError, AttributeError):
