@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 .PHONY: setup demo test env clean-venv
 
 setup:
-	@bash tools/setup_env.sh
+	@bash tools/dev/setup_env.sh
 
 demo: setup
 	$(PY) tools/demo.py

@@ -3,7 +3,7 @@ no compiled extension (mmcv-lite).
 
 Why a hook at interpreter start: ``from mmdet.apis import ...``, ``import mmseg.utils`` and the
 stock tools import ``mmcv.ops`` (which imports ``mmcv._ext``) before any config or user code
-could import ``inline_mm``.  ``tools/setup_env.sh`` therefore writes one line into the
+could import ``inline_mm``.  ``tools/dev/setup_env.sh`` therefore writes one line into the
 environment's site-packages, ``inline_mm_mmcv_ext.pth``::
 
     import importlib.util as u; u.find_spec('_inline_mm_mmcv_hook') and __import__(...).install()

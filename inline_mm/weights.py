@@ -1,7 +1,7 @@
 """The official InLine weights by name or URL: downloaded once, verified, cached.
 
 One resolver serves every loader of the project (``init_cfg=dict(type='Pretrained',
-checkpoint=...)``, ``tools/convert_checkpoint.py``, :mod:`inline_mm.timm`, this module's
+checkpoint=...)``, ``tools/model_converters/convert_checkpoint.py``, :mod:`inline_mm.timm`, this module's
 command line).  A checkpoint reference is one of:
 
 ``'inline://swin_t'``

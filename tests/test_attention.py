@@ -3,7 +3,7 @@
 The ``reference_*`` functions (``inline_mm.models.attention``) are the formula of Han et
 al., "Bridging the Divide: Reconsidering Softmax and Linear Attention" (NeurIPS 2024,
 arXiv 2412.06590, eq. 5 with the ``s / n`` scale of the official code), written term by
-term with autograd doing the backward.  ``tools/benchmark.py --attention`` times the
+term with autograd doing the backward.  ``python -m benchmarks --attention`` times the
 production path against exactly these functions.
 """
 import pytest

@@ -1,5 +1,5 @@
-"""tools/benchmark.py: the CI-sized run end to end, and its measuring helpers
-(``inline_mm.benchmark``).
+"""python -m benchmarks: the CI-sized run end to end, and its measuring helpers
+(``benchmarks``).
 
 No timing is asserted here (the machine is shared; the performance criteria are in
 tests/test_performance.py); what is checked is that every model and mode produced a
@@ -18,23 +18,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from inline_mm.benchmark import backbones
-from inline_mm.benchmark.measure import cpu_peak_bytes, predict
+from benchmarks import backbones
+from benchmarks.measure import cpu_peak_bytes, predict
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / 'tools' / 'benchmark.py'
+TOOL = ROOT / 'benchmarks' / '__main__.py'
 
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location('inline_mm_benchmark_tool', TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module('benchmarks.__main__')
 
 
 def test_quick_run_writes_table_csv_and_plot(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS='1')
-    proc = subprocess.run([sys.executable, str(TOOL), '--quick', '--out-dir', str(tmp_path)],
+    proc = subprocess.run([sys.executable, '-m', 'benchmarks', '--quick', '--out-dir', str(tmp_path)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout

@@ -1,4 +1,4 @@
-"""tools/benchmark.py --deit: the CI-sized run end to end (no timing is asserted: the
+"""python -m benchmarks --deit: the CI-sized run end to end (no timing is asserted: the
 machine is shared). Every model, mode and size is measured; the speed-up table, the
 attention / linear-layer split and the outputs are written."""
 import csv
@@ -9,12 +9,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / 'tools' / 'benchmark.py'
 
 
 def test_quick_run_writes_ratio_table_split_csv_and_plot(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS='1')
-    proc = subprocess.run([sys.executable, str(TOOL), '--deit', '--quick', '--out-dir',
+    proc = subprocess.run([sys.executable, '-m', 'benchmarks', '--deit', '--quick', '--out-dir',
                            str(tmp_path)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""tools/benchmark.py --padding: the CI-sized run end to end (no timing is asserted: the
+"""python -m benchmarks --padding: the CI-sized run end to end (no timing is asserted: the
 machine is shared). Every family, mode, size, condition and variant is measured, the
 table and the CSV are written, and the batches are what their conditions say."""
 import csv
@@ -11,24 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from inline_mm.benchmark import padding
+from benchmarks import padding
 from inline_mm.models import FAMILIES
 from inline_mm.models.padding import detect_valid_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / 'tools' / 'benchmark.py'
+TOOL = ROOT / 'benchmarks' / '__main__.py'
 
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location('inline_mm_benchmark_tool', TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module('benchmarks.__main__')
 
 
 def test_quick_run_writes_table_and_csv(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS='1')
-    proc = subprocess.run([sys.executable, str(TOOL), '--padding', '--quick', '--out-dir',
+    proc = subprocess.run([sys.executable, '-m', 'benchmarks', '--padding', '--quick', '--out-dir',
                            str(tmp_path)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

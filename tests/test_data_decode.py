@@ -1,5 +1,5 @@
 """The data checks decode every file as the training pipelines will: broken files made for
-real (cut, emptied, replaced), refused with their names by tools/check_dataset.py and by
+real (cut, emptied, replaced), refused with their names by tools/misc/check_dataset.py and by
 DatasetCheckHook before iteration 1; good files written in other ways still pass."""
 import copy
 import importlib.util
@@ -26,7 +26,7 @@ from reliability_support import SHIPPED, hook_checked_runner, toy_ade, toy_coco
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location('_tool_check_dataset',
-                                               ROOT / 'tools' / 'check_dataset.py')
+                                               ROOT / 'tools' / 'misc' / 'check_dataset.py')
 check_dataset = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(check_dataset)
 
@@ -75,7 +75,7 @@ def _check(capsys, *argv):
     return rc, capsys.readouterr().out
 
 
-# ------------------------------------------------------------------ tools/check_dataset.py
+# ------------------------------------------------------------------ tools/misc/check_dataset.py
 @pytest.mark.parametrize('jobs', [1, 2])
 def test_check_refuses_every_broken_file_by_name(folders, capsys, jobs):
     rc, out = _check(capsys, folders[1], '--jobs', jobs)
@@ -345,9 +345,9 @@ def test_own_data_template_checks_its_data_by_default_and_passes_the_toy_set(fol
 
 
 def test_benchmark_set_is_ade20k_like_and_passes(tmp_path, capsys):
-    """tools/dev/bench_dataset_check.py times the checks on this set (at 2,000 pairs)."""
+    """benchmarks/dataset_check.py times the checks on this set (at 2,000 pairs)."""
     spec = importlib.util.spec_from_file_location(
-        '_bench_dataset_check', ROOT / 'tools' / 'dev' / 'bench_dataset_check.py')
+        '_bench_dataset_check', ROOT / 'benchmarks' / 'dataset_check.py')
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     bench.make_set(str(tmp_path), 2)

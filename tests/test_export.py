@@ -98,7 +98,7 @@ def test_export_tool(tmp_path):
     pytest.importorskip('onnxruntime')
     out = tmp_path / 'pvt.onnx'
     proc = subprocess.run(
-        [sys.executable, str(ROOT / 'tools' / 'export_onnx.py'), '--family', 'InLinePVT',
+        [sys.executable, str(ROOT / 'tools' / 'deployment' / 'export_onnx.py'), '--family', 'InLinePVT',
          '--arch', 'smoke', '--size', '64', '96', '--batches', '1', '2', '--out', str(out)],
         capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

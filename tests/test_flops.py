@@ -1,4 +1,4 @@
-"""tools/get_flops.py and inline_mm.analysis: what is counted, and agreement with the
+"""tools/analysis_tools/get_flops.py and inline_mm.analysis: what is counted, and agreement with the
 backbone GMACs table of the project's reference notes (shared/reference/ARCHITECTURES.md,
 kept beside the repository, not in it)."""
 import json
@@ -13,7 +13,7 @@ from inline_mm.analysis import count_macs
 from inline_mm.models import InLineAttention
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / 'tools'))
+sys.path.insert(0, str(ROOT / 'tools' / 'analysis_tools'))
 import get_flops  # noqa: E402
 
 NANO = 'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py'
@@ -62,7 +62,7 @@ def test_flops_backbone_matches_table(config, gmacs):
 
 def test_flops_cli_whole_detector_json():
     out = subprocess.run(
-        [sys.executable, 'tools/get_flops.py', NANO, '--shape', '128', '160', '--json'],
+        [sys.executable, 'tools/analysis_tools/get_flops.py', NANO, '--shape', '128', '160', '--json'],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -91,6 +91,6 @@ def test_flops_cascade_detector(tmp_path):
 
 
 def test_flops_cli_rejects_bad_shape():
-    out = subprocess.run([sys.executable, 'tools/get_flops.py', NANO, '--shape', '1', '2', '3'],
+    out = subprocess.run([sys.executable, 'tools/analysis_tools/get_flops.py', NANO, '--shape', '1', '2', '3'],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and '--shape takes H W' in out.stderr

@@ -271,7 +271,7 @@ def test_default_init_is_finite_and_random():
 
 
 def test_flops_count_every_product_of_the_attention():
-    """The dispatcher-level counter (tools/get_flops.py) sees the linear attention's
+    """The dispatcher-level counter (tools/analysis_tools/get_flops.py) sees the linear attention's
     products inside the autograd function and the per-sample local convolution: at 224
     the backbone is exactly its analytic MAC count (the paper's 1.1 G for InLine-DeiT-T)."""
     from inline_mm.analysis import count_macs

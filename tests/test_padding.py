@@ -392,7 +392,7 @@ def test_padding_features_tool_reports_before_and_after(capsys):
     """The README's table command, on a smoke model."""
     import importlib.util
     from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / 'tools' / 'padding_features.py'
+    path = Path(__file__).resolve().parents[1] / 'tools' / 'analysis_tools' / 'padding_features.py'
     spec = importlib.util.spec_from_file_location('padding_features', path)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)

@@ -1,4 +1,4 @@
-"""tools/padding_consistency.py end to end on a tiny toy COCO set and a random-init
+"""tools/analysis_tools/padding_consistency.py end to end on a tiny toy COCO set and a random-init
 Mask R-CNN: an image alone and batched next to a larger one gets the same backbone
 features with ``pad_aware=True`` and different ones with ``pad_aware=False``, and the
 AP runs through the stock tools/test.py report box and mask AP (at test batch 2 only:
@@ -56,7 +56,7 @@ def test_padding_consistency_tool(tmp_path):
     out_dir = tmp_path / 'out'
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
     run = subprocess.run(
-        [sys.executable, 'tools/padding_consistency.py', str(cfg), str(ckpt), '--num-images',
+        [sys.executable, 'tools/analysis_tools/padding_consistency.py', str(cfg), str(ckpt), '--num-images',
          '2', '--small-size', '96', '64', '--ap-batches', '2', '--out-dir', str(out_dir)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     log = run.stdout + run.stderr

@@ -1,5 +1,5 @@
 """Performance criteria of the InLine implementation, measured with the parts of
-``tools/benchmark.py`` (``inline_mm.benchmark``).
+``python -m benchmarks`` (``benchmarks``).
 
 Timings on a shared machine are noisy, so these run only when asked for:
 ``INLINE_MM_PERF=1 python -m pytest tests/test_performance.py`` (one thread is what the
@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from inline_mm.benchmark.attention import run_attention
-from inline_mm.benchmark.backbones import build_models, run_backbones
+from benchmarks.attention import run_attention
+from benchmarks.backbones import build_models, run_backbones
 
 pytestmark = [
     pytest.mark.performance,

@@ -39,7 +39,7 @@ COVERED = [
      'environment set-up: .ci/run builds it from nothing and runs the suite'),
     (r'pip install openmim', 'the README names it as what not to run'),
     (r'INLINE_MM_MMCV=full make setup', 'compiles mmcv (15-40 min); not a suite step'),
-    (r'bash tools/gpu/(prepare_wheels|cuda_check)\.sh',
+    (r'bash tools/dev/gpu/(prepare_wheels|cuda_check)\.sh',
      'needs the network (prepare_wheels) or a GPU machine (cuda_check)'),
     (r'make env|(\.venv/bin/)?python -m inline_mm\.env', 'tests/test_foundation.py::test_env_report'),
     (r'mim train', 'a prose mention of the mim lines below: tests/test_stock_tools.py::test_mim_test'),
@@ -240,7 +240,7 @@ def test_finetune_walkthrough_as_written(tmp_path):
                  'configs/my_dataset_predict.py'):
         assert must in ran, f'the walkthrough no longer runs {must}'
 
-    check = next(v for k, v in logs.items() if k.startswith('python tools/check_dataset.py --c'))
+    check = next(v for k, v in logs.items() if k.startswith('python tools/misc/check_dataset.py --c'))
     assert 'OK: train, val look fine for 4 classes' in check, check
     train = next(v for k, v in logs.items() if k.startswith('python tools/train.py'))
     losses = logged(train, 'loss')
@@ -269,7 +269,7 @@ def test_finetune_walkthrough_as_written(tmp_path):
 @pytest.mark.slow
 def test_readme_segmentation_commands_on_toy_ade(tmp_path):
     text = section('Segmentation')
-    make = next(c for c in commands(text) if c.startswith('python tools/make_toy_dataset.py ade'))
+    make = next(c for c in commands(text) if c.startswith('python tools/misc/make_toy_dataset.py ade'))
     train, test = (next(c for c in commands(text) if c.startswith(f'python tools/{t}.py'))
                    for t in ('train', 'test'))
     ws = workspace(tmp_path)

@@ -21,8 +21,11 @@ from inline_mm.toydata import segmentation as toy
 ROOT = Path(__file__).resolve().parents[1]
 
 
+TOOL_DIRS = {'check_dataset': 'misc', 'convert_masks': 'dataset_converters'}
+
+
 def _tool(name):
-    spec = importlib.util.spec_from_file_location(f'_tool_{name}', ROOT / 'tools' / f'{name}.py')
+    spec = importlib.util.spec_from_file_location(f'_tool_{name}', ROOT / 'tools' / TOOL_DIRS[name] / f'{name}.py')
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -163,7 +166,7 @@ def test_check_ade_config_uses_the_dataset_class_conventions(tmp_path, capsys):
 
 def test_check_cli_exit_status(data):
     """The script itself exits non-zero on a broken set."""
-    run = [sys.executable, str(ROOT / 'tools' / 'check_dataset.py')]
+    run = [sys.executable, str(ROOT / 'tools' / 'misc' / 'check_dataset.py')]
     ok = subprocess.run(run + [str(data[0] / 'good')], capture_output=True, text=True)
     bad = subprocess.run(run + [str(data[0] / 'broken' / 'rgb_masks')], capture_output=True,
                          text=True)

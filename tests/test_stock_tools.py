@@ -174,14 +174,14 @@ def test_mim_get_flops_on_toy_coco(tmp_path):
     def here(words):
         return [w.replace('data/toy_coco', str(data)) for w in words]
 
-    run(here(readme_line('python tools/make_toy_dataset.py coco data/toy_coco')))
+    run(here(readme_line('python tools/misc/make_toy_dataset.py coco data/toy_coco')))
     log = run(here(readme_line('mim run mmdet get_flops')))
     printed = r'Input shape: \(800, 800\)\nFlops: [\d.]+T\nParams: 48\.73M'
     assert re.search(printed, log), log[-2000:]
 
 
 def test_mim_mmseg_get_flops_fails_as_documented():
-    """The README sends segmentation users to tools/get_flops.py because the stock mmseg
+    """The README sends segmentation users to tools/analysis_tools/get_flops.py because the stock mmseg
     script cannot run with this mmengine; once it can, the README must change."""
     config = ROOT / 'configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'
     assert '"input_shape" and "inputs" cannot be both set' in README

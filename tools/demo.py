@@ -3,7 +3,7 @@
 
     python tools/demo.py          # defaults below; ~30 min on 2 busy shared cores (README)
 
-1. writes the toy COCO dataset (``tools/make_toy_dataset.py coco``: shapes on textured
+1. writes the toy COCO dataset (``tools/misc/make_toy_dataset.py coco``: shapes on textured
    backgrounds, polygon and RLE masks, 300 train / 60 val images of 256 px) unless the
    one already there carries the stamp of this generator, these arguments and these
    library versions, with its files unchanged (anything else is regenerated: figures
@@ -80,7 +80,7 @@ def ensure_data(regenerate: bool, t0: float) -> str:
                'files (--regenerate to rewrite it)', t0)
     else:
         banner(f'writing the toy COCO dataset to {DEFAULT_DATA} ({why})', t0)
-        run([sys.executable, 'tools/make_toy_dataset.py', 'coco', DEFAULT_DATA])
+        run([sys.executable, 'tools/misc/make_toy_dataset.py', 'coco', DEFAULT_DATA])
     return read_stamp(DEFAULT_DATA)['content_sha256']
 
 

@@ -21,7 +21,7 @@ NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# The project's environment when there is one (make / tools/setup_env.sh), else python on PATH.
+# The project's environment when there is one (make / tools/dev/setup_env.sh), else python on PATH.
 if [ -z "${PYTHON:-}" ]; then
     if [ -x "$HERE/../.venv/bin/python" ]; then PYTHON="$HERE/../.venv/bin/python"; else PYTHON=python; fi
 fi

@@ -4,9 +4,9 @@
 #   <data_root>/meta.json                  {"classes": [...], "palette": [[r, g, b], ...]}
 #   <data_root>/images/{train,val}/*.jpg   (or .png .jpeg .bmp .tif .webp, mixed is fine)
 #   <data_root>/masks/{train,val}/*.png    one class index per pixel (8-bit grey or
-#                                          palette PNG; colour masks: tools/convert_masks.py)
+#                                          palette PNG; colour masks: tools/dataset_converters/convert_masks.py)
 #
-# Check the data first:  python tools/check_dataset.py --config <this file>
+# Check the data first:  python tools/misc/check_dataset.py --config <this file>
 # Train:                 python tools/train.py <this file>
 # This file inherits only packaged mmseg bases, so a copy of it works from any folder.
 _base_ = [

@@ -1,6 +1,6 @@
 # The README demo (`make demo`): a narrow InLine-Swin Mask R-CNN trained from scratch on
 # the toy shapes dataset in minutes on a CPU. Make the data first:
-#   python tools/make_toy_dataset.py coco data/toy_coco
+#   python tools/misc/make_toy_dataset.py coco data/toy_coco
 # then `python tools/train.py <this config>` (or `make demo`, which also evaluates and
 # draws the predictions). Same layer types as InLine-Swin-T, everything much narrower.
 _base_ = './mask-rcnn_inline-swin-t_fpn_1x_coco.py'

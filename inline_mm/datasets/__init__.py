@@ -1,5 +1,5 @@
 """Your own segmentation data: ``SegFolderDataset``, ``PaletteIoUMetric`` and the data
-checks (:mod:`.checks`) that ``tools/check_dataset.py`` and the training hooks share.
+checks (:mod:`.checks`) that ``tools/misc/check_dataset.py`` and the training hooks share.
 
 ``import inline_mm`` registers ``SegFolderDataset`` and ``PaletteIoUMetric`` in mmseg's
 ``DATASETS`` / ``METRICS`` when mmseg is installed, so configs can say

@@ -1,7 +1,7 @@
 """The data checks, in one place: every rule returns :class:`Problem` ``(code, path,
 message)`` records; callers decide what to do with them.
 
-Used by ``tools/check_dataset.py`` (reports all of them), :class:`SegFolderDataset`
+Used by ``tools/misc/check_dataset.py`` (reports all of them), :class:`SegFolderDataset`
 (refuses what would break training), and ``inline_mm.engine``'s
 ``DatasetCheckHook`` / empty-dataset messages. Only numpy and Pillow are needed;
 with OpenCV installed images are also decoded as mmcv's ``LoadImageFromFile`` does.
@@ -418,8 +418,8 @@ def check_pair(img_path: str, mask_path: str, read_labels: bool = True,
         arr = mask.pixels
         grey = bool((arr[..., 0] == arr[..., 1]).all() and (arr[..., 1] == arr[..., 2]).all())
         how = ('its three channels are equal, a grey index mask saved as RGB: '
-               'tools/convert_masks.py --gray' if grey else
-               'map colours to class indices with tools/convert_masks.py (palette from '
+               'tools/dataset_converters/convert_masks.py --gray' if grey else
+               'map colours to class indices with tools/dataset_converters/convert_masks.py (palette from '
                'meta.json)')
         problems.append(Problem('rgb-mask', mask_path, f'colour ({mask.mode}) mask; masks must '
                                                        f'hold one class index per pixel: {how}'))
@@ -461,7 +461,7 @@ def binary_problems(histograms: Dict[str, Dict[int, int]], num_classes: int, ign
     if has_fg or not with_255:
         return []
     fg = '1' if num_classes == 2 else f'1..{num_classes - 1}'
-    fix = ('convert them with tools/convert_masks.py (meta.json palette [[0,0,0],'
+    fix = ('convert them with tools/dataset_converters/convert_masks.py (meta.json palette [[0,0,0],'
            '[255,255,255]]) or save the foreground as 1')
     return [Problem('binary-0-255', path,
                     f'mask holds only 0 and 255 and no mask of the dataset holds a label {fg}: '
@@ -686,6 +686,6 @@ def dataset_file_problems(dataset, check_sizes: bool = True, decode: bool = Fals
     """Problems with the files a built mmengine dataset refers to: every ``img_path``
     (and ``seg_map_path``, when present) exists, decodes in full with ``decode``, and,
     with ``check_sizes``, a segmentation mask has its image's size (read from the file
-    headers). EXIF rotations are not applied here; ``tools/check_dataset.py`` reports
+    headers). EXIF rotations are not applied here; ``tools/misc/check_dataset.py`` reports
     those. See :func:`check_dataset_files` for a parallel check with counts."""
     return check_dataset_files([dataset], check_sizes, decode).problems

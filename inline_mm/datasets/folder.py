@@ -14,7 +14,7 @@ def load_meta(path: str) -> dict:
 
     The file is JSON: ``{"classes": [names...], "palette": [[r, g, b], ...]}``; the
     palette is optional (one colour per class, used for predicted masks and plots).
-    The rules are those of :func:`.checks.meta_problems` (as in tools/check_dataset.py).
+    The rules are those of :func:`.checks.meta_problems` (as in tools/misc/check_dataset.py).
 
     Raises:
         FileNotFoundError: when ``path`` does not exist.
@@ -44,7 +44,7 @@ class SegFolderDataset(BaseSegDataset):
     Classes come from ``metainfo['classes']`` (the config) and/or the metadata file;
     when both are given they must be identical, so a config cannot silently train
     on a relabelled dataset. The palette comes from the metadata file (or is
-    generated). Run ``tools/check_dataset.py`` before training: it reports every
+    generated). Run ``tools/misc/check_dataset.py`` before training: it reports every
     problem of a dataset at once; this class only refuses what would break training.
 
     Args:
@@ -97,7 +97,7 @@ class SegFolderDataset(BaseSegDataset):
             raise FileNotFoundError(
                 f'no classes for SegFolderDataset: {where} does not exist and the config '
                 'gives no metainfo=dict(classes=...). Write the metadata file '
-                '(see tools/make_toy_dataset.py folder) or pass the classes')
+                '(see tools/misc/make_toy_dataset.py folder) or pass the classes')
         return metainfo
 
     def load_data_list(self) -> List[dict]:
@@ -133,5 +133,5 @@ class SegFolderDataset(BaseSegDataset):
             shown = ', '.join(missing[:5]) + (f' and {len(missing) - 5} more'
                                               if len(missing) > 5 else '')
             raise FileNotFoundError(f'{len(missing)} image(s) in {img_dir} have no mask: '
-                                    f'{shown}. Run tools/check_dataset.py for a full report')
+                                    f'{shown}. Run tools/misc/check_dataset.py for a full report')
         return sorted(data_list, key=lambda x: x['img_path'])

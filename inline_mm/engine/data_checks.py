@@ -166,7 +166,7 @@ class DatasetCheckHook(Hook):
             missing = all(p.code == 'missing-file' for p in problems)
             head = (f'DatasetCheckHook: {len(problems)} problem(s) with the data files, '
                     f'found before training started (checked {checked}):\n')
-            tail = ('\nFix or remove these samples (tools/check_dataset.py reports '
+            tail = ('\nFix or remove these samples (tools/misc/check_dataset.py reports '
                     'segmentation folders in detail).')
             runner.logger.error(head + _listing(problems, limit=None) + tail)
             raise (FileNotFoundError if missing else ValueError)(

@@ -70,7 +70,7 @@ class CheckSegMapSize(BaseTransform):
                 f"mask {results.get('seg_map_path')} is {seg.shape[0]}x{seg.shape[1]} (HxW) "
                 f"but its image {results.get('img_path')} is {hw[0]}x{hw[1]}: a mask must "
                 'label every pixel of its image. Fix or remove this pair '
-                '(tools/check_dataset.py lists all of them)')
+                '(tools/misc/check_dataset.py lists all of them)')
         return results
 
 
@@ -129,7 +129,7 @@ class CheckSegLabels(BaseTransform):
                 f'label values {shown}{more}{file_values}, but the model has num_classes='
                 f'{self.num_classes} (labels 0..{self.num_classes - 1}) and ignore_index='
                 f'{self.ignore_index}. Fix the mask, or num_classes / reduce_zero_label in the '
-                'config (tools/check_dataset.py lists every such mask)')
+                'config (tools/misc/check_dataset.py lists every such mask)')
         return results
 
     def __repr__(self) -> str:

@@ -658,7 +658,7 @@ ATTENTIONS = {'inline': InLineAttention, 'window': WindowAttention,
 # --------------------------------------------------------------------------- reference
 # The formula of Han et al. (NeurIPS 2024, arXiv 2412.06590, eq. 5 with the ``s / n``
 # scale of the official code), written term by term with autograd doing the backward:
-# what the tests hold the fast kernel to, and what tools/benchmark.py times it against.
+# what the tests hold the fast kernel to, and what python -m benchmarks times it against.
 
 def reference_inline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                scale: float) -> torch.Tensor:

@@ -33,7 +33,7 @@ How to add a family (InLine-DeiT is the example the table was shaped for):
 
 That is all: the backbone is then registered in mmdet's and mmseg's ``MODELS``
 (whichever is installed), its official checkpoints are recognised by
-``tools/convert_checkpoint.py`` and its released files get short names
+``tools/model_converters/convert_checkpoint.py`` and its released files get short names
 (``inline://<name>``, :mod:`inline_mm.weights`), and ``tests/test_backbone_contract.py`` runs every
 contract test (shapes at normal, odd and non-square sizes, minimum input, frozen
 stages, ``with_cp``, invalid arguments, checkpoint layouts, wrong-variant refusal,

@@ -10,7 +10,7 @@ in training, so the untrained area next to a small image competes for the
 backbone the padded area is all zeros and the FPN puts only its biases there, which
 an RPN can score highly: on the demo model such anchors took 71% of the pre-NMS slots
 of a 256x160 image next to a 256x256 one, and pushed out its own proposals
-(``tools/padding_consistency.py``).
+(``tools/analysis_tools/padding_consistency.py``).
 
 :class:`PadAwareRPNHead` proposes for each image from the cells its ``pad_shape``
 covers at each level (the cells the training targets use), so an image gets the

@@ -1,4 +1,4 @@
-"""Generators of small real datasets for demos and tests (tools/make_toy_dataset.py).
+"""Generators of small real datasets for demos and tests (tools/misc/make_toy_dataset.py).
 
 A generated dataset carries a stamp, ``<root>/toy_dataset.json``: which generator wrote
 it (a hash of the generator's source and the versions of the libraries that draw and

@@ -1,6 +1,6 @@
 """A small, real COCO-format instance-segmentation dataset of shapes on textures.
 
-``python tools/make_toy_dataset.py coco OUT`` writes::
+``python tools/misc/make_toy_dataset.py coco OUT`` writes::
 
     OUT/train2017/000000.jpg ...            JPEG images
     OUT/val2017/000000.jpg ...

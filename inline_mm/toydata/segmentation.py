@@ -1,6 +1,6 @@
 """Small, real semantic-segmentation datasets of shapes on textures (no download).
 
-``python tools/make_toy_dataset.py ade OUT`` writes the ADE20K directory layout that
+``python tools/misc/make_toy_dataset.py ade OUT`` writes the ADE20K directory layout that
 mmseg's stock ``ADE20KDataset`` and the ``*_ade20k-512x512`` configs read::
 
     OUT/images/training/ADE_train_00000001.jpg      JPEG images
@@ -13,7 +13,7 @@ shape here) and value ``k`` is the ADE20K class ``k - 1`` (the configs use
 ``reduce_zero_label=True``).  Backgrounds are labelled 'wall', shapes 'tree'
 (discs), 'person' (triangles) and 'car' (rectangles).
 
-``python tools/make_toy_dataset.py folder OUT`` writes the simple layout of a
+``python tools/misc/make_toy_dataset.py folder OUT`` writes the simple layout of a
 user's own data, read by ``inline_mm``'s ``SegFolderDataset``::
 
     OUT/meta.json                      {"classes": [...], "palette": [[r, g, b], ...]}
@@ -22,7 +22,7 @@ user's own data, read by ``inline_mm``'s ``SegFolderDataset``::
 
 where 0 is a real class ('background').  With ``--broken-dir DIR`` it also writes
 small copies of that dataset, each with one typical mistake, for
-``tools/check_dataset.py`` to find (see ``BROKEN_VARIANTS``).
+``tools/misc/check_dataset.py`` to find (see ``BROKEN_VARIANTS``).
 
 Images vary in size and aspect ratio; the class is the shape, never the colour.
 Everything is drawn from one seed: the same arguments give the same files.
@@ -60,7 +60,7 @@ FOLDER_PALETTE = ((0, 0, 0), (220, 20, 60), (0, 128, 255), (255, 200, 0))
 ADE_VALUES = {'unlabelled': 0, 'background': 1, 'circle': 5, 'triangle': 13,
               'rectangle': 21}    # wall, tree, person, car
 
-#: broken variant -> the problem code tools/check_dataset.py must report for it
+#: broken variant -> the problem code tools/misc/check_dataset.py must report for it
 BROKEN_VARIANTS = {
     'unpaired': 'unpaired-image',          # a mask deleted, and an orphan mask added
     'size_mismatch': 'size-mismatch',      # one mask at another size than its image

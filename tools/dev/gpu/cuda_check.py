@@ -1,4 +1,4 @@
-"""CUDA checks for a GPU machine, no compiler needed (run by ``tools/gpu/cuda_check.sh``).
+"""CUDA checks for a GPU machine, no compiler needed (run by ``tools/dev/gpu/cuda_check.sh``).
 
 1. mmcv's compiled entry points through inline_mm's torchvision fallback on CUDA (nms,
    RoIAlign forward/backward) against the CPU results and the recorded compiled-mmcv
@@ -7,7 +7,7 @@
    which runs the fast attention's CUDA path;
 3. one AMP step (fp16 + GradScaler, mmengine's ``AmpOptimWrapper``) of the shipped Mask R-CNN
    and UperNet AMP configs at real size, losses finite;
-4. ``tools/benchmark.py --quick`` on CUDA.
+4. ``python -m benchmarks --quick`` on CUDA.
 
 Prints one line per check and a summary; exits non-zero if any check fails.  ``--device cpu``
 runs the same code on CPU (fp32 steps instead of AMP) to check the script itself.
@@ -20,8 +20,7 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[3]
 
 import _inline_mm_mmcv_hook  # noqa: E402
 
@@ -159,12 +158,12 @@ def check_upernet(device):
                     data, device, 'mmseg')
 
 
-@check('tools/benchmark.py --quick')
+@check('python -m benchmarks --quick')
 def check_benchmark(device, out_dir):
     argv = sys.argv
     sys.argv = ['benchmark.py', '--quick', '--device', device, '--out-dir', str(out_dir)]
     try:
-        runpy.run_path(str(ROOT / 'tools' / 'benchmark.py'), run_name='__main__')
+        runpy.run_path(str(ROOT / 'benchmarks' / '__main__.py'), run_name='__main__')
     except SystemExit as e:
         if e.code not in (0, None):
             raise RuntimeError(f'benchmark exited with {e.code}')

@@ -2,11 +2,11 @@
 """Export an InLine backbone to ONNX for one input size (dynamic batch), and check it
 with ONNX Runtime against PyTorch.
 
-    python tools/export_onnx.py --family InLineSwin --arch tiny \\
+    python tools/deployment/export_onnx.py --family InLineSwin --arch tiny \\
         --checkpoint inline://swin_t --size 224 224 --out inline_swin_t_224.onnx
-    python tools/export_onnx.py configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py \\
+    python tools/deployment/export_onnx.py configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py \\
         --size 800 1216 --out swin_t_800x1216.onnx          # the config's backbone
-    python tools/export_onnx.py --family InLinePVT --arch smoke --size 64 96 --bench
+    python tools/deployment/export_onnx.py --family InLinePVT --arch smoke --size 64 96 --bench
 
 ``--whole`` exports the config's whole model in tensor mode (``model._forward``: a
 segmentor's logits; see the README for what a Mask R-CNN does).  A graph is made

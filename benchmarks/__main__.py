@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Time and peak memory of InLine backbones against their Softmax counterparts.
 
-    python tools/benchmark.py                  # backbones, 224 .. 1536, CPU (+ CUDA if present)
-    python tools/benchmark.py --attention      # the attention alone, stage 1 of 800x1333
-    python tools/benchmark.py --quick          # CI-sized run of both (seconds)
-    python tools/benchmark.py --deit           # InLine-DeiT-T vs DeiT-T, 224 .. 1536, + split
-    python tools/benchmark.py --padding        # pad_aware=True vs False, 800x1333 and 1024
+    python -m benchmarks                  # backbones, 224 .. 1536, CPU (+ CUDA if present)
+    python -m benchmarks --attention      # the attention alone, stage 1 of 800x1333
+    python -m benchmarks --quick          # CI-sized run of both (seconds)
+    python -m benchmarks --deit           # InLine-DeiT-T vs DeiT-T, 224 .. 1536, + split
+    python -m benchmarks --padding        # pad_aware=True vs False, 800x1333 and 1024
 
 InLine (Han et al., "Bridging the Divide: Reconsidering Softmax and Linear
 Attention", NeurIPS 2024, arXiv 2412.06590) attends over the whole feature map at
@@ -51,17 +51,17 @@ tables on stdout. The tool reports figures; what they must reach is tested by
 and depth, with its explicit attention matrix and with torch's fused attention) at 224,
 384, 640, 1024 and 1536 the same way, prints the speed-up curve next to the paper's
 (Fig. 3c), and splits one InLine-DeiT-T block at 1024x1024 into the attention proper and
-the linear layers (``inline_mm.benchmark.deit``). Outputs: ``deit.csv``, ``deit.png``,
+the linear layers (``benchmarks.deit``). Outputs: ``deit.csv``, ``deit.png``,
 ``deit_split.csv``, ``meta.json``.
 
 ``--padding`` measures the cost of padding awareness: every family at its ``tiny`` preset,
 batch 2, ``pad_aware=True`` against ``False`` (the same model), on batches with no padding
 and on a realistic padded batch (one image at the canvas size, one at 3/4 of each side), at
 800x1333 and 1024x1024 (canvas: rounded up to a multiple of 32), forward and training, in
-interleaved rounds (``inline_mm.benchmark.padding``). Outputs: ``padding.csv``,
+interleaved rounds (``benchmarks.padding``). Outputs: ``padding.csv``,
 ``meta.json``.
 
-The parts live in ``inline_mm.benchmark``: ``measure`` (timing, memory, prediction),
+The parts live in ``benchmarks``: ``measure`` (timing, memory, prediction),
 ``backbones``, ``attention``, ``deit`` and ``padding`` (the comparisons); this file is their
 command line.
 """
@@ -73,12 +73,12 @@ from typing import List, Tuple
 
 import torch
 
-from inline_mm.benchmark.attention import attention_table, run_attention, write_attention_csv
-from inline_mm.benchmark.backbones import (FULL_SIZES, MODELS, MODES, QUICK_SIZES, Result,
+from benchmarks.attention import attention_table, run_attention, write_attention_csv
+from benchmarks.backbones import (FULL_SIZES, MODELS, MODES, QUICK_SIZES, Result,
                                            backbone_tables, build_models, plot_backbones,
                                            run_backbones, write_backbone_csv)
-from inline_mm.benchmark import deit, padding
-from inline_mm.benchmark.measure import Timer, free_memory, machine_info
+from benchmarks import deit, padding
+from benchmarks.measure import Timer, free_memory, machine_info
 from inline_mm.models import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]

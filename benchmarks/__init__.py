@@ -1,4 +1,4 @@
-"""What ``tools/benchmark.py`` measures, as importable parts: :mod:`.measure` (timing,
+"""What ``python -m benchmarks`` measures, as importable parts: :mod:`.measure` (timing,
 peak memory, cost prediction), :mod:`.backbones` (whole backbones against their Softmax
 counterparts), :mod:`.attention` (the attention against its plain reference), :mod:`.deit`
 (InLine-DeiT-T against DeiT-T) and :mod:`.padding` (the cost of padding awareness).

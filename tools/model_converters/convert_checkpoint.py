@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Convert an official InLine ImageNet checkpoint into a tensors-only file, once.
 
-    python tools/convert_checkpoint.py inline://swin_t checkpoints/inline_swin_t.safetensors
+    python tools/model_converters/convert_checkpoint.py inline://swin_t checkpoints/inline_swin_t.safetensors
 
 SRC is a file, a URL or an official file's short name (``python -m inline_mm.weights
 list``), resolved as ``init_cfg`` resolves it: downloaded once into the weights cache.

@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Write small, real datasets for demos and tests (no download needed).
 
-    python tools/make_toy_dataset.py coco   data/toy_coco      # COCO instance segmentation
-    python tools/make_toy_dataset.py ade    data/toy_ade       # ADE20K directory layout
-    python tools/make_toy_dataset.py folder data/toy_folder    # images/ + masks/ folders
+    python tools/misc/make_toy_dataset.py coco   data/toy_coco      # COCO instance segmentation
+    python tools/misc/make_toy_dataset.py ade    data/toy_ade       # ADE20K directory layout
+    python tools/misc/make_toy_dataset.py folder data/toy_folder    # images/ + masks/ folders
 
-Each kind's options: ``python tools/make_toy_dataset.py KIND --help``.
+Each kind's options: ``python tools/misc/make_toy_dataset.py KIND --help``.
 """
 import argparse
 import importlib

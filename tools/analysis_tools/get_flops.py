@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Parameters and MACs of a config's model at a given input size.
 
-    python tools/get_flops.py configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py
-    python tools/get_flops.py CONFIG --shape 512 512 --backbone-only
-    python tools/get_flops.py CONFIG --json          # one JSON object on stdout
+    python tools/analysis_tools/get_flops.py configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py
+    python tools/analysis_tools/get_flops.py CONFIG --shape 512 512 --backbone-only
+    python tools/analysis_tools/get_flops.py CONFIG --json          # one JSON object on stdout
 
 Counts run at the PyTorch dispatcher (``inline_mm.analysis``), so InLine attention's
 matrix products and its per-sample depthwise 3x3 conv are counted; a module-hook

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Prepare the wheels that tools/gpu/cuda_check.sh installs on a GPU machine that has Python 3.12
+# Prepare the wheels that tools/dev/gpu/cuda_check.sh installs on a GPU machine that has Python 3.12
 # with torch/torchvision (and timm, opencv-python-headless, scipy, matplotlib ...) but no network
 # and no compiler.  Everything here is small (~20 MB): OpenMMLab's pure-Python packages
 # (mmcv-lite: no compiled ops, inline_mm backs nms/RoIAlign with torchvision), their small
 # pure-Python dependencies, the two compiled ones as cp312 wheels, and setuptools < 81 (mmengine
-# imports pkg_resources).  Usage:  bash tools/gpu/prepare_wheels.sh [DIR]   (default: .whl)
+# imports pkg_resources).  Usage:  bash tools/dev/gpu/prepare_wheels.sh [DIR]   (default: .whl)
 # TARGET_PY picks the target Python of the compiled wheels (default 3.12, the GPU image's).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

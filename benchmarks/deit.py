@@ -1,4 +1,4 @@
-"""InLine-DeiT-T against DeiT-T at high resolution (``tools/benchmark.py --deit``).
+"""InLine-DeiT-T against DeiT-T at high resolution (``python -m benchmarks --deit``).
 
 The InLine paper (Han et al., NeurIPS 2024, arXiv 2412.06590, Fig. 3c, GPU) reports
 InLine-DeiT-T about as fast as DeiT-T at 224, 2.4x faster at 640 and 4.8x at 1024:
@@ -47,7 +47,7 @@ OUT_INDICES = (2, 5, 8, 11)
 
 
 def build_inline_deit_t():
-    from ..models.inline_deit import InLineDeiT
+    from inline_mm.models.inline_deit import InLineDeiT
     return InLineDeiT(arch='tiny', drop_path_rate=0., out_indices=OUT_INDICES)
 
 

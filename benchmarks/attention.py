@@ -1,6 +1,6 @@
 """InLine attention alone: the production kernel against the plain reference of the
 formula (``inline_mm.models.attention.reference_attention``), same weights, one process
-(``tools/benchmark.py --attention``)."""
+(``python -m benchmarks --attention``)."""
 import csv
 import statistics
 from pathlib import Path
@@ -8,7 +8,7 @@ from typing import List
 
 import torch
 
-from ..models.attention import InLineAttention, reference_attention
+from inline_mm.models.attention import InLineAttention, reference_attention
 from .backbones import MODES
 from .measure import Timer
 
@@ -21,7 +21,7 @@ def run_attention(args, device: torch.device) -> List[dict]:
 
     Args:
         args: ``attention_hw`` (map size), ``batch``, ``modes``, ``warmup`` and
-            ``attention_repeats`` (``tools/benchmark.py``'s arguments).
+            ``attention_repeats`` (``python -m benchmarks``'s arguments).
         device (torch.device): Where to run.
 
     Returns:

@@ -1,5 +1,5 @@
 """Whole backbones against the Softmax backbones InLine replaces: time and peak memory
-per (model, size, mode), timed in interleaved rounds (``tools/benchmark.py``).
+per (model, size, mode), timed in interleaved rounds (``python -m benchmarks``).
 
 Models, compared in one process (random weights, stochastic depth off):
 
@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from ..models import GlobalSoftmaxAttention, InLineAttention, InLinePVT, InLineSwin
+from inline_mm.models import GlobalSoftmaxAttention, InLineAttention, InLinePVT, InLineSwin
 from .measure import Timer, default_max_mem_gb, free_memory, is_oom, make_step, predict
 
 __all__ = ['MODELS', 'MODES', 'PAIRS', 'FULL_SIZES', 'QUICK_SIZES', 'GROWTH_FROM', 'GROWTH_TO',

@@ -24,7 +24,7 @@
 #   MAX_JOBS          full build: parallel compile jobs          (default: number of cores)
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
 STAMP="$VENV/.inline_mm_setup_done"
 MMCV_VERSION=2.1.0
@@ -42,7 +42,7 @@ case "$MMCV_CHOICE" in lite|full) ;; *) die "INLINE_MM_MMCV=$MMCV_CHOICE: expect
 # same inputs -> nothing to do.  A full build also satisfies a later plain (lite) request: an
 # environment with a compiled mmcv keeps it.
 fingerprint() {
-    cat "$ROOT/setup.cfg" "$ROOT/tools/setup_env.sh" "$ROOT/tools/setup_check.py" 2>/dev/null \
+    cat "$ROOT/setup.cfg" "$ROOT/tools/dev/setup_env.sh" "$ROOT/tools/dev/setup_check.py" 2>/dev/null \
         | sha256sum | cut -d' ' -f1
 }
 if [[ -f "$STAMP" ]]; then
@@ -207,7 +207,7 @@ log "installing mmdet, mmsegmentation, timm, stock-tool extras and inline_mm (ed
 
 # --- self-check: no stamp unless the result works -------------------------------------------------
 log "self-check"
-"$PY" "$ROOT/tools/setup_check.py" || die "self-check (above); run this command again after fixing"
+"$PY" "$ROOT/tools/dev/setup_check.py" || die "self-check (above); run this command again after fixing"
 if compiled_mmcv; then MMCV_DONE=full; else MMCV_DONE=lite; fi
 echo "$(fingerprint) $MMCV_DONE" >"$STAMP"
 log "done in $(( SECONDS - start_all ))s: $VENV"

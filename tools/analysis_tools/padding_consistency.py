@@ -1,13 +1,13 @@
 #!/usr/bin/env python
 """Does a Mask R-CNN give an image the same detections alone and batched next to a larger one?
 
-    python tools/padding_consistency.py CONFIG CHECKPOINT [--num-images N] [--skip-ap]
+    python tools/analysis_tools/padding_consistency.py CONFIG CHECKPOINT [--num-images N] [--skip-ap]
     # the demo model:
-    python tools/padding_consistency.py \\
+    python tools/analysis_tools/padding_consistency.py \\
         configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py \\
         work_dirs/demo/iter_600.pth
     # with mmdet's stock RPNHead instead of the configs' PadAwareRPNHead:
-    python tools/padding_consistency.py CONFIG CHECKPOINT --cfg-options model.rpn_head.type=RPNHead
+    python tools/analysis_tools/padding_consistency.py CONFIG CHECKPOINT --cfg-options model.rpn_head.type=RPNHead
 
 mmdet batches images of different sizes by zero-padding them bottom/right (after
 normalisation, to a multiple of 32). Every measurement runs twice, with the backbone's
@@ -57,7 +57,7 @@ import sys
 
 import numpy as np
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 MATCH_IOU = 0.5
 SAME_PX, SAME_SCORE = 0.01, 1e-4   # "identical" detections (float noise is far below)
 FEAT_TOL = 1e-5                    # relative difference that counts as "differs"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """How much an image's backbone features depend on its batch mates' padding.
 
-    python tools/padding_features.py                   # the four tiny presets, both cases
-    python tools/padding_features.py --families InLineSwin --cases small
+    python tools/analysis_tools/padding_features.py                   # the four tiny presets, both cases
+    python tools/analysis_tools/padding_features.py --families InLineSwin --cases small
 
 mmdet and mmseg zero-pad the images of a batch to one size. For each family (the real
 ``tiny`` preset, random weights from seed 0, eval mode) and each case, an image A is
@@ -21,14 +21,12 @@ Random weights show the mechanism, not a trained model's sensitivity; relative e
 of ~1e-7 are float32 rounding.
 """
 import argparse
-import sys
 import time
 from os import path as osp
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from inline_mm.models import FAMILIES  # noqa: E402
+from inline_mm.models import FAMILIES
 
 CASES = {
     'small': dict(a=(200, 296), alone=(224, 320), other=(320, 448), batch=(320, 448)),

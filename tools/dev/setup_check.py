@@ -1,8 +1,8 @@
 """The set-up's last step: prove the environment can do what the README's first commands need.
 
-Exits non-zero, naming the failed check, unless every check passes; ``tools/setup_env.sh``
+Exits non-zero, naming the failed check, unless every check passes; ``tools/dev/setup_env.sh``
 writes its stamp only after this succeeds.  Run it by hand any time:
-``.venv/bin/python tools/setup_check.py``.
+``.venv/bin/python tools/dev/setup_check.py``.
 """
 import importlib.metadata as md
 import sys

@@ -1,4 +1,4 @@
-"""The cost of padding awareness (``tools/benchmark.py --padding``, issue #14).
+"""The cost of padding awareness (``python -m benchmarks --padding``, issue #14).
 
 mmdet and mmseg batch images of different sizes by zero-padding them at the bottom and
 right to a common canvas (a multiple of 32 in the shipped detection configs). A
@@ -40,7 +40,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from ..models import FAMILIES
+from inline_mm.models import FAMILIES
 from .backbones import MODES, _size
 from .measure import Timer, free_memory, is_oom, make_step
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Check a segmentation dataset before training; report every problem, with file names.
 
-    python tools/check_dataset.py data/my_dataset                 # images/, masks/, meta.json
-    python tools/check_dataset.py --config configs/custom/my.py   # exactly what the config reads
-    python tools/check_dataset.py --config CONFIG --cfg-options train_dataloader.dataset.data_root=X
-    python tools/check_dataset.py data/my_dataset --quick         # headers only, seconds
+    python tools/misc/check_dataset.py data/my_dataset                 # images/, masks/, meta.json
+    python tools/misc/check_dataset.py --config configs/custom/my.py   # exactly what the config reads
+    python tools/misc/check_dataset.py --config CONFIG --cfg-options train_dataloader.dataset.data_root=X
+    python tools/misc/check_dataset.py data/my_dataset --quick         # headers only, seconds
 
 Every image and mask is read and decoded in full, as the training pipelines decode
 them (images with OpenCV and Pillow, masks with Pillow), on --jobs threads (default:
@@ -26,7 +26,7 @@ Problems (exit status 1; each line names the file):
   size-mismatch                   image and mask sizes differ
   exif-rotation                   a JPEG with an EXIF rotation: OpenCV (mmseg) rotates
                                   the image when loading, the mask is not rotated
-  rgb-mask                        a colour (RGB) mask: convert with tools/convert_masks.py
+  rgb-mask                        a colour (RGB) mask: convert with tools/dataset_converters/convert_masks.py
   mask-mode                       another pixel format mmseg cannot use as labels
   label-out-of-range              label values >= num_classes other than ignore_index
   binary-0-255                    a 2-class set stored as 0/255: 255 is the ignore index,

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""Time tools/check_dataset.py on an ADE20K-like set: full decode on 1 and 2 threads,
+"""Time tools/misc/check_dataset.py on an ADE20K-like set: full decode on 1 and 2 threads,
 and --quick; prints medians and the linear extrapolation to ADE20K's 25,574 pairs.
 
-    python tools/dev/bench_dataset_check.py                  # 2,000 pairs, 3 repeats
-    python tools/dev/bench_dataset_check.py --pairs 500 --repeats 1
+    python benchmarks/dataset_check.py                  # 2,000 pairs, 3 repeats
+    python benchmarks/dataset_check.py --pairs 500 --repeats 1
 
 The set is written to a temporary folder: JPEG images of 683x512 at quality 90
 (ADE20K's typical size; smooth texture plus noise, ~100 kB each, as photos are) and

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Turn colour (palette RGB) masks into class-index masks that mmseg can train on.
 
-    python tools/convert_masks.py masks_rgb/ masks/ --meta data/my_dataset/meta.json
-    python tools/convert_masks.py masks_rgb/ masks/ --palette "0,0,0;128,64,128;70,70,70"
-    python tools/convert_masks.py masks_grey_rgb/ masks/ --gray      # R == G == B == index
+    python tools/dataset_converters/convert_masks.py masks_rgb/ masks/ --meta data/my_dataset/meta.json
+    python tools/dataset_converters/convert_masks.py masks_rgb/ masks/ --palette "0,0,0;128,64,128;70,70,70"
+    python tools/dataset_converters/convert_masks.py masks_grey_rgb/ masks/ --gray      # R == G == B == index
 
 Every pixel whose colour is palette entry ``i`` becomes class ``i``. The outputs are
 palette-mode PNGs (``<stem>.png``, sub-folders kept): image viewers show the class
