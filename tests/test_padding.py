@@ -389,7 +389,7 @@ def test_autocast_with_padding_stays_finite(name):
 
 
 def test_padding_features_tool_reports_before_and_after(capsys):
-    """The README's table command, on a smoke model."""
+    """The command of docs/padding.md's table, on a smoke model."""
     import importlib.util
     from pathlib import Path
     path = Path(__file__).resolve().parents[1] / 'tools' / 'analysis_tools' / 'padding_features.py'

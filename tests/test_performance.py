@@ -21,7 +21,7 @@ pytestmark = [
 ]
 
 #: InLine-Swin-T forward time may grow at most this much from 512^2 to 1024^2 pixels (4x:
-#: linear in pixels, plus what the allocator costs at high resolution; see README)
+#: linear in pixels, plus what the allocator costs at high resolution; see docs/performance.md)
 MAX_GROWTH_512_TO_1024 = 4.6
 #: the production attention must be at least this much faster than the plain reference,
 #: forward + backward, at stage 1 of an 800x1333 image, and need no more memory

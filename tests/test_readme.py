@@ -1,14 +1,16 @@
-"""The README's commands, as written, so that the README cannot drift from the code.
+"""The commands of README.md and docs/*.md, as written, so that the text cannot drift from
+the code.
 
-- Every command in the README (``bash`` blocks and inline commands) is listed in
+- Every command of those pages (``bash`` blocks and inline commands) is listed in
   ``COVERED`` with the test that runs it, or why no test can (a GPU, the network, a compile,
   a 30-minute benchmark); a new command without an entry fails here.
-- The fine-tuning walkthrough runs in document order, command by command, in a scratch
+- The fine-tuning walkthrough (docs/own_data.md) runs in document order, command by command, in a scratch
   folder laid out like the repository (``tools/``, ``configs/``), on the toy set, with the
   README's rehearsal edits (random weights, short schedule), and must learn: the loss falls
   and val mIoU ends clearly above what predicting the most frequent class everywhere gets.
-- The segmentation lines run on the toy ADE20K set (``--cfg-options``, one iteration).
-- Multi-GPU, multi-node and Slurm lines run with stand-ins for ``python`` and ``srun`` that
+- The segmentation lines (docs/segmentation.md) run on the toy ADE20K set (``--cfg-options``,
+  one iteration).
+- Multi-GPU, multi-node and Slurm lines (docs/detection.md) run with stand-ins for ``python`` and ``srun`` that
   record their arguments (nothing is launched; the multi-node address is replaced by
   127.0.0.1), which are then parsed with torchrun's and the stock scripts' own parsers.
 """
@@ -25,64 +27,79 @@ import pytest
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / 'README.md').read_text()
+#: the pages whose commands are covered: the README and every page of docs/
+PAGES = [ROOT / 'README.md', *sorted((ROOT / 'docs').glob('*.md'))]
 TIMEOUT = 600
 
-#: (pattern of a README command, the test that runs it or why none can)
+#: (pattern of a documented command, the test that runs it or why none can)
 COVERED = [
     (r'make demo|\.venv/bin/python tools/demo\.py',
-     'the demo itself (20-35 min on 2 cores: run by hand for the README figures); its data '
-     'check: tests/test_detection_tools.py::test_demo_data_stamp_detects_other_generators'),
-    (r'(INLINE_MM_RECORD_OPS=\S+ )?make test', 'the test suite itself'),
-    (r'make setup|bash tools/setup_env\.sh|pip install -e \.|pip uninstall mmcv'
+     'the demo itself (20-35 min on 2 cores: run by hand for the figures of '
+     'docs/get_started.md); its data check: '
+     'tests/test_detection_tools.py::test_demo_data_stamp_detects_other_generators'),
+    (r'python tools/demo\.py', 'the same command as `make demo` runs, above'),
+    (r'(INLINE_MM_RECORD_OPS=\S+ )?make test(-fast)?', 'the test suite itself'),
+    (r'make setup|bash tools/dev/setup_env\.sh|pip install -e \.|pip uninstall mmcv'
      r'|pip install --no-deps openmim|pip install click .*',
      'environment set-up: .ci/run builds it from nothing and runs the suite'),
-    (r'pip install openmim', 'the README names it as what not to run'),
+    (r'pip install "inline_mm\[mm\] @ git\+<repo-url>"',
+     'the wheel test builds the wheel, installs it into a fresh environment and trains the '
+     'toy config from another directory (lands with issue #26)'),
+    (r'mim (train|test) +inline_mm .*',
+     'the wheel test runs the shipped configs from the installed .mim folder (lands with '
+     'issue #26); the same scripts through mmdet: tests/test_stock_tools.py::test_mim_test'),
+    (r'pip install openmim', 'the page names it as what not to run'),
     (r'INLINE_MM_MMCV=full make setup', 'compiles mmcv (15-40 min); not a suite step'),
     (r'bash tools/dev/gpu/(prepare_wheels|cuda_check)\.sh',
      'needs the network (prepare_wheels) or a GPU machine (cuda_check)'),
     (r'make env|(\.venv/bin/)?python -m inline_mm\.env', 'tests/test_foundation.py::test_env_report'),
     (r'mim train', 'a prose mention of the mim lines below: tests/test_stock_tools.py::test_mim_test'),
     (r'pip install onnx onnxruntime', 'installed by the set-up (dev extra); the export tests use them'),
-    (r'python tools/export_onnx\.py .*',
+    (r'python tools/deployment/export_onnx\.py( .*)?',
      'the same tool on the smoke presets (no ImageNet files here), onnxruntime parity and a '
      'wrong size refused: tests/test_export.py::test_export_tool, '
      'tests/test_export.py::test_onnx_matches_pytorch_at_each_exported_size'),
-    (r'python tools/make_toy_dataset\.py coco data/toy_coco .*|mim run mmdet get_flops( .*)?',
+    (r'python tools/misc/make_toy_dataset\.py coco data/toy_coco .*|mim run mmdet get_flops( .*)?',
      'tests/test_stock_tools.py::test_mim_get_flops_on_toy_coco'),
     (r'mim run mmseg get_flops',
-     'the README says it fails with this mmengine: '
+     'the page says it fails with this mmengine: '
      'tests/test_stock_tools.py::test_mim_mmseg_get_flops_fails_as_documented'),
     (r'(\.venv/bin/)?python -m _inline_mm_mmcv_hook (install|uninstall|status)',
      'tests/test_mmcv_fallback.py::test_hook_command_installs_and_removes_its_pth'),
-    (r'python -m inline_mm\.weights (list|fetch swin_t|verify|path swin_t)',
+    (r'python -m inline_mm\.weights( (list|fetch swin_t|verify|path swin_t))?',
      'the same subcommands against a mirror on 127.0.0.1 (no test reaches the real host): '
      'tests/test_weights.py::test_cli_list_fetch_path_verify, '
      'tests/test_weights.py::test_cli_runs_as_a_module'),
-    (r'python tools/convert_checkpoint\.py .*',
+    (r'python tools/model_converters/convert_checkpoint\.py( .*)?',
      'tests/test_checkpoint.py::test_convert_tool_writes_tensors_only_file'),
-    (r'python tools/get_flops\.py .*', 'tests/test_flops.py::test_flops_cli_whole_detector_json'),
-    (r'python tools/benchmark\.py --quick',
+    (r'python tools/analysis_tools/get_flops\.py .*',
+     'tests/test_flops.py::test_flops_cli_whole_detector_json'),
+    (r'python tools/misc/check_dataset\.py|python tools/dataset_converters/convert_masks\.py'
+     r'|python tools/misc/make_toy_dataset\.py',
+     'the checkout paths beside their console scripts; each runs with arguments in '
+     'tests/test_readme.py::test_finetune_walkthrough_as_written'),
+    (r'python -m benchmarks --quick',
      'tests/test_benchmark.py::test_quick_run_writes_table_csv_and_plot'),
-    (r'OMP_NUM_THREADS=1 python tools/benchmark\.py( --attention)?',
+    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks( --attention)?',
      'the full benchmark takes 30+ min; the same tool and code path run with --quick in '
      'tests/test_benchmark.py::test_quick_run_writes_table_csv_and_plot'),
-    (r'python tools/benchmark\.py --deit --quick',
+    (r'python -m benchmarks --deit --quick',
      'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
-    (r'OMP_NUM_THREADS=1 python tools/benchmark\.py --deit'
+    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --deit'
      r'( --split-only| --repeats 3| --sizes 224 384 640 --repeats 7)?',
      'the full InLine-DeiT benchmark takes 20-40 min on 2 cores; the same tool and code path '
      'run with --deit --quick in '
      'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
-    (r'(OMP_NUM_THREADS=1 )?python tools/padding_features\.py',
+    (r'(OMP_NUM_THREADS=1 )?python tools/analysis_tools/padding_features\.py',
      'the same tool on a smoke model: '
      'tests/test_padding.py::test_padding_features_tool_reports_before_and_after'),
-    (r'python tools/padding_consistency\.py configs/inline_swin/mask-rcnn_inline-swin-nano_.*',
+    (r'python tools/analysis_tools/padding_consistency\.py '
+     r'configs/inline_swin/mask-rcnn_inline-swin-nano_.*',
      'needs the demo model (`make demo`, 30 min); the same tool on a tiny generated set and '
      'model: tests/test_padding_consistency.py::test_padding_consistency_tool'),
-    (r'python tools/benchmark\.py --padding --quick',
+    (r'python -m benchmarks --padding --quick',
      'tests/test_benchmark_padding.py::test_quick_run_writes_table_and_csv'),
-    (r'OMP_NUM_THREADS=1 python tools/benchmark\.py --padding( .*)?',
+    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --padding( .*)?',
      'the full padding benchmark takes 1-3 h on 2 cores; the same tool and code path run with '
      '--padding --quick in tests/test_benchmark_padding.py::test_quick_run_writes_table_and_csv'),
     (r'python tools/train\.py configs/inline_deit/inline-deit-t-in1k-pre_upernet_.*',
@@ -96,14 +113,14 @@ COVERED = [
     (r'mim run mmdet browse_dataset .*', 'tests/test_stock_tools.py::test_browse_dataset'),
     (r'(\S+=\S+ )*bash tools/(dist_train|dist_test|slurm_train)\.sh .*',
      'tests/test_readme.py::test_distributed_lines_without_launching'),
-    (r'python tools/make_toy_dataset\.py ade data/toy_ade'
+    (r'python tools/misc/make_toy_dataset\.py ade data/toy_ade'
      r'|python tools/(train|test)\.py +configs/inline_swin/inline-swin-t-in1k-pre_upernet.*',
      'tests/test_readme.py::test_readme_segmentation_commands_on_toy_ade'),
-    (r'python tools/dev/bench_dataset_check\.py',
+    (r'python benchmarks/dataset_check\.py',
      'writes 2,000 images and runs 9 checks (~4 min on 2 cores); its set passes the checker in '
      'tests/test_data_decode.py::test_benchmark_set_is_ade20k_like_and_passes'),
-    (r'python tools/make_toy_dataset\.py folder data/my_dataset'
-     r'|python tools/check_dataset\.py .*|python tools/convert_masks\.py .*'
+    (r'python tools/misc/make_toy_dataset\.py folder data/my_dataset'
+     r'|python tools/misc/check_dataset\.py .*|python tools/dataset_converters/convert_masks\.py .*'
      r'|(mv|cp|mkdir|sed) .*my_dataset.*|python tools/(train|test)\.py configs/my_dataset.*',
      'tests/test_readme.py::test_finetune_walkthrough_as_written'),
 ]
@@ -111,7 +128,7 @@ COVERED = [
 _COMMAND = re.compile(r'(\S+=\S+ )*(python|\.venv/bin/python|bash|make|mim|pip|mv|cp|mkdir|sed)'
                       r'( |$)')
 #: inline code that names a command in prose rather than giving one to run
-_MENTIONS = {'mim', 'mim run'}
+_MENTIONS = {'mim', 'mim run', 'pip', 'pip install'}
 
 
 def commands(text: str) -> list:
@@ -129,17 +146,19 @@ def commands(text: str) -> list:
     return found
 
 
-def section(title: str) -> str:
-    start = README.index(f'\n## {title}\n')
-    end = README.find('\n## ', start + 1)
-    return README[start:end if end > 0 else None]
+def page(name: str) -> str:
+    """The text of docs/<name>.md."""
+    return (ROOT / 'docs' / f'{name}.md').read_text()
 
 
-def test_every_readme_command_is_covered():
-    uncovered = [c for c in commands(README)
-                 if not any(re.fullmatch(p, c) for p, _ in COVERED)]
-    assert not uncovered, ('README commands that no test runs; run them in a test and add '
-                           'them to COVERED, or say there why none can:\n' + '\n'.join(uncovered))
+def test_every_documented_command_is_covered():
+    uncovered = [f'{p.relative_to(ROOT)}: {c}' for p in PAGES for c in commands(p.read_text())
+                 if not any(re.fullmatch(pat, c) for pat, _ in COVERED)]
+    assert not uncovered, ('commands that no test runs; run them in a test and add them to '
+                           'COVERED, or say there why none can:\n' + '\n'.join(uncovered))
+    documented = [c for p in PAGES for c in commands(p.read_text())]
+    stale = [pat for pat, _ in COVERED if not any(re.fullmatch(pat, c) for c in documented)]
+    assert not stale, f'COVERED entries that no page uses any more: {stale}'
     for _, where in COVERED:
         for path, name in re.findall(r'(tests/\w+\.py)::(\w+)', where):
             assert re.search(rf'^def {name}\(', (ROOT / path).read_text(), re.M), (
@@ -219,7 +238,7 @@ def majority_miou(mask_dir: Path, num_classes: int) -> float:
 
 @pytest.mark.slow
 def test_finetune_walkthrough_as_written(tmp_path):
-    text = section('Fine-tune on your own data')
+    text = page('own_data')
     steps = commands(text)
     edits = rehearsal_edits(text)
     ws = workspace(tmp_path)
@@ -268,7 +287,7 @@ def test_finetune_walkthrough_as_written(tmp_path):
 # ----------------------------------------------------------------- segmentation, toy ADE20K
 @pytest.mark.slow
 def test_readme_segmentation_commands_on_toy_ade(tmp_path):
-    text = section('Segmentation')
+    text = page('segmentation')
     make = next(c for c in commands(text) if c.startswith('python tools/misc/make_toy_dataset.py ade'))
     train, test = (next(c for c in commands(text) if c.startswith(f'python tools/{t}.py'))
                    for t in ('train', 'test'))
@@ -328,7 +347,7 @@ def _stock_parser(tool: str):
 
 def test_distributed_lines_without_launching(tmp_path):
     from torch.distributed.run import get_args_parser
-    lines = [c for c in commands(section('Detection')) if re.search(r'tools/\w+\.sh', c)]
+    lines = [c for c in commands(page('detection')) if re.search(r'tools/\w+\.sh', c)]
     assert len(lines) == 4, lines
     bin_dir = tmp_path / 'bin'
     bin_dir.mkdir()

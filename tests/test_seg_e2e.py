@@ -2,7 +2,7 @@
 
 ADE20K layout: InLine-PVT Semantic FPN trains a few iterations on the toy set, saves a
 checkpoint, and tools/test.py reports mIoU. Narrow backbone, 64-pixel crops, 4 iterations.
-(The own-data walkthrough runs as the README writes it in tests/test_readme.py.)
+(The own-data walkthrough runs as docs/own_data.md writes it in tests/test_readme.py.)
 """
 import os
 import re

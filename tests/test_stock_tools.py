@@ -1,11 +1,12 @@
-"""The README's detection commands, run as written on toy data: ``tools/train.py`` /
-``tools/test.py``, OpenMMLab's ``mim train`` (pytorch launcher, 2 CPU processes) and
-``mim test``, and mmdet's own ``analysis_tools/analyze_logs.py`` and ``browse_dataset.py``
-from the scripts the mmdet wheel ships (``<mmdet>/.mim/tools``; none of these imports
-``inline_mm`` itself: the config's ``custom_imports`` must do it).
+"""The detection commands of the README and docs/ (detection.md, performance.md), run as
+written on toy data: ``tools/train.py`` / ``tools/test.py``, OpenMMLab's ``mim train``
+(pytorch launcher, 2 CPU processes) and ``mim test``, and mmdet's own
+``analysis_tools/analyze_logs.py`` and ``browse_dataset.py`` from the scripts the mmdet wheel
+ships (``<mmdet>/.mim/tools``; none of these imports ``inline_mm`` itself: the config's
+``custom_imports`` must do it).
 
-The config is the README's (``mask-rcnn_inline-swin-t_fpn_1x_coco.py``), shrunk only with
-``--cfg-options``: toy COCO in a temporary folder, 128-pixel images, random backbone
+The config is the one those pages train (``mask-rcnn_inline-swin-t_fpn_1x_coco.py``), shrunk
+only with ``--cfg-options``: toy COCO in a temporary folder, 128-pixel images, random backbone
 weights (no download), one epoch of 2 iterations."""
 import json
 import os
@@ -21,18 +22,20 @@ import pytest
 from inline_mm.toydata.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / 'README.md').read_text()
+#: the README and docs/ in one text: the commands below are looked up wherever they are written
+README = '\n'.join(p.read_text()
+                   for p in [ROOT / 'README.md', *sorted((ROOT / 'docs').glob('*.md'))])
 TIMEOUT = 400
 
 pytestmark = pytest.mark.slow
 
 
 def readme_line(start: str) -> list:
-    """The README's command line that starts with ``start``, as a list of words."""
+    """The first documented command line that starts with ``start``, as a list of words."""
     text = re.sub(r'\\\n\s*', ' ', README)
     found = [line.split('#')[0].strip() for line in text.splitlines()
              if line.strip().startswith(start)]
-    assert found, f'the README has no command starting with {start!r}'
+    assert found, f'README.md and docs/ have no command starting with {start!r}'
     return shlex.split(found[0])
 
 
@@ -181,8 +184,8 @@ def test_mim_get_flops_on_toy_coco(tmp_path):
 
 
 def test_mim_mmseg_get_flops_fails_as_documented():
-    """The README sends segmentation users to tools/analysis_tools/get_flops.py because the stock mmseg
-    script cannot run with this mmengine; once it can, the README must change."""
+    """docs/performance.md sends segmentation users to tools/analysis_tools/get_flops.py because the
+    stock mmseg script cannot run with this mmengine; once it can, the page must change."""
     config = ROOT / 'configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'
     assert '"input_shape" and "inputs" cannot be both set' in README
     with pytest.raises(AssertionError, match='"input_shape" and "inputs" cannot be both set'):
