@@ -1,5 +1,5 @@
 # Every target sets up .venv first (idempotent; nothing is compiled: mmcv-lite + torchvision ops).
-# INLINE_MM_MMCV=full make setup builds compiled mmcv instead (see README, "mmcv without compiling").
+# INLINE_MM_MMCV=full make setup builds compiled mmcv instead (see docs/get_started.md).
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 

@@ -137,7 +137,7 @@ def machine_info() -> dict:
                 cuda=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
     if hasattr(os, 'getloadavg'):
         info['load_average_start'] = os.getloadavg()
-    # Settings that change CPU timings a lot (threads, the allocator: see README).
+    # Settings that change CPU timings a lot (threads, the allocator: see docs/performance.md).
     info['environment'] = {k: v for k, v in os.environ.items()
                            if k.startswith(('OMP_', 'MKL_', 'MALLOC_', 'THP_', 'LD_PRELOAD'))}
     return info

@@ -1,7 +1,7 @@
 """Bad training data: clear errors, early, instead of silent damage or late crashes.
 
-What mmdet 3.3 / mmseg 1.2 do on their own (measured; see the README "Reliability"
-table and ``tests/test_reliability_data.py``):
+What mmdet 3.3 / mmseg 1.2 do on their own (measured; see the table of
+docs/reliability.md and ``tests/test_reliability_data.py``):
 
 * grayscale and RGBA images: ``LoadImageFromFile`` (``color_type='color'``, the
   default of every config here) decodes them as 3-channel BGR. Nothing to fix.
@@ -81,8 +81,7 @@ class DatasetCheckHook(Hook):
 
     With ``decode`` every image is decoded as ``LoadImageFromFile`` does (OpenCV) and
     strictly by Pillow, and every mask as ``LoadAnnotations`` does (Pillow):
-    ~4 ms per 683x512 pair on one core, ~2 min for ADE20K's 25,574 pairs (README,
-    "Reliability"), shared by the ranks of a distributed run. ``decode=False`` reads
+    ~4 ms per 683x512 pair on one core, ~2 min for ADE20K's 25,574 pairs (docs/reliability.md), shared by the ranks of a distributed run. ``decode=False`` reads
     only the headers (seconds).
     The log line says how many files, bytes and seconds.
 

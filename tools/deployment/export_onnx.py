@@ -9,7 +9,7 @@ with ONNX Runtime against PyTorch.
     python tools/deployment/export_onnx.py --family InLinePVT --arch smoke --size 64 96 --bench
 
 ``--whole`` exports the config's whole model in tensor mode (``model._forward``: a
-segmentor's logits; see the README for what a Mask R-CNN does).  A graph is made
+segmentor's logits; see docs/export_and_timm.md for what a Mask R-CNN does).  A graph is made
 for one height and width (``inline_mm.export`` says why) and refuses
 any other; the batch is free.  TorchScript exporter (``dynamo=False``), opset 17 by
 default.  ``--arch smoke`` is the family table's tiny test model.  With

@@ -178,7 +178,7 @@ EOF
         done
         if ! wait "$pid"; then
             tail -n 40 "$BUILD/build.log"
-            die "mmcv build (log above); see README 'Troubleshooting'"
+            die "mmcv build (log above); see docs/troubleshooting.md"
         fi
         mkdir -p "$WHEEL_DIR"
         cp "$BUILD"/dist/mmcv-*.whl "$WHEEL_DIR/"

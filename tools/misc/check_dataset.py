@@ -12,7 +12,7 @@ one per CPU); the summary says how many files, how many bytes and how long. --qu
 reads only the image headers (the masks are still decoded for their labels), so
 truncated or corrupt images are not found.
 
-Layout checked (names pair up by file stem; see README "Fine-tune on your own data")::
+Layout checked (names pair up by file stem; see docs/own_data.md)::
 
     ROOT/meta.json                    {"classes": [...], "palette": [[r, g, b], ...]}
     ROOT/images/{train,val}/NAME.jpg  (.jpeg .png .bmp .tif .tiff .webp)
