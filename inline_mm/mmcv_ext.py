@@ -32,7 +32,8 @@ import torch
 FALLBACK_NAME = 'inline_mm torchvision fallback'
 COMPILED_HINT = ("mmcv's compiled build is needed for it: run `INLINE_MM_MMCV=full make setup` "
                  "(builds mmcv 2.1.0 with its C++/CUDA ops, ~15 min on 2 cores) or install a "
-                 "compiled mmcv 2.1.x into this environment (see docs/get_started.md, 'Compiled mmcv')")
+                 "compiled mmcv 2.1.x into this environment (docs/get_started.md, "
+                 "'Compiled mmcv')")
 
 
 class MissingCompiledOpError(NotImplementedError):

@@ -4,15 +4,17 @@ the code.
 - Every command of those pages (``bash`` blocks and inline commands) is listed in
   ``COVERED`` with the test that runs it, or why no test can (a GPU, the network, a compile,
   a 30-minute benchmark); a new command without an entry fails here.
-- The fine-tuning walkthrough (docs/own_data.md) runs in document order, command by command, in a scratch
-  folder laid out like the repository (``tools/``, ``configs/``), on the toy set, with the
-  README's rehearsal edits (random weights, short schedule), and must learn: the loss falls
-  and val mIoU ends clearly above what predicting the most frequent class everywhere gets.
+- The fine-tuning walkthrough (docs/own_data.md) runs in document order, command by command,
+  in a scratch folder laid out like the repository (``tools/``, ``configs/``), on the toy set,
+  with the page's rehearsal edits (random weights, short schedule), and must learn: the loss
+  falls and val mIoU ends clearly above what predicting the most frequent class everywhere
+  gets.
 - The segmentation lines (docs/segmentation.md) run on the toy ADE20K set (``--cfg-options``,
   one iteration).
-- Multi-GPU, multi-node and Slurm lines (docs/detection.md) run with stand-ins for ``python`` and ``srun`` that
-  record their arguments (nothing is launched; the multi-node address is replaced by
-  127.0.0.1), which are then parsed with torchrun's and the stock scripts' own parsers.
+- Multi-GPU, multi-node and Slurm lines (docs/detection.md) run with stand-ins for ``python``
+  and ``srun`` that record their arguments (nothing is launched; the multi-node address is
+  replaced by 127.0.0.1), which are then parsed with torchrun's and the stock scripts' own
+  parsers.
 """
 import json
 import os
@@ -52,9 +54,12 @@ COVERED = [
     (r'INLINE_MM_MMCV=full make setup', 'compiles mmcv (15-40 min); not a suite step'),
     (r'bash tools/dev/gpu/(prepare_wheels|cuda_check)\.sh',
      'needs the network (prepare_wheels) or a GPU machine (cuda_check)'),
-    (r'make env|(\.venv/bin/)?python -m inline_mm\.env', 'tests/test_foundation.py::test_env_report'),
-    (r'mim train', 'a prose mention of the mim lines below: tests/test_stock_tools.py::test_mim_test'),
-    (r'pip install onnx onnxruntime', 'installed by the set-up (dev extra); the export tests use them'),
+    (r'make env|(\.venv/bin/)?python -m inline_mm\.env',
+     'tests/test_foundation.py::test_env_report'),
+    (r'mim train',
+     'a prose mention of the mim lines below: tests/test_stock_tools.py::test_mim_test'),
+    (r'pip install onnx onnxruntime',
+     'installed by the set-up (dev extra); the export tests use them'),
     (r'python tools/deployment/export_onnx\.py( .*)?',
      'the same tool on the smoke presets (no ImageNet files here), onnxruntime parity and a '
      'wrong size refused: tests/test_export.py::test_export_tool, '
@@ -259,7 +264,8 @@ def test_finetune_walkthrough_as_written(tmp_path):
                  'configs/my_dataset_predict.py'):
         assert must in ran, f'the walkthrough no longer runs {must}'
 
-    check = next(v for k, v in logs.items() if k.startswith('python tools/misc/check_dataset.py --c'))
+    check = next(v for k, v in logs.items()
+                 if k.startswith('python tools/misc/check_dataset.py --c'))
     assert 'OK: train, val look fine for 4 classes' in check, check
     train = next(v for k, v in logs.items() if k.startswith('python tools/train.py'))
     losses = logged(train, 'loss')
@@ -288,7 +294,8 @@ def test_finetune_walkthrough_as_written(tmp_path):
 @pytest.mark.slow
 def test_readme_segmentation_commands_on_toy_ade(tmp_path):
     text = page('segmentation')
-    make = next(c for c in commands(text) if c.startswith('python tools/misc/make_toy_dataset.py ade'))
+    make = next(c for c in commands(text)
+                if c.startswith('python tools/misc/make_toy_dataset.py ade'))
     train, test = (next(c for c in commands(text) if c.startswith(f'python tools/{t}.py'))
                    for t in ('train', 'test'))
     ws = workspace(tmp_path)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The README's first result (``make demo``; docs/get_started.md): an InLine-Swin Mask R-CNN that learns, on CPU.
+"""``make demo`` (docs/get_started.md): an InLine-Swin Mask R-CNN that learns, on CPU.
 
     python tools/demo.py          # defaults below; ~30 min on 2 busy shared cores
 

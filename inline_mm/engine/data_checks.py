@@ -81,8 +81,9 @@ class DatasetCheckHook(Hook):
 
     With ``decode`` every image is decoded as ``LoadImageFromFile`` does (OpenCV) and
     strictly by Pillow, and every mask as ``LoadAnnotations`` does (Pillow):
-    ~4 ms per 683x512 pair on one core, ~2 min for ADE20K's 25,574 pairs (docs/reliability.md), shared by the ranks of a distributed run. ``decode=False`` reads
-    only the headers (seconds).
+    ~4 ms per 683x512 pair on one core, ~2 min for ADE20K's 25,574 pairs
+    (docs/reliability.md), shared by the ranks of a distributed run. ``decode=False``
+    reads only the headers (seconds).
     The log line says how many files, bytes and seconds.
 
     With several processes, rank ``r`` of ``n`` checks every ``n``-th sample from
