@@ -170,6 +170,31 @@ def test_every_documented_command_is_covered():
                 f'COVERED names {path}::{name}, which does not exist')
 
 
+def test_readme_usage_config_builds(tmp_path):
+    """The README's usage example is a working config: saved where it says (the repository
+    root, here a folder that links configs/), it resolves, and its backbone's maps are what
+    its neck is told to expect."""
+    import torch
+    from mmdet.registry import MODELS
+    from mmdet.utils import register_all_modules
+    from mmengine.config import Config
+    block = re.search(r'```python\n(# my_config\.py.*?)```', (ROOT / 'README.md').read_text(),
+                      re.S)
+    assert block, 'the README lost its my_config.py example'
+    (tmp_path / 'configs').symlink_to(ROOT / 'configs')
+    (tmp_path / 'my_config.py').write_text(block[1])
+    cfg = Config.fromfile(str(tmp_path / 'my_config.py'))
+    assert 'inline_mm' in cfg.custom_imports['imports']
+    register_all_modules()
+    import inline_mm  # noqa: F401  (what custom_imports does for the stock tools)
+    cfg.model.backbone.init_cfg = None            # random weights: no download in the suite
+    backbone = MODELS.build(cfg.model.backbone).eval()
+    with torch.no_grad():
+        maps = backbone(torch.randn(1, 3, 64, 96))
+    assert [m.shape[1] for m in maps] == list(cfg.model.neck.in_channels)
+    MODELS.build(cfg.model)                       # and the whole detector builds
+
+
 # ----------------------------------------------------------------- running commands
 def workspace(tmp_path: Path) -> Path:
     """A scratch folder laid out like the repository: tools/ and every configs/<family>/
