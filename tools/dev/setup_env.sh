@@ -42,7 +42,7 @@ case "$MMCV_CHOICE" in lite|full) ;; *) die "INLINE_MM_MMCV=$MMCV_CHOICE: expect
 # same inputs -> nothing to do.  A full build also satisfies a later plain (lite) request: an
 # environment with a compiled mmcv keeps it.
 fingerprint() {
-    cat "$ROOT/setup.cfg" "$ROOT/tools/dev/setup_env.sh" "$ROOT/tools/dev/setup_check.py" 2>/dev/null \
+    cat "$ROOT/setup.cfg" "$ROOT/setup.py" "$ROOT/tools/dev/setup_env.sh" "$ROOT/tools/dev/setup_check.py" 2>/dev/null \
         | sha256sum | cut -d' ' -f1
 }
 if [[ -f "$STAMP" ]]; then

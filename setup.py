@@ -1,0 +1,106 @@
+"""Build steps that setup.cfg cannot express (the metadata lives in setup.cfg).
+
+1. ``inline_mm/.mim/{configs,tools,model-index.yml}``: mim's layout, which mmdet and mmseg ship
+   too.  ``mim train inline_mm CONFIG`` runs ``<inline_mm>/.mim/tools/train.py`` and looks
+   configs up under ``.mim/configs``; mmengine resolves an ``inline_mm::path`` base to
+   ``.mim/configs/path`` (after trying ``.mim/model-index.yml``, which must therefore exist).
+   A wheel gets copies; an editable install gets symlinks to the checkout's own folders, so
+   edits show at once (the links are git-ignored).
+2. ``inline_mm_mmcv_ext.pth`` at the root of the wheel, as setuptools ships its own
+   ``distutils-precedence.pth``: pip puts it into site-packages, so the import hook of
+   ``_inline_mm_mmcv_hook.py`` is active after a plain ``pip install`` (editable installs do not
+   carry it; ``tools/dev/setup_env.sh`` writes it with ``python -m _inline_mm_mmcv_hook install``).
+"""
+import os
+import shutil
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.command.egg_info import egg_info
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+MIM_DIRS = ('configs', 'tools')
+#: mmengine reads the model index before it falls back to the plain path; an empty index says
+#: "no model-zoo entries", so every ``inline_mm::`` name resolves as a path under .mim/configs.
+EMPTY_MODEL_INDEX = 'Import: []\n'
+SKIP = shutil.ignore_patterns('__pycache__', '*.pyc', 'dev')
+
+
+def _hook_module():
+    """``_inline_mm_mmcv_hook`` read from the source tree (it imports only the standard library)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        '_inline_mm_mmcv_hook_for_build', os.path.join(ROOT, '_inline_mm_mmcv_hook.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_model_index(mim):
+    source = os.path.join(ROOT, 'model-index.yml')
+    target = os.path.join(mim, 'model-index.yml')
+    if os.path.isfile(source):
+        shutil.copyfile(source, target)
+    else:
+        with open(target, 'w') as f:
+            f.write(EMPTY_MODEL_INDEX)
+
+
+def link_mim(package_dir):
+    """Checkout/editable: ``.mim/configs`` and ``.mim/tools`` link to the real folders."""
+    mim = os.path.join(package_dir, '.mim')
+    os.makedirs(mim, exist_ok=True)
+    for name in MIM_DIRS:
+        link = os.path.join(mim, name)
+        if os.path.islink(link):
+            os.remove(link)
+        elif os.path.isdir(link):       # a copy left by an older build
+            shutil.rmtree(link)
+        os.symlink(os.path.relpath(os.path.join(ROOT, name), mim), link)
+    _write_model_index(mim)
+
+
+def copy_mim(package_dir):
+    """Wheel: copies of the configs and the user tools (the developer scripts stay out)."""
+    mim = os.path.join(package_dir, '.mim')
+    if os.path.isdir(mim):
+        shutil.rmtree(mim)
+    os.makedirs(mim)
+    for name in MIM_DIRS:
+        shutil.copytree(os.path.join(ROOT, name), os.path.join(mim, name), ignore=SKIP)
+    _write_model_index(mim)
+
+
+class BuildPy(build_py):
+    def run(self):
+        super().run()
+        if getattr(self, 'editable_mode', False):
+            link_mim(os.path.join(ROOT, 'inline_mm'))
+            return
+        copy_mim(os.path.join(self.build_lib, 'inline_mm'))
+        hook = _hook_module()
+        target = os.path.join(self.build_lib, hook.PTH_NAME)
+        with open(target, 'w') as f:
+            f.write(hook.PTH_LINE)
+
+    def get_outputs(self, include_bytecode=True):
+        outputs = super().get_outputs(include_bytecode)
+        if getattr(self, 'editable_mode', False):
+            return outputs
+        return outputs + [os.path.join(self.build_lib, _hook_module().PTH_NAME)]
+
+
+class EggInfo(egg_info):
+    """``top_level.txt`` with ``inline_mm`` first.  mmengine and mim take the package folder of
+    an install whose site-packages has no ``inline_mm/`` (an editable one) from its first line;
+    sorted, it would be ``_inline_mm_mmcv_hook`` and every ``inline_mm::`` lookup would miss."""
+
+    def run(self):
+        super().run()
+        path = os.path.join(self.egg_info, 'top_level.txt')
+        names = open(path).read().split()
+        with open(path, 'w') as f:
+            f.write('\n'.join(sorted(names, key=lambda n: n != 'inline_mm')) + '\n')
+
+
+setup(cmdclass={'build_py': BuildPy, 'egg_info': EggInfo})
