@@ -16,7 +16,6 @@ import shutil
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
-from setuptools.command.egg_info import egg_info
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 MIM_DIRS = ('configs', 'tools')
@@ -90,17 +89,4 @@ class BuildPy(build_py):
         return outputs + [os.path.join(self.build_lib, _hook_module().PTH_NAME)]
 
 
-class EggInfo(egg_info):
-    """``top_level.txt`` with ``inline_mm`` first.  mmengine and mim take the package folder of
-    an install whose site-packages has no ``inline_mm/`` (an editable one) from its first line;
-    sorted, it would be ``_inline_mm_mmcv_hook`` and every ``inline_mm::`` lookup would miss."""
-
-    def run(self):
-        super().run()
-        path = os.path.join(self.egg_info, 'top_level.txt')
-        names = open(path).read().split()
-        with open(path, 'w') as f:
-            f.write('\n'.join(sorted(names, key=lambda n: n != 'inline_mm')) + '\n')
-
-
-setup(cmdclass={'build_py': BuildPy, 'egg_info': EggInfo})
+setup(cmdclass={'build_py': BuildPy})

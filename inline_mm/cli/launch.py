@@ -54,9 +54,14 @@ def run(tool: str, argv=None):
     """``tool`` ('train' or 'test') of the config's framework on ``argv`` (default: the
     command line), with inline_mm in place."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    usage = f'usage: python tools/{tool}.py CONFIG [args of the stock mmdet/mmseg {tool}.py ...]'
+    if argv[:1] in (['-h'], ['--help']):
+        # `mim train` asks for the help first (and reads it for a --gpus flag: there is none)
+        print(f'{usage}\n\nThe stock script is chosen by the config\'s default_scope; '
+              f'its own flags: python <mmdet|mmseg>/.mim/tools/{tool}.py -h')
+        return
     if not argv or argv[0].startswith('-'):
-        sys.exit(f'usage: python tools/{tool}.py CONFIG [args of the stock mmdet/mmseg '
-                 f'{tool}.py ...]')
+        sys.exit(usage)
     import inline_mm.engine
     from inline_mm.config_types import check_types
     inline_mm.engine.install()
