@@ -148,8 +148,9 @@ def main(argv=None) -> int:
         else:
             print(f'nothing to remove ({path} does not exist)')
     elif cmd == 'status':
+        bases = 'off' if os.environ.get('INLINE_MM_CONFIG_BASES', '1') == '0' else 'on'
         print(f'{path}: {"present" if os.path.exists(path) else "absent"}; '
-              f'mmcv._ext: {backend()}')
+              f'mmcv._ext: {backend()}; inline_mm:: config bases: {bases}')
     else:
         print('usage: python -m _inline_mm_mmcv_hook [install|uninstall|status]', file=sys.stderr)
         return 2
