@@ -4,8 +4,10 @@
    too.  ``mim train inline_mm CONFIG`` runs ``<inline_mm>/.mim/tools/train.py`` and looks
    configs up under ``.mim/configs``; mmengine resolves an ``inline_mm::path`` base to
    ``.mim/configs/path`` (after trying ``.mim/model-index.yml``, which must therefore exist).
-   A wheel gets copies; an editable install gets symlinks to the checkout's own folders, so
-   edits show at once (the links are git-ignored).
+   Only a wheel gets them.  mim and mmengine find a package's folder as ``<location of its
+   metadata>/inline_mm``, which for an editable install is site-packages, not the checkout,
+   so ``.mim`` links in the checkout would never be read; there the tools and configs are
+   used by path (``python tools/train.py configs/...``).
 2. ``inline_mm_mmcv_ext.pth`` at the root of the wheel, as setuptools ships its own
    ``distutils-precedence.pth``: pip puts it into site-packages, so the import hook of
    ``_inline_mm_mmcv_hook.py`` is active after a plain ``pip install`` (editable installs do not
@@ -45,20 +47,6 @@ def _write_model_index(mim):
             f.write(EMPTY_MODEL_INDEX)
 
 
-def link_mim(package_dir):
-    """Checkout/editable: ``.mim/configs`` and ``.mim/tools`` link to the real folders."""
-    mim = os.path.join(package_dir, '.mim')
-    os.makedirs(mim, exist_ok=True)
-    for name in MIM_DIRS:
-        link = os.path.join(mim, name)
-        if os.path.islink(link):
-            os.remove(link)
-        elif os.path.isdir(link):       # a copy left by an older build
-            shutil.rmtree(link)
-        os.symlink(os.path.relpath(os.path.join(ROOT, name), mim), link)
-    _write_model_index(mim)
-
-
 def copy_mim(package_dir):
     """Wheel: copies of the configs and the user tools (the developer scripts stay out)."""
     mim = os.path.join(package_dir, '.mim')
@@ -74,8 +62,7 @@ class BuildPy(build_py):
     def run(self):
         super().run()
         if getattr(self, 'editable_mode', False):
-            link_mim(os.path.join(ROOT, 'inline_mm'))
-            return
+            return          # see the module docstring: an editable install uses the checkout
         copy_mim(os.path.join(self.build_lib, 'inline_mm'))
         hook = _hook_module()
         target = os.path.join(self.build_lib, hook.PTH_NAME)
