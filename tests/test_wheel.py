@@ -113,3 +113,15 @@ def test_installed_wheel_trains_the_toy_config_from_a_user_folder(installed):
     assert (work / 'work' / 'iter_2.pth').is_file(), log[-3000:]
     # mim ran the wheel's copy of tools/train.py
     assert f"{installed['site']}/inline_mm/.mim/tools/train.py" in log, log[-3000:]
+
+
+def test_console_scripts_run(installed):
+    import configparser
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / 'setup.cfg')
+    names = [line.split(' = ')[0] for line in
+             cfg['options.entry_points']['console_scripts'].strip().splitlines()]
+    assert len(names) == 6
+    for name in names:
+        out = _run([installed['bin'] / name, '--help'], installed['work'], installed['env'])
+        assert out.startswith('usage: '), out[:500]

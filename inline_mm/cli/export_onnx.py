@@ -129,7 +129,6 @@ def main(argv=None):
     print(json.dumps(report))
     if not args.no_check and max(report['max_abs_err'].values()) > args.atol:
         raise SystemExit(f'error: ONNX Runtime differs from PyTorch by more than {args.atol}')
-    return report
 
 
 if __name__ == '__main__':
