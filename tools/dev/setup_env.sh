@@ -202,7 +202,9 @@ log "installing mmdet, mmsegmentation, timm, stock-tool extras and inline_mm (ed
 "${CPIP[@]}" --no-deps openmim
 "${CPIP[@]}" click colorama model-index pandas requests rich tabulate
 # The import hook that backs mmcv's compiled entry points with torchvision on mmcv-lite
-# (harmless with a compiled mmcv: it only answers when no `mmcv._ext` exists).
+# (harmless with a compiled mmcv: it only answers when no `mmcv._ext` exists) and lets configs
+# name `inline_mm::` bases.  A wheel brings its .pth; an editable install does not: write it
+# (the same line, so running this again changes nothing).
 "$PY" -m _inline_mm_mmcv_hook install >/dev/null
 
 # --- self-check: no stamp unless the result works -------------------------------------------------
