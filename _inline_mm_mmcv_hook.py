@@ -1,21 +1,31 @@
-"""Import hook: answer ``import mmcv._ext`` with inline_mm's torchvision stand-in when mmcv has
-no compiled extension (mmcv-lite).
+"""Interpreter-start hook of inline_mm, two jobs, each switchable by an environment variable:
 
-Why a hook at interpreter start: ``from mmdet.apis import ...``, ``import mmseg.utils`` and the
-stock tools import ``mmcv.ops`` (which imports ``mmcv._ext``) before any config or user code
-could import ``inline_mm``.  ``tools/dev/setup_env.sh`` therefore writes one line into the
-environment's site-packages, ``inline_mm_mmcv_ext.pth``::
+1. ``import mmcv._ext`` answered by inline_mm's torchvision stand-in (``inline_mm/mmcv_ext.py``)
+   when mmcv has no compiled extension (mmcv-lite).  Off: ``INLINE_MM_MMCV_FALLBACK=0``.
+2. ``inline_mm::path`` config bases (``_base_ = 'inline_mm::inline_swin/xxx.py'``) resolved like
+   ``mmdet::`` ones, to ``<inline_mm>/.mim/configs/path``.  mmengine accepts ``pkg::`` only for
+   the packages of ``mmengine.config.utils.MODULE2PACKAGE``, a fixed table of OpenMMLab projects;
+   right after mmengine has imported that module, the hook adds ``'inline_mm': 'inline_mm'`` to
+   it, and nothing else.  Off: ``INLINE_MM_CONFIG_BASES=0`` (then name the base by its path).
+
+Why at interpreter start: ``from mmdet.apis import ...``, ``import mmseg.utils`` and the stock
+tools import ``mmcv.ops`` (which imports ``mmcv._ext``), and a config names its bases, before any
+config or user code could import ``inline_mm``.  The wheel therefore carries one line for the
+environment's site-packages, ``inline_mm_mmcv_ext.pth`` (``pip install`` puts it there;
+``tools/dev/setup_env.sh`` writes it for an editable install with
+``python -m _inline_mm_mmcv_hook install``)::
 
     import importlib.util as u; u.find_spec('_inline_mm_mmcv_hook') and __import__(...).install()
 
-What it touches: it appends one finder to the *end* of ``sys.meta_path``.  Python asks it only
-after every normal finder has failed, so a compiled ``mmcv._ext`` always wins, and it answers
-for the single name ``mmcv._ext`` and nothing else.  It imports only the standard library;
-torch and torchvision load when mmcv loads its ops.  If inline_mm has been uninstalled it finds
-nothing and does nothing.
+What it touches: two finders on ``sys.meta_path``, each answering for one module name.  The
+``mmcv._ext`` one sits at the *end*: Python asks it only after every normal finder has failed,
+so a compiled ``mmcv._ext`` always wins.  The ``mmengine.config.utils`` one sits at the front
+and finds the module with the finders behind it, unchanged; it only adds the table entry after
+the module has run.  The hook imports only the standard library; torch and torchvision load
+when mmcv loads its ops.  If inline_mm has been uninstalled it finds nothing and does nothing.
 
-Remove it: ``python -m _inline_mm_mmcv_hook uninstall`` (or delete the ``.pth`` file), or set
-``INLINE_MM_MMCV_FALLBACK=0`` to switch it off for one process.
+Remove it: ``python -m _inline_mm_mmcv_hook uninstall`` (or delete the ``.pth`` file; ``pip
+uninstall inline_mm`` removes the one the wheel brought).
 """
 import importlib
 import importlib.abc
@@ -25,6 +35,8 @@ import sys
 import sysconfig
 
 TARGET = 'mmcv._ext'
+#: the module holding mmengine's table of packages that ``pkg::`` bases may name
+CONFIG_UTILS = 'mmengine.config.utils'
 PTH_NAME = 'inline_mm_mmcv_ext.pth'
 # Guarded, so that a left-over .pth does nothing once inline_mm is uninstalled.
 PTH_LINE = ("import importlib.util as u; u.find_spec('_inline_mm_mmcv_hook') and "
@@ -43,6 +55,46 @@ class MmcvExtFallbackFinder(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_file_location(TARGET, source)
 
 
+class _AfterExec(importlib.abc.Loader):
+    """Runs the real loader, then ``then(module)``."""
+
+    def __init__(self, loader, then):
+        self.loader, self.then = loader, then
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        # the module keeps its own loader (inspect, reload and pickling read it)
+        module.__loader__ = module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        self.then(module)
+
+
+def _register_config_scope(module):
+    module.MODULE2PACKAGE.setdefault('inline_mm', 'inline_mm')
+
+
+class ConfigScopeFinder(importlib.abc.MetaPathFinder):
+    """Lets mmengine accept ``inline_mm::`` bases: adds inline_mm to ``MODULE2PACKAGE`` once
+    ``mmengine.config.utils`` has been imported by the normal finders."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != CONFIG_UTILS or os.environ.get('INLINE_MM_CONFIG_BASES', '1') == '0':
+            return None
+        if importlib.util.find_spec('inline_mm') is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, 'find_spec'):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, 'exec_module'):
+                    spec.loader = _AfterExec(spec.loader, _register_config_scope)
+                return spec
+        return None
+
+
 def fallback_path():
     """Path of ``inline_mm/mmcv_ext.py`` without importing ``inline_mm`` (whose import would
     register models while mmcv is half-imported); None when inline_mm is not installed."""
@@ -58,9 +110,14 @@ def fallback_path():
 
 
 def install() -> None:
-    """Append the finder once (idempotent)."""
+    """Put both finders in place once (idempotent)."""
     if not any(isinstance(f, MmcvExtFallbackFinder) for f in sys.meta_path):
         sys.meta_path.append(MmcvExtFallbackFinder())
+    if not any(isinstance(f, ConfigScopeFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, ConfigScopeFinder())
+        # imported before the hook (e.g. install() called by hand): register now
+        if CONFIG_UTILS in sys.modules and os.environ.get('INLINE_MM_CONFIG_BASES', '1') != '0':
+            _register_config_scope(sys.modules[CONFIG_UTILS])
 
 
 def backend() -> str:
@@ -91,8 +148,9 @@ def main(argv=None) -> int:
         else:
             print(f'nothing to remove ({path} does not exist)')
     elif cmd == 'status':
+        bases = 'off' if os.environ.get('INLINE_MM_CONFIG_BASES', '1') == '0' else 'on'
         print(f'{path}: {"present" if os.path.exists(path) else "absent"}; '
-              f'mmcv._ext: {backend()}')
+              f'mmcv._ext: {backend()}; inline_mm:: config bases: {bases}')
     else:
         print('usage: python -m _inline_mm_mmcv_hook [install|uninstall|status]', file=sys.stderr)
         return 2

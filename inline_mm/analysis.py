@@ -15,6 +15,9 @@ mmdet/mmseg/fvcore model-zoo tables print under the heading "FLOPs", and
 ``flops = 2 * macs`` beside it.  Element-wise work (norms, activations, softmax,
 additions) and custom C++ ops outside the dispatcher (mmcv's RoIAlign and NMS) are
 not counted, as in those tables.
+
+:func:`measure` applies the count to a config's whole model or backbone (the figures
+``tools/analysis_tools/get_flops.py`` prints).
 """
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Tuple
@@ -23,7 +26,7 @@ import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ['Complexity', 'count_macs', 'count_params']
+__all__ = ['Complexity', 'count_macs', 'count_params', 'measure']
 
 
 @dataclass
@@ -96,3 +99,70 @@ def count_macs(model: nn.Module, fn: Callable[[], Any]) -> Tuple[Any, Complexity
     total = counter.get_total_flops() // 2
     by_module.setdefault('', total)
     return out, Complexity(macs=total, by_module=by_module, by_op=by_op)
+
+
+def _build(cfg):
+    from mmengine.registry import init_default_scope
+    scope = cfg.get('default_scope')
+    if scope not in ('mmdet', 'mmseg'):
+        raise ValueError(f"default_scope={scope!r}; expected 'mmdet' or 'mmseg'")
+    init_default_scope(scope)
+    if scope == 'mmdet':
+        from mmdet.registry import MODELS
+    else:
+        from mmseg.registry import MODELS
+    from mmengine.model import revert_sync_batchnorm
+    return scope, revert_sync_batchnorm(MODELS.build(cfg.model)).eval()
+
+
+def _data_samples(scope, h, w):
+    """Minimal per-image meta the heads read in tensor mode (no annotations)."""
+    meta = dict(img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w),
+                batch_input_shape=(h, w), scale_factor=(1., 1.))
+    if scope == 'mmdet':
+        from mmdet.structures import DetDataSample
+        return [DetDataSample(metainfo=meta)]
+    from mmseg.structures import SegDataSample
+    return [SegDataSample(metainfo=meta)]
+
+
+def measure(config, shape=(800, 1280), backbone_only=False, cfg_options=None) -> dict:
+    """Params and MACs of ``config``'s model (mmdet or mmseg, random weights) on one
+    ``3 x H x W`` image: ``dict(config, input, params, macs, parts={name: dict(params,
+    macs)})`` and, for a two-stage detector, the ``proposals`` (and ``mask_rois``) its heads
+    were measured on (what ``tools/analysis_tools/get_flops.py`` prints)."""
+    from mmengine.config import Config
+
+    import inline_mm  # noqa: F401  (registers the backbones)
+
+    h, w = shape
+    cfg = Config.fromfile(config)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    scope, model = _build(cfg)
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, h, w)
+    result = dict(config=config, input=[1, 3, h, w])
+    if backbone_only:
+        _, c = count_macs(model.backbone, lambda: model.backbone(x))
+        result.update(params=count_params(model.backbone), macs=c.macs,
+                      parts={'backbone': dict(params=count_params(model.backbone), macs=c.macs)})
+        return result
+    samples = _data_samples(scope, h, w)
+    out, c = count_macs(model, lambda: model(x, samples, mode='tensor'))
+    parts = {}
+    for name, child in model.named_children():
+        if name == 'data_preprocessor':
+            continue
+        parts[name] = dict(params=count_params(child), macs=c.module(name))
+    result.update(params=count_params(model), macs=c.macs, parts=parts)
+    if scope == 'mmdet' and getattr(model, 'with_rpn', False):
+        # roi_head outputs (cls_score, bbox_pred[, mask_preds]): rows = proposals kept;
+        # a cascade's are lists with one tensor per image (one image here)
+        def rows(t):
+            return int((t[0] if isinstance(t, (list, tuple)) else t).shape[0])
+        roi_out = out[-1]
+        result['proposals'] = rows(roi_out[0])
+        if len(roi_out) > 2:
+            result['mask_rois'] = rows(roi_out[2])
+    return result

@@ -19,16 +19,13 @@ from mmengine.registry import init_default_scope
 from PIL import Image, ImageFile
 
 import inline_mm  # noqa: F401
+from inline_mm.cli import check_dataset
 from inline_mm.datasets import checks
 from inline_mm.engine import DatasetCheckHook
 from inline_mm.toydata import segmentation as toy
 from reliability_support import SHIPPED, hook_checked_runner, toy_ade, toy_coco
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location('_tool_check_dataset',
-                                               ROOT / 'tools' / 'misc' / 'check_dataset.py')
-check_dataset = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(check_dataset)
 
 
 def _cut(path: Path, keep: int):

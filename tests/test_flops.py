@@ -1,4 +1,4 @@
-"""tools/analysis_tools/get_flops.py and inline_mm.analysis: what is counted, and agreement with the
+"""inline_mm.analysis and its tool tools/analysis_tools/get_flops.py: what is counted, and agreement with the
 backbone GMACs table of the project's reference notes (shared/reference/ARCHITECTURES.md,
 kept beside the repository, not in it)."""
 import json
@@ -9,12 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from inline_mm.analysis import count_macs
+from inline_mm.analysis import count_macs, measure
 from inline_mm.models import InLineAttention
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / 'tools' / 'analysis_tools'))
-import get_flops  # noqa: E402
 
 NANO = 'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py'
 
@@ -55,7 +53,7 @@ TABLE_512 = {
 
 @pytest.mark.parametrize('config,gmacs', sorted(TABLE_512.items()))
 def test_flops_backbone_matches_table(config, gmacs):
-    r = get_flops.measure(str(ROOT / config), (512, 512), backbone_only=True)
+    r = measure(str(ROOT / config), (512, 512), backbone_only=True)
     assert abs(r['macs'] / 1e9 - gmacs) / gmacs < 0.02, r['macs']
     assert r['params'] > 1e6
 
@@ -85,7 +83,7 @@ def test_flops_cascade_detector(tmp_path):
         str(ROOT / 'configs/inline_swin/cascade-mask-rcnn_inline-swin-t_fpn_1x_coco.py'))
     config = tmp_path / 'cascade.py'
     shrink_detector(cfg).dump(str(config))
-    r = get_flops.measure(str(config), (128, 160))
+    r = measure(str(config), (128, 160))
     assert r['parts']['roi_head']['macs'] > 0
     assert 0 < r['proposals'] <= 1000 and r['mask_rois'] == r['proposals']
 

@@ -187,3 +187,37 @@ def test_hook_command_installs_and_removes_its_pth(tmp_path, monkeypatch, capsys
     assert _inline_mm_mmcv_hook.main(['uninstall']) == 0
     assert not (tmp_path / 'x.pth').exists()
     assert _inline_mm_mmcv_hook.main(['bogus']) == 2
+
+
+CONFIG_UTILS_PROBE = ('import sys\n'
+                      'import mmengine.config.utils as u\n'
+                      "assert 'inline_mm' not in sys.modules\n"
+                      "print(u.MODULE2PACKAGE.get('inline_mm'), type(u.__loader__).__name__)\n")
+
+
+def test_hook_adds_inline_mm_to_mmengines_config_packages_and_can_be_switched_off():
+    """The start-up hook (the .pth the set-up and the wheel put in place) names inline_mm in
+    mmengine's table of ``pkg::`` packages as that module loads, leaving its loader as it was;
+    INLINE_MM_CONFIG_BASES=0 leaves the table alone.  (That a base then resolves to the
+    wheel's .mim/configs: tests/test_wheel.py.)"""
+    on = run_python(CONFIG_UTILS_PROBE)
+    assert on.returncode == 0, on.stderr[-3000:]
+    assert on.stdout.split() == ['inline_mm', 'SourceFileLoader']
+    off = run_python(CONFIG_UTILS_PROBE, INLINE_MM_CONFIG_BASES='0')
+    assert off.returncode == 0, off.stderr[-3000:]
+    assert off.stdout.split() == ['None', 'SourceFileLoader']
+
+
+def test_config_scope_finder_answers_for_one_module_only(monkeypatch):
+    import mmengine.config
+    finder = _inline_mm_mmcv_hook.ConfigScopeFinder()
+    assert finder.find_spec('mmengine.config.config', mmengine.config.__path__) is None
+    assert finder.find_spec('mmcv._ext') is None
+    spec = finder.find_spec(_inline_mm_mmcv_hook.CONFIG_UTILS, mmengine.config.__path__)
+    assert isinstance(spec.loader, _inline_mm_mmcv_hook._AfterExec)
+    assert spec.origin == mmengine.config.utils.__file__
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec',
+                        lambda name, *a: None if name == 'inline_mm' else find_spec(name, *a))
+    assert finder.find_spec(_inline_mm_mmcv_hook.CONFIG_UTILS,
+                            mmengine.config.__path__) is None          # inline_mm gone

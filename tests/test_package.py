@@ -104,6 +104,40 @@ def test_tools_import_nothing_from_tests():
     assert not bad
 
 
+def test_nothing_edits_sys_path():
+    """Tools, tests and benchmarks import the package (STYLE.md point 1): no path inserts."""
+    bad = []
+    for part in ('inline_mm', 'tools', 'tests', 'benchmarks'):
+        for path in (ROOT / part).rglob('*.py'):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Attribute) and ast.unparse(node) == 'sys.path' \
+                        and not isinstance(getattr(node, 'ctx', None), ast.Load):
+                    bad.append(f'{path.relative_to(ROOT)}:{node.lineno}')
+                elif isinstance(node, ast.Call) and ast.unparse(node.func) in (
+                        'sys.path.insert', 'sys.path.append', 'sys.path.extend'):
+                    bad.append(f'{path.relative_to(ROOT)}:{node.lineno}')
+    assert not bad
+
+
+def test_user_tools_are_wrappers_of_the_console_scripts():
+    """Each console script's tool in tools/ only calls the package's ``main`` (the wheel and
+    the checkout run the same code)."""
+    import configparser
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / 'setup.cfg')
+    scripts = dict(line.split(' = ') for line in
+                   cfg['options.entry_points']['console_scripts'].strip().splitlines())
+    modules = {target.split(':')[0] for target in scripts.values()} - {'inline_mm.weights'}
+    wrappers = {}
+    for path in (ROOT / 'tools').rglob('*.py'):
+        text = path.read_text()
+        for module in modules:
+            if f'from {module} import main' in text:
+                wrappers[module] = path
+                assert len(ast.parse(text).body) <= 4, path      # docstring, imports, __main__
+    assert set(wrappers) == modules
+
+
 def _run(code: str) -> str:
     out = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True,
                          text=True, cwd=ROOT)

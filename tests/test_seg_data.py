@@ -1,5 +1,4 @@
 """Toy segmentation sets, the folder dataset, the palette metric and the dataset tools."""
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -16,23 +15,10 @@ from mmseg.structures import SegDataSample
 from PIL import Image
 
 import inline_mm  # noqa: F401
+from inline_mm.cli import check_dataset, convert_masks
 from inline_mm.toydata import segmentation as toy
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-TOOL_DIRS = {'check_dataset': 'misc', 'convert_masks': 'dataset_converters'}
-
-
-def _tool(name):
-    spec = importlib.util.spec_from_file_location(f'_tool_{name}', ROOT / 'tools' / TOOL_DIRS[name] / f'{name}.py')
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-check_dataset = _tool('check_dataset')
-convert_masks = _tool('convert_masks')
 
 
 @pytest.fixture(scope='module')

@@ -4,7 +4,7 @@
 
     python tools/test.py CONFIG CHECKPOINT [--out results.pkl] [--show-dir vis/]
 """
-from _launch import run
+from inline_mm.cli.launch import run
 
 if __name__ == '__main__':
     run('test')

@@ -6,7 +6,7 @@ config's ``default_scope``).  All flags of those scripts pass through, e.g.::
         --work-dir work_dirs/swin_t --amp
     python tools/train.py CONFIG --resume            # continue from the latest checkpoint
 """
-from _launch import run
+from inline_mm.cli.launch import run
 
 if __name__ == '__main__':
     run('train')

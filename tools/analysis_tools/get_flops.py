@@ -5,7 +5,7 @@
     python tools/analysis_tools/get_flops.py CONFIG --shape 512 512 --backbone-only
     python tools/analysis_tools/get_flops.py CONFIG --json          # one JSON object on stdout
 
-Counts run at the PyTorch dispatcher (``inline_mm.analysis``), so InLine attention's
+Counts run at the PyTorch dispatcher (``inline_mm.analysis.measure``), so InLine attention's
 matrix products and its per-sample depthwise 3x3 conv are counted; a module-hook
 counter misses them.  MACs are multiply-accumulates: the unit that mmdet, mmseg and
 fvcore tables print under the heading "FLOPs".  FLOPs proper are ``2 x MACs``;
@@ -22,7 +22,7 @@ import argparse
 import json
 import sys
 
-import torch
+from inline_mm.analysis import measure
 
 
 def parse_args(argv=None):
@@ -36,71 +36,6 @@ def parse_args(argv=None):
     p.add_argument('--cfg-options', nargs='+', default=None, metavar='KEY=VALUE',
                    help='override config entries, as in tools/train.py')
     return p.parse_args(argv)
-
-
-def _build(cfg):
-    from mmengine.registry import init_default_scope
-    scope = cfg.get('default_scope')
-    if scope not in ('mmdet', 'mmseg'):
-        raise SystemExit(f"error: default_scope={scope!r}; expected 'mmdet' or 'mmseg'")
-    init_default_scope(scope)
-    if scope == 'mmdet':
-        from mmdet.registry import MODELS
-    else:
-        from mmseg.registry import MODELS
-    from mmengine.model import revert_sync_batchnorm
-    return scope, revert_sync_batchnorm(MODELS.build(cfg.model)).eval()
-
-
-def _data_samples(scope, h, w):
-    """Minimal per-image meta the heads read in tensor mode (no annotations)."""
-    meta = dict(img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w),
-                batch_input_shape=(h, w), scale_factor=(1., 1.))
-    if scope == 'mmdet':
-        from mmdet.structures import DetDataSample
-        return [DetDataSample(metainfo=meta)]
-    from mmseg.structures import SegDataSample
-    return [SegDataSample(metainfo=meta)]
-
-
-def measure(config, shape=(800, 1280), backbone_only=False, cfg_options=None) -> dict:
-    """Params and MACs of ``config``'s model on one ``3 x H x W`` image (a dict)."""
-    from mmengine.config import Config
-
-    import inline_mm  # noqa: F401  (registers the backbones)
-    from inline_mm.analysis import count_macs, count_params
-
-    h, w = shape
-    cfg = Config.fromfile(config)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    scope, model = _build(cfg)
-    torch.manual_seed(0)
-    x = torch.randn(1, 3, h, w)
-    result = dict(config=config, input=[1, 3, h, w])
-    if backbone_only:
-        _, c = count_macs(model.backbone, lambda: model.backbone(x))
-        result.update(params=count_params(model.backbone), macs=c.macs,
-                      parts={'backbone': dict(params=count_params(model.backbone), macs=c.macs)})
-        return result
-    samples = _data_samples(scope, h, w)
-    out, c = count_macs(model, lambda: model(x, samples, mode='tensor'))
-    parts = {}
-    for name, child in model.named_children():
-        if name == 'data_preprocessor':
-            continue
-        parts[name] = dict(params=count_params(child), macs=c.module(name))
-    result.update(params=count_params(model), macs=c.macs, parts=parts)
-    if scope == 'mmdet' and getattr(model, 'with_rpn', False):
-        # roi_head outputs (cls_score, bbox_pred[, mask_preds]): rows = proposals kept;
-        # a cascade's are lists with one tensor per image (one image here)
-        def rows(t):
-            return int((t[0] if isinstance(t, (list, tuple)) else t).shape[0])
-        roi_out = out[-1]
-        result['proposals'] = rows(roi_out[0])
-        if len(roi_out) > 2:
-            result['mask_rois'] = rows(roi_out[2])
-    return result
 
 
 def _fmt(n, unit):
@@ -123,7 +58,10 @@ def main(argv=None):
         ns = argparse.Namespace()
         DictAction(option_strings=[], dest='o')(None, ns, args.cfg_options)
         opts = ns.o
-    r = measure(args.config, shape, args.backbone_only, opts)
+    try:
+        r = measure(args.config, shape, args.backbone_only, opts)
+    except ValueError as e:
+        sys.exit(f'error: {e}')
     r['flops'] = 2 * r['macs']
     if args.json:
         print(json.dumps(r))

@@ -51,16 +51,14 @@ import json
 import os
 import os.path as osp
 import re
-import shutil
 import subprocess
 import sys
 
-import numpy as np
+from inline_mm.consistency import (at_edge, compare_dets, merge, padded_anchors, region_diff,
+                                   rel_diff, roi, run_pass, same_props)
+from inline_mm.datasets.coco_resize import write_resized_set
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-MATCH_IOU = 0.5
-SAME_PX, SAME_SCORE = 0.01, 1e-4   # "identical" detections (float noise is far below)
-FEAT_TOL = 1e-5                    # relative difference that counts as "differs"
 
 
 def parse_args(argv=None):
@@ -100,115 +98,6 @@ def cfg_options(pairs):
 
 
 # --------------------------------------------------------------------- (a) alone vs batched
-def rel_diff(a, b):
-    return float((a - b).abs().max() / a.abs().max().clamp_min(1e-12))
-
-
-def region_diff(alone, batched, pad_h, pad_w):
-    """Relative difference of one level on the image's cells, the same more than one
-    cell from the padded edges, and how many cells from those edges it exceeds FEAT_TOL."""
-    import torch
-    h, w = alone.shape[-2:]
-    a, b = alone[0], batched[0, :, :h, :w]
-    cells = (a - b).abs().amax(0) / a.abs().max().clamp_min(1e-12)
-    inner = cells[:h - 1 if pad_h else h, :w - 1 if pad_w else w]
-    ys, xs = torch.nonzero(cells > FEAT_TOL, as_tuple=True)
-    far = torch.full_like(ys, h + w)
-    dist = torch.minimum(h - 1 - ys if pad_h else far, w - 1 - xs if pad_w else far)
-    return (float(cells.max()), float(inner.max()) if inner.numel() else 0.0,
-            int(dist.max()) + 1 if len(dist) else 0)
-
-
-def run_pass(model, inputs, samples):
-    """The model's test path, stage by stage (same results as ``model.test_step``)."""
-    data = model.data_preprocessor(dict(inputs=inputs, data_samples=samples), False)
-    feats = model.backbone(data['inputs'])
-    neck = model.neck(feats)
-    rpn = model.rpn_head(neck)
-    metas = [s.metainfo for s in data['data_samples']]
-    props = model.rpn_head.predict_by_feat(*rpn, batch_img_metas=metas, rescale=False)
-    dets = model.roi_head.predict(neck, [p.clone() for p in props], data['data_samples'],
-                                  rescale=True)
-    return dict(feats=feats, neck=neck, rpn=rpn, props=props, dets=dets,
-                samples=data['data_samples'])
-
-
-def roi(model, neck, props, sample, i=0):
-    """The RoI head on image ``i`` of ``neck`` with the given proposals."""
-    return model.roi_head.predict(tuple(x[i:i + 1] for x in neck), [props.clone()], [sample],
-                                  rescale=True)[0]
-
-
-def compare_dets(a, b, thr):
-    """Greedy same-label matching of detections ``b`` to ``a`` (both InstanceData)."""
-    from torchvision.ops import box_iou
-    a, b = a[a.scores >= thr], b[b.scores >= thr]
-    used, shift, dscore, mask_iou, near = set(), 0.0, 0.0, 1.0, 0
-    iou = box_iou(a.bboxes, b.bboxes) if len(a) and len(b) else None
-    for i in a.scores.argsort(descending=True).tolist():
-        cand = [j for j in range(len(b)) if j not in used and b.labels[j] == a.labels[i]]
-        if not cand:
-            continue
-        j = max(cand, key=lambda j: float(iou[i, j]))
-        if float(iou[i, j]) < MATCH_IOU:
-            continue
-        used.add(j)
-        near += float(iou[i, j]) >= 0.99
-        shift = max(shift, float((a.bboxes[i] - b.bboxes[j]).abs().max()))
-        dscore = max(dscore, abs(float(a.scores[i] - b.scores[j])))
-        if 'masks' in a:
-            inter = (a.masks[i] & b.masks[j]).sum()
-            union = (a.masks[i] | b.masks[j]).sum()
-            mask_iou = min(mask_iou, float(inter / union) if union else 1.0)
-    m = len(used)
-    same = m == len(a) == len(b) and shift <= SAME_PX and dscore <= SAME_SCORE
-    return dict(images=1, identical=int(same), alone=len(a), batched=len(b), matched=m,
-                iou99=near, max_shift=shift, max_dscore=dscore, lost=len(a) - m,
-                gained=len(b) - m, min_mask_iou=mask_iou)
-
-
-def merge(total, one):
-    for k, v in one.items():
-        if k in ('max_shift', 'max_dscore'):
-            total[k] = max(total.get(k, 0.0), v)
-        elif k == 'min_mask_iou':
-            total[k] = min(total.get(k, 1.0), v)
-        else:
-            total[k] = total.get(k, 0) + v
-
-
-def same_props(a, b):
-    """How many proposals of ``b`` are one of ``a`` (box within 1e-3 px)."""
-    if not len(a) or not len(b):
-        return 0
-    d = (b.bboxes[:, None, :] - a.bboxes[None, :, :]).abs().amax(-1)
-    return int((d.amin(1) < 1e-3).sum())
-
-
-def at_edge(props, h, w, pad_h, pad_w):
-    """How many proposals reach the image's bottom / right edge where the batch pads it
-    (where the proposals of anchors in the padded area end up, clipped)."""
-    b = props.bboxes
-    return int(((b[:, 3] >= h) & pad_h | (b[:, 2] >= w) & pad_w).sum())
-
-
-def padded_anchors(props, batched, alone, nms_pre):
-    """Count, per level, how many of the ``nms_pre`` best-scored anchors of the batch's
-    first image (the RPN's pre-NMS candidates) lie in its padded area, and their best
-    objectness (sigmoid RPN; the alone maps give the image's cells)."""
-    import torch
-    for b, a in zip(batched, alone):
-        score = b[0]
-        pad = torch.ones_like(score, dtype=torch.bool)
-        pad[:, :a.shape[2], :a.shape[3]] = False
-        k = score.numel() if nms_pre <= 0 else min(nms_pre, score.numel())
-        props['top_k'] += k
-        props['top_k_padded'] += int(pad.flatten()[score.flatten().topk(k).indices].sum())
-        if pad.any():
-            props['max_padded_objectness'] = max(props['max_padded_objectness'],
-                                                 float(score[pad].sigmoid().max()))
-
-
 def alone_vs_batched(model, dataset, args):
     import mmcv
     import torch
@@ -340,78 +229,6 @@ def print_a(res):
 
 
 # --------------------------------------------------------------------- (b) AP at batch 1 vs 2
-def uncompressed_rle(mask):
-    flat = mask.flatten(order='F').astype(np.int8)
-    bounds = np.concatenate([[0], np.flatnonzero(np.diff(flat)) + 1, [flat.size]])
-    counts = ([0] if flat[0] else []) + np.diff(bounds).tolist()
-    return {'size': list(mask.shape), 'counts': counts}
-
-
-def resize_annotation(ann, old_hw, new_hw):
-    import cv2
-    from pycocotools import mask as mask_utils
-    (h0, w0), (h1, w1) = old_hw, new_hw
-    sx, sy = w1 / w0, h1 / h0
-    x, y, w, h = ann['bbox']
-    ann['bbox'] = [x * sx, y * sy, w * sx, h * sy]
-    seg = ann['segmentation']
-    if isinstance(seg, list):
-        ann['segmentation'] = [[v * (sx if k % 2 == 0 else sy) for k, v in enumerate(poly)]
-                               for poly in seg]
-        rle = mask_utils.merge(mask_utils.frPyObjects(ann['segmentation'], h1, w1))
-    else:
-        rle = mask_utils.frPyObjects(seg, h0, w0) if isinstance(seg['counts'], list) else \
-            dict(seg, counts=seg['counts'].encode('ascii'))
-        mask = cv2.resize(mask_utils.decode(rle), (w1, h1), interpolation=cv2.INTER_NEAREST)
-        rle = mask_utils.encode(np.asfortranarray(mask))
-        ann['segmentation'] = uncompressed_rle(mask) if isinstance(seg['counts'], list) else \
-            dict(size=rle['size'], counts=rle['counts'].decode('ascii'))
-    ann['area'] = float(mask_utils.area(rle))
-
-
-def pick_images(n, k, seed):
-    """``k`` of ``n`` image indices such that as many test batches of two as possible
-    (images 0-1, 2-3, ...) mix a resized and a full-size image: one image of each of
-    ``min(k, n // 2)`` batches, then others, all picked with ``seed``."""
-    rng = np.random.RandomState(seed)
-    pairs = n // 2
-    first = [2 * int(p) + int(rng.randint(2))
-             for p in sorted(rng.permutation(pairs)[:min(k, pairs)])]
-    rest = [int(i) for i in rng.permutation([i for i in range(n) if i not in first])]
-    if n % 2:           # the last image of an odd set is batched alone: resize it first
-        rest = [n - 1] + [i for i in rest if i != n - 1]
-    return sorted(first + rest[:k - len(first)])
-
-
-def write_resized_set(src_root, ann_rel, img_rel, dst_root, fraction, size_wh, seed):
-    """A copy of the split with a seeded choice of its images resized; returns the
-    resized image indices (in file order, which is the test loader's)."""
-    import cv2
-    with open(osp.join(src_root, ann_rel)) as f:
-        coco = json.load(f)
-    n = len(coco['images'])
-    chosen = pick_images(n, round(fraction * n), seed)
-    by_image = {}
-    for ann in coco['annotations']:
-        by_image.setdefault(ann['image_id'], []).append(ann)
-    os.makedirs(osp.join(dst_root, img_rel), exist_ok=True)
-    os.makedirs(osp.dirname(osp.join(dst_root, ann_rel)), exist_ok=True)
-    for idx, im in enumerate(coco['images']):
-        src, dst = (osp.join(r, img_rel, im['file_name']) for r in (src_root, dst_root))
-        if idx not in chosen:
-            shutil.copyfile(src, dst)
-            continue
-        img = cv2.imread(src, cv2.IMREAD_COLOR)
-        cv2.imwrite(dst, cv2.resize(img, tuple(size_wh), interpolation=cv2.INTER_LINEAR),
-                    [cv2.IMWRITE_JPEG_QUALITY, 95])
-        for ann in by_image.get(im['id'], []):
-            resize_annotation(ann, (im['height'], im['width']), (size_wh[1], size_wh[0]))
-        im['width'], im['height'] = size_wh
-    with open(osp.join(dst_root, ann_rel), 'w') as f:
-        json.dump(coco, f)
-    return chosen
-
-
 def run_test(config, checkpoint, work_dir, options):
     env = dict(os.environ)
     env.setdefault('OMP_NUM_THREADS', '1')

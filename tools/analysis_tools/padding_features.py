@@ -22,7 +22,6 @@ of ~1e-7 are float32 rounding.
 """
 import argparse
 import time
-from os import path as osp
 
 import torch
 

@@ -42,7 +42,7 @@ case "$MMCV_CHOICE" in lite|full) ;; *) die "INLINE_MM_MMCV=$MMCV_CHOICE: expect
 # same inputs -> nothing to do.  A full build also satisfies a later plain (lite) request: an
 # environment with a compiled mmcv keeps it.
 fingerprint() {
-    cat "$ROOT/setup.cfg" "$ROOT/tools/dev/setup_env.sh" "$ROOT/tools/dev/setup_check.py" 2>/dev/null \
+    cat "$ROOT/setup.cfg" "$ROOT/setup.py" "$ROOT/tools/dev/setup_env.sh" "$ROOT/tools/dev/setup_check.py" 2>/dev/null \
         | sha256sum | cut -d' ' -f1
 }
 if [[ -f "$STAMP" ]]; then
@@ -202,7 +202,9 @@ log "installing mmdet, mmsegmentation, timm, stock-tool extras and inline_mm (ed
 "${CPIP[@]}" --no-deps openmim
 "${CPIP[@]}" click colorama model-index pandas requests rich tabulate
 # The import hook that backs mmcv's compiled entry points with torchvision on mmcv-lite
-# (harmless with a compiled mmcv: it only answers when no `mmcv._ext` exists).
+# (harmless with a compiled mmcv: it only answers when no `mmcv._ext` exists) and lets configs
+# name `inline_mm::` bases.  A wheel brings its .pth; an editable install does not: write it
+# (the same line, so running this again changes nothing).
 "$PY" -m _inline_mm_mmcv_hook install >/dev/null
 
 # --- self-check: no stamp unless the result works -------------------------------------------------

@@ -1,35 +1,12 @@
 #!/usr/bin/env python
-"""Write small, real datasets for demos and tests (no download needed).
+"""Write small, real datasets for demos and tests.
 
-    python tools/misc/make_toy_dataset.py coco   data/toy_coco      # COCO instance segmentation
-    python tools/misc/make_toy_dataset.py ade    data/toy_ade       # ADE20K directory layout
-    python tools/misc/make_toy_dataset.py folder data/toy_folder    # images/ + masks/ folders
-
-Each kind's options: ``python tools/misc/make_toy_dataset.py KIND --help``.
+The checkout's path of the console script ``inline-mm-make-toy-dataset``; all of it lives in
+:mod:`inline_mm.cli.make_toy_dataset`.
 """
-import argparse
-import importlib
+import sys
 
-#: kind -> module providing ``add_arguments(parser)`` and ``run(args)``
-KINDS = {
-    'coco': 'inline_mm.toydata.coco',
-    'ade': 'inline_mm.toydata.segmentation',
-    'folder': 'inline_mm.toydata.segmentation',
-}
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    sub = parser.add_subparsers(dest='kind', required=True)
-    for kind, module in KINDS.items():
-        mod = importlib.import_module(module)
-        p = sub.add_parser(kind, help=mod.KIND_HELP[kind])
-        p.add_argument('out', help='output directory')
-        mod.add_arguments(p, kind)
-        p.set_defaults(run=mod.run)
-    args = parser.parse_args(argv)
-    args.run(args)
-
+from inline_mm.cli.make_toy_dataset import main
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

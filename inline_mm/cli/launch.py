@@ -50,16 +50,31 @@ def stock_script(scope: str, tool: str) -> str:
     return path
 
 
-def run(tool: str):
-    if len(sys.argv) < 2 or sys.argv[1].startswith('-'):
-        sys.exit(f'usage: python tools/{tool}.py CONFIG [args of the stock mmdet/mmseg '
-                 f'{tool}.py ...]')
+def run(tool: str, argv=None):
+    """``tool`` ('train' or 'test') of the config's framework on ``argv`` (default: the
+    command line), with inline_mm in place."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    usage = f'usage: python tools/{tool}.py CONFIG [args of the stock mmdet/mmseg {tool}.py ...]'
+    if argv[:1] in (['-h'], ['--help']):
+        # `mim train` asks for the help first (and reads it for a --gpus flag: there is none)
+        print(f'{usage}\n\nThe stock script is chosen by the config\'s default_scope; '
+              f'its own flags: python <mmdet|mmseg>/.mim/tools/{tool}.py -h')
+        return
+    if not argv or argv[0].startswith('-'):
+        sys.exit(usage)
     import inline_mm.engine
     from inline_mm.config_types import check_types
     inline_mm.engine.install()
-    cfg = load_config(sys.argv[1:])
-    scope = config_scope(cfg, sys.argv[1])
-    check_types(cfg, scope, sys.argv[1])
+    cfg = load_config(argv)
+    scope = config_scope(cfg, argv[0])
+    check_types(cfg, scope, argv[0])
     script = stock_script(scope, tool)
-    sys.argv = [script] + sys.argv[1:]
+    sys.argv = [script] + argv
     runpy.run_path(script, run_name='__main__')
+
+
+if __name__ == '__main__':
+    # python -m inline_mm.cli.launch {train,test} CONFIG ...: the same as tools/{train,test}.py
+    if len(sys.argv) < 2 or sys.argv[1] not in ('train', 'test'):
+        sys.exit('usage: python -m inline_mm.cli.launch {train,test} CONFIG [args ...]')
+    run(sys.argv[1], sys.argv[2:])

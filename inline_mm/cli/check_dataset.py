@@ -1,0 +1,374 @@
+"""Check a segmentation dataset before training; report every problem, with file names.
+
+    inline-mm-check-dataset data/my_dataset                 # images/, masks/, meta.json
+    inline-mm-check-dataset --config configs/custom/my.py   # exactly what the config reads
+    inline-mm-check-dataset --config CONFIG --cfg-options train_dataloader.dataset.data_root=X
+    inline-mm-check-dataset data/my_dataset --quick         # headers only, seconds
+
+Every image and mask is read and decoded in full, as the training pipelines decode
+them (images with OpenCV and Pillow, masks with Pillow), on --jobs threads (default:
+one per CPU); the summary says how many files, how many bytes and how long. --quick
+reads only the image headers (the masks are still decoded for their labels), so
+truncated or corrupt images are not found.
+
+Layout checked (names pair up by file stem; see docs/own_data.md)::
+
+    ROOT/meta.json                    {"classes": [...], "palette": [[r, g, b], ...]}
+    ROOT/images/{train,val}/NAME.jpg  (.jpeg .png .bmp .tif .tiff .webp)
+    ROOT/masks/{train,val}/NAME.png   one class index per pixel
+
+Problems (exit status 1; each line names the file):
+  missing-dir, empty-split        a split folder is missing or has no images
+  unpaired-image, unpaired-mask   an image without its mask, a mask without its image
+  duplicate-name                  two images with one stem (a.jpg and a.png) share a mask
+  mask-format                     a mask that is not .png (JPEG changes label values)
+  size-mismatch                   image and mask sizes differ
+  exif-rotation                   a JPEG with an EXIF rotation: OpenCV (mmseg) rotates
+                                  the image when loading, the mask is not rotated
+  rgb-mask                        a colour (RGB) mask: convert with inline-mm-convert-masks
+  mask-mode                       another pixel format mmseg cannot use as labels
+  label-out-of-range              label values >= num_classes other than ignore_index
+  binary-0-255                    a 2-class set stored as 0/255: 255 is the ignore index,
+                                  so the foreground would never be learned
+  unreadable                      a file whose header cannot be read: empty (0 bytes),
+                                  another format (e.g. text named .jpg), garbage
+  truncated                       a file that ends before its pixels do (interrupted
+                                  download or copy; not found by --quick for images)
+  corrupt                         pixels that do not decode, or that OpenCV (the image
+                                  loader of the pipelines) cannot decode in full
+                                  (not found by --quick for images)
+  meta                            meta.json missing, malformed or inconsistent
+Warnings (exit status 0): files in image folders that are not images, classes that
+never occur in a split.
+
+The rules are those of ``inline_mm.datasets.checks``, which SegFolderDataset and the
+training hooks apply too (``--config`` also needs mmengine and mmseg).
+"""
+import argparse
+import os.path as osp
+import sys
+import time
+from collections import Counter
+from typing import List, Optional, Sequence
+
+from inline_mm.datasets.checks import (IMAGE_SUFFIXES, FileTally, Problem, binary_problems,
+                                       check_pair, default_jobs, label_problems, parallel_map,
+                                       read_meta, scan_split)
+
+
+class Report:
+    """Collects problems and warnings; prints them as found."""
+
+    def __init__(self, root: str, quiet: bool = False):
+        self.root, self.quiet = root, quiet
+        self.problems: List[tuple] = []
+        self.warnings: List[tuple] = []
+
+    def _rel(self, path: str) -> str:
+        if not path:
+            return ''
+        rel = osp.relpath(path, self.root) if self.root else path
+        return path if rel.startswith('..') else rel
+
+    def problem(self, code: str, path: str, message: str):
+        self.problems.append((code, self._rel(path), message))
+        if not self.quiet:
+            print(f'ERROR   [{code}] {self._rel(path)}: {message}')
+
+    def warning(self, code: str, path: str, message: str):
+        self.warnings.append((code, self._rel(path), message))
+        if not self.quiet:
+            where = f' {self._rel(path)}:' if path else ''
+            print(f'WARNING [{code}]{where} {message}')
+
+    def add(self, problems: Sequence[Problem], warning: bool = False):
+        for p in problems:
+            (self.warning if warning else self.problem)(*p)
+
+
+class Split:
+    """One split: where its images and masks are."""
+
+    def __init__(self, name: str, img_dir: str, mask_dir: str,
+                 img_suffixes: Sequence[str] = IMAGE_SUFFIXES, mask_suffix: str = '.png'):
+        self.name, self.img_dir, self.mask_dir = name, img_dir, mask_dir
+        self.img_suffixes = tuple(s.lower() for s in img_suffixes)
+        self.mask_suffix = mask_suffix
+
+
+class Progress:
+    """A progress line on stderr for checks that take a while: refreshed in place on a
+    terminal, otherwise one line every ``every`` seconds; nothing in the first
+    ``after`` seconds (small sets and test logs stay quiet)."""
+
+    def __init__(self, what: str, stream=None, after: float = 2.0, every: float = 30.0):
+        self.what, self.stream = what, stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.after, self.every = after, (0.2 if self.tty else every)
+        self.start = self.last = time.monotonic()
+        self.shown = False
+
+    def __call__(self, done: int, total: int):
+        now = time.monotonic()
+        if now - self.start < self.after or (now - self.last < self.every and done < total):
+            return
+        self.last = now
+        line = (f'{self.what}: {done:,} of {total:,} ({100 * done / total:.0f}%), '
+                f'{now - self.start:.0f} s')
+        if self.tty:
+            self.stream.write(f'\r{line}\033[K')
+        else:
+            self.stream.write(line + '\n')
+        self.stream.flush()
+        self.shown = True
+
+    def close(self):
+        if self.tty and self.shown:
+            self.stream.write('\r\033[K')
+            self.stream.flush()
+
+
+def _pair_task(args):
+    img_path, mask_path, decode = args
+    return check_pair(img_path, mask_path, read_labels=True, decode=decode)
+
+
+def check_splits(splits: Sequence[Split], report: Report, stats: dict, decode: bool = True,
+                 jobs: int = 1) -> FileTally:
+    """Check the splits' files, decoding all pairs on ``jobs`` threads; per-mask label
+    histograms go to ``stats[split.name]``. Returns what was read."""
+    pairs = []
+    for split in splits:
+        files = scan_split(split.img_dir, split.mask_dir, split.img_suffixes,
+                           split.mask_suffix, split.name)
+        report.add(files.warnings, warning=True)
+        report.add(files.problems)
+        stats.setdefault(split.name, {})
+        pairs += [(split.name, img, mask) for img, mask in files.pairs]
+    progress = Progress('decoding image/mask pairs' if decode else 'reading image/mask pairs')
+    try:
+        results = parallel_map(_pair_task, [(img, mask, decode) for _, img, mask in pairs],
+                               jobs, progress)
+    finally:
+        progress.close()
+    tally = FileTally(images=len(pairs), masks=len(pairs))
+    for (name, _, mask_path), found in zip(pairs, results):
+        report.add(found.problems)
+        tally.nbytes += found.nbytes
+        if found.histogram is not None:
+            stats[name][mask_path] = found.histogram
+    return tally
+
+
+def class_summary(stats: dict, classes: Optional[Sequence[str]], num_classes: int,
+                  reduce_zero_label: bool, report: Report):
+    """Print per-split pixel shares per class; warn about classes that never occur."""
+    for split, hists in stats.items():
+        total = Counter()
+        for h in hists.values():
+            total.update(h)
+        n = sum(total.values())
+        if not n:
+            continue
+        names = list(classes) if classes else [str(i) for i in range(num_classes)]
+        shares, absent = [], []
+        for c in range(num_classes):
+            v = c + 1 if reduce_zero_label else c
+            label = names[c] if c < len(names) else str(c)
+            if total.get(v, 0):
+                shares.append(f'{label} {100 * total[v] / n:.1f}%')
+            else:
+                absent.append(label)
+        print(f'{split}: {len(hists)} image/mask pairs; class pixels: ' + ', '.join(shares))
+        if absent:
+            more = f' and {len(absent) - 20} more' if len(absent) > 20 else ''
+            report.warning('class-absent', '', f'{split} split: {len(absent)} class(es) never '
+                                               f'present: {", ".join(absent[:20])}{more}')
+
+
+def _class_defaults(dataset_type: str) -> dict:
+    """``img_suffix``, ``seg_map_suffix``, ``reduce_zero_label`` and ``classes`` that an
+    mmseg dataset class sets itself (e.g. ADE20KDataset: '.jpg', True, its 150 names)."""
+    if dataset_type == 'SegFolderDataset':
+        return dict(img_suffix=IMAGE_SUFFIXES, seg_map_suffix='.png', reduce_zero_label=False)
+    import inspect
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import DATASETS
+    init_default_scope('mmseg')
+    cls = DATASETS.get(dataset_type)
+    if not inspect.isclass(cls):
+        raise SystemExit(f'error: unknown dataset type {dataset_type!r} in the config')
+    out = {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+           if k in ('img_suffix', 'seg_map_suffix', 'reduce_zero_label')
+           and v.default is not inspect.Parameter.empty}
+    out.setdefault('img_suffix', '.jpg')
+    out.setdefault('seg_map_suffix', '.png')
+    out.setdefault('reduce_zero_label', False)
+    out['classes'] = getattr(cls, 'METAINFO', {}).get('classes')
+    return out
+
+
+def splits_from_config(config: str, options: Optional[dict] = None):
+    """(splits, settings) of the datasets a config trains and evaluates on."""
+    from mmengine.config import Config
+    cfg = Config.fromfile(config)
+    if options:
+        cfg.merge_from_dict(options)
+    heads = cfg.model.get('decode_head')
+    heads = heads if isinstance(heads, (list, tuple)) else [heads]
+    num_classes = heads[-1]['num_classes']
+    splits, seen, settings = [], set(), {}
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        ds = (cfg.get(loader) or {}).get('dataset')
+        while ds is not None and 'dataset' in ds:     # RepeatDataset and friends
+            ds = ds['dataset']
+        if not ds or not ds.get('with_masks', True):
+            continue
+        defaults = _class_defaults(ds['type'])
+        root = ds.get('data_root') or ''
+        prefix = ds.get('data_prefix', {})
+        img_dir = osp.join(root, prefix.get('img_path', ''))
+        mask_dir = osp.join(root, prefix.get('seg_map_path', ''))
+        if (img_dir, mask_dir) in seen:
+            continue
+        seen.add((img_dir, mask_dir))
+        suffix = ds.get('img_suffix', defaults['img_suffix'])
+        splits.append(Split(loader.split('_')[0], img_dir, mask_dir,
+                            (suffix,) if isinstance(suffix, str) else suffix,
+                            ds.get('seg_map_suffix', defaults['seg_map_suffix'])))
+        meta_file = ds.get('meta_file', 'meta.json') if ds['type'] == 'SegFolderDataset' \
+            else None
+        settings.setdefault('root', root)
+        settings.setdefault('meta', osp.join(root, meta_file) if meta_file else None)
+        settings.setdefault('classes', (ds.get('metainfo') or {}).get('classes')
+                            or defaults.get('classes'))
+        settings.setdefault('ignore_index', ds.get('ignore_index', 255))
+        settings.setdefault('reduce_zero_label',
+                            ds.get('reduce_zero_label', defaults['reduce_zero_label']))
+    if not splits:
+        raise SystemExit(f'error: {config} has no train/val/test dataset with masks')
+    settings['num_classes'] = num_classes
+    return splits, settings
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split('\n\n', 2)[2])
+    p.add_argument('root', nargs='?', help='dataset folder (with images/, masks/, meta.json)')
+    p.add_argument('--config', help='check the datasets of this mmseg config instead')
+    p.add_argument('--cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
+                   help='with --config: override entries as for tools/train.py, e.g. '
+                        'train_dataloader.dataset.data_root=data/other (values are strings)')
+    p.add_argument('--splits', nargs='+', default=['train', 'val'],
+                   help='split folders under images/ and masks/ (train val)')
+    p.add_argument('--num-classes', type=int,
+                   help='number of classes (default: length of "classes" in meta.json)')
+    p.add_argument('--ignore-index', type=int, default=255,
+                   help='label value that marks pixels to ignore (255)')
+    p.add_argument('--reduce-zero-label', action='store_true',
+                   help='value 0 means unlabelled and value k is class k-1 (ADE20K style)')
+    p.add_argument('--meta', default='meta.json', help='metadata file under ROOT (meta.json)')
+    p.add_argument('--img-dir', default='images', help='image folder under ROOT (images)')
+    p.add_argument('--mask-dir', default='masks', help='mask folder under ROOT (masks)')
+    p.add_argument('--mask-suffix', default='.png', help='mask extension (.png)')
+    p.add_argument('--quick', action='store_true',
+                   help='read only the image headers (masks are still decoded): seconds '
+                        'instead of minutes, but truncated or corrupt images are not found')
+    p.add_argument('--jobs', type=int, default=default_jobs(),
+                   help='threads that decode the files (default: one per CPU, here '
+                        f'{default_jobs()}); 1 decodes on the main thread')
+    p.add_argument('--quiet', action='store_true', help='print only the summary')
+    args = p.parse_args(argv)
+    if bool(args.root) == bool(args.config):
+        p.error('give a dataset folder or --config (one of them)')
+    if args.jobs < 1:
+        p.error(f'--jobs must be at least 1, got {args.jobs}')
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.config:
+        options = {}
+        for item in args.cfg_options:
+            key, sep, value = item.partition('=')
+            if not sep:
+                raise SystemExit(f'error: --cfg-options takes KEY=VALUE, got {item!r}')
+            options[key] = value
+        splits, s = splits_from_config(args.config, options)
+        root, meta_path, classes = s['root'], s['meta'], s['classes']
+        num_classes, ignore_index = s['num_classes'], s['ignore_index']
+        reduce_zero_label = s['reduce_zero_label']
+    else:
+        root = args.root
+        if not osp.isdir(root):
+            print(f'ERROR   [missing-dir] {root}: dataset folder does not exist')
+            return 1
+        splits = [Split(n, osp.join(root, args.img_dir, n), osp.join(root, args.mask_dir, n),
+                        mask_suffix=args.mask_suffix) for n in args.splits]
+        meta_path, classes = osp.join(root, args.meta), None
+        num_classes, ignore_index = args.num_classes, args.ignore_index
+        reduce_zero_label = args.reduce_zero_label
+    report = Report(root, args.quiet)
+    meta = None
+    if meta_path:
+        meta, meta_found = read_meta(meta_path)
+        report.add(meta_found)
+    if meta is not None:
+        if classes is not None and list(classes) != meta['classes']:
+            report.problem('meta', meta_path, f'classes {meta["classes"]} differ from the '
+                                              f'config\'s {list(classes)}')
+        classes = classes or meta['classes']
+        if num_classes is None:
+            num_classes = len(meta['classes'])
+        elif num_classes != len(meta['classes']):
+            report.problem('meta', meta_path, f'{len(meta["classes"])} classes, but '
+                                              f'num_classes is {num_classes}')
+    elif meta_path and not osp.isfile(meta_path) and not args.config:
+        if num_classes is None:
+            report.problem('meta', meta_path, 'not found: write it ({"classes": [...], '
+                                              '"palette": [...]}) or pass --num-classes')
+        else:
+            report.warning('meta', meta_path, 'not found: SegFolderDataset then needs the '
+                                              'classes in the config')
+    if num_classes is None:
+        print(f'FAILED: {len(report.problems)} problem(s); the number of classes is unknown')
+        return 1
+    if classes is not None and len(classes) != num_classes:
+        report.problem('meta', args.config or meta_path,
+                       f'{len(classes)} class names but num_classes={num_classes}')
+
+    stats: dict = {}
+    start = time.perf_counter()
+    tally = check_splits(splits, report, stats, decode=not args.quick, jobs=args.jobs)
+    seconds = time.perf_counter() - start
+    histograms = {p: h for s in stats.values() for p, h in s.items()}
+    binary = binary_problems(histograms, num_classes, ignore_index, reduce_zero_label)
+    report.add(binary)
+    skip = {p.path for p in binary}
+    report.add(label_problems({p: h for p, h in histograms.items() if p not in skip},
+                              num_classes, ignore_index, reduce_zero_label))
+    class_summary(stats, classes, num_classes, reduce_zero_label, report)
+
+    threads = min(args.jobs, tally.images)
+    print(f'checked {tally.describe(seconds, headers_only=args.quick)}'
+          + (f' on {threads} threads' if threads > 1 else ''))
+    if args.quick:
+        print('quick: image headers only, images not decoded: truncated or corrupt images '
+              'are not found (run without --quick to decode them)')
+    if report.problems:
+        kinds = Counter(p[0] for p in report.problems)
+        files = {p[1] for p in report.problems}
+        print(f'FAILED: {len(report.problems)} problem(s) in {len(files)} file(s)/folder(s): '
+              + ', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))
+              + '. Fix them and run this check again.')
+        return 1
+    print(f'OK: {", ".join(s.name for s in splits)} look fine for {num_classes} classes '
+          f'(ignore_index {ignore_index}, reduce_zero_label {reduce_zero_label})'
+          + (f', {len(report.warnings)} warning(s)' if report.warnings else ''))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Export an InLine backbone to ONNX for one input size (dynamic batch), and check it
+with ONNX Runtime against PyTorch.
+
+    inline-mm-export-onnx --family InLineSwin --arch tiny \\
+        --checkpoint inline://swin_t --size 224 224 --out inline_swin_t_224.onnx
+    inline-mm-export-onnx configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py \\
+        --size 800 1216 --out swin_t_800x1216.onnx          # the config's backbone
+    inline-mm-export-onnx --family InLinePVT --arch smoke --size 64 96 --bench
+
+``--whole`` exports the config's whole model in tensor mode (``model._forward``: a
+segmentor's logits; see docs/export_and_timm.md for what a Mask R-CNN does).  A graph is made
+for one height and width (``inline_mm.export`` says why) and refuses
+any other; the batch is free.  TorchScript exporter (``dynamo=False``), opset 17 by
+default.  ``--arch smoke`` is the family table's tiny test model.  With
+``--checkpoint`` the file goes through the project's safe loader (official,
+converted or mm checkpoints).  The check runs ONNX Runtime (CPU) at each
+``--batches`` size against PyTorch eager and fails above ``--atol``; ``--bench``
+also prints median CPU seconds per forward of both.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('config', nargs='?', help='an mmdet/mmseg config whose backbone to export')
+    p.add_argument('--family', help='backbone class instead of a config, e.g. InLineSwin')
+    p.add_argument('--arch', default='tiny', help="preset, or 'smoke' (the family table's "
+                   'tiny model); with --family. Default: tiny')
+    p.add_argument('--checkpoint', help='weights (official, converted or mm checkpoint): a '
+                   'path, a URL or a short name such as inline://swin_t')
+    p.add_argument('--whole', action='store_true',
+                   help="the config's whole model in tensor mode (model._forward), not its "
+                        'backbone; the checkpoint is then an mm checkpoint of that model')
+    p.add_argument('--size', type=int, nargs=2, required=True, metavar=('H', 'W'),
+                   help='input height and width the graph is made for')
+    p.add_argument('--out', help='output .onnx path (default: <family>_<arch>_<H>x<W>.onnx)')
+    p.add_argument('--opset', type=int, default=17)
+    p.add_argument('--batches', type=int, nargs='+', default=[1, 2],
+                   help='batch sizes checked with ONNX Runtime (default 1 2)')
+    p.add_argument('--atol', type=float, default=1e-4)
+    p.add_argument('--no-check', action='store_true', help='skip the ONNX Runtime check')
+    p.add_argument('--bench', action='store_true',
+                   help='median CPU time per forward, ONNX Runtime vs PyTorch eager')
+    p.add_argument('--threads', type=int, default=None, help='CPU threads for both, in --bench')
+    return p.parse_args(argv)
+
+
+def build_backbone(args):
+    from inline_mm.models import get_family, load_pretrained
+    if args.config:
+        from mmengine.config import Config
+        cfg = dict(Config.fromfile(args.config).model.backbone)
+        family = get_family(cfg.pop('type'))
+        init_cfg = cfg.pop('init_cfg', None)
+        model = family.cls(**cfg)
+        tag = f'{family.name}_{getattr(model, "arch_name", "custom")}'
+        if args.checkpoint is None and isinstance(init_cfg, dict) and init_cfg.get('checkpoint'):
+            print(f'note: not loading the config\'s init_cfg ({init_cfg["checkpoint"]}); '
+                  'pass --checkpoint', file=sys.stderr)
+    elif args.family:
+        family = get_family(args.family)
+        model = family.cls(**family.smoke) if args.arch == 'smoke' else family.cls(arch=args.arch)
+        tag = f'{family.name}_{args.arch}'
+    else:
+        raise SystemExit('error: give a config or --family')
+    if args.checkpoint:
+        load_pretrained(model, args.checkpoint)
+    return model.eval(), tag
+
+
+class TensorMode(torch.nn.Module):
+    """A whole OpenMMLab model's tensor-mode forward (``_forward``) as a tuple."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        out = self.model._forward(x)
+        return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+
+
+def build_whole(args):
+    import inline_mm  # noqa: F401  (registers the backbones)
+    from mmengine.config import Config
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import load_checkpoint
+    if not args.config:
+        raise SystemExit('error: --whole needs a config')
+    cfg = Config.fromfile(args.config)
+    cfg.model.backbone.init_cfg = None
+    scope = cfg.get('default_scope')
+    init_default_scope(scope)
+    if scope == 'mmseg':
+        from mmseg.registry import MODELS
+    else:
+        from mmdet.registry import MODELS
+    model = revert_sync_batchnorm(MODELS.build(cfg.model))
+    if args.checkpoint:
+        load_checkpoint(model, args.checkpoint, map_location='cpu')
+    return TensorMode(model).eval(), Path(args.config).stem
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from inline_mm.export import check_onnx, export_onnx, time_onnx_vs_eager
+    model, tag = build_whole(args) if args.whole else build_backbone(args)
+    h, w = args.size
+    out = args.out or f'{tag}_{h}x{w}.onnx'
+    names = ['logits'] if args.whole else None
+    export_onnx(model, out, (h, w), opset=args.opset, names=names)
+    report = dict(onnx=out, size=[h, w], opset=args.opset)
+    if not args.whole:
+        report['outputs'] = list(model.out_channels)
+    if not args.no_check:
+        errors = check_onnx(out, model, (h, w), batches=args.batches)
+        report['max_abs_err'] = {str(b): e for b, e in errors.items()}
+    if args.bench:
+        if args.threads:
+            import torch
+            torch.set_num_threads(args.threads)
+        report['median_s'] = time_onnx_vs_eager(out, model, (h, w), threads=args.threads)
+    print(json.dumps(report))
+    if not args.no_check and max(report['max_abs_err'].values()) > args.atol:
+        raise SystemExit(f'error: ONNX Runtime differs from PyTorch by more than {args.atol}')
+
+
+if __name__ == '__main__':
+    main()
