@@ -38,8 +38,7 @@ from typing import List, Optional, Sequence
 
 import torch
 import torch.nn as nn
-from timm.models import FeatureInfo, register_model
-from timm.models._builder import resolve_pretrained_cfg
+from timm.models import FeatureInfo, register_model, resolve_pretrained_cfg
 
 from .models import FAMILIES, load_pretrained
 
@@ -64,13 +63,23 @@ class InLineFeatures(nn.Module):
         super().__init__()
         self.backbone = backbone
         info = [dict(num_chs=int(backbone.dims[i]), reduction=int(strides[i]),
-                     module=f'backbone.norm{i}' if hasattr(backbone, f'norm{i}')
-                     else f'backbone.stages.{i}')
+                     module=_feature_module(backbone, i))
                 for i in range(len(strides))]
         self.feature_info = FeatureInfo(info, tuple(backbone.out_indices))
 
     def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
         return list(self.backbone(x))
+
+
+def _feature_module(backbone: nn.Module, i: int) -> str:
+    """Name (from this model) of the module whose output is feature ``i``: the output's
+    own LayerNorm ``norm{i}`` where it has one, else the last module stage ``i`` owns
+    (InLine-Swin ``layers.i``, -PVT/-CSwin ``stages.i``, -DeiT ``blocks.i``, or the final
+    ``norm`` after the last block). timm's hook-based feature wrappers find it by name."""
+    norm = getattr(backbone, f'norm{i}', None)
+    module = norm if isinstance(norm, nn.Module) else backbone._stage_modules(i)[-1]
+    name = next(n for n, m in backbone.named_modules() if m is module)
+    return f'backbone.{name}'
 
 
 def create_backbone(name: str, pretrained: bool = False, file: Optional[str] = None,
