@@ -4,7 +4,8 @@
     import inline_mm.timm  # registers inline_swin_tiny, inline_pvt_small, ...
     model = timm.create_model('inline_swin_tiny', pretrained=True, features_only=True,
                               pretrained_cfg_overlay=dict(file='inline://swin_t'))
-    model.feature_info.channels(), model.feature_info.reduction()   # [96, 192, 384, 768], [4, 8, 16, 32]
+    model.feature_info.channels()      # [96, 192, 384, 768]
+    model.feature_info.reduction()     # [4, 8, 16, 32]
     features = model(images)                                        # list of NCHW maps
 
 Needs torch and timm only: with mmengine/mmcv/mmdet/mmseg absent, ``import
@@ -24,9 +25,13 @@ as for ``init_cfg``: :mod:`inline_mm.weights`), a URL or a local path.  The file
 through the project's safe loader (:func:`inline_mm.models.load_pretrained`): official,
 converted (safetensors) or mm checkpoints, the same default sub-dict as
 ``init_cfg=dict(type='Pretrained')`` (``model``, not CSwin's ``state_dict_ema``;
-``checkpoint_key=`` picks another), and the same refusal of another variant.  timm's own loading (``checkpoint_path=``, or
-a ``file`` through timm's loader) would refuse the official files: they hold a
-pickled yacs config, and timm loads with ``weights_only=True``.
+``checkpoint_key=`` picks another), and the same refusal of another variant.  timm's
+own loading (``checkpoint_path=``, or a ``file`` through timm's loader) would refuse
+the official files: they hold a pickled yacs config, and timm loads with
+``weights_only=True``.
+
+Only timm's public API is used (what ``timm.models`` exports): its underscore modules
+move between releases.
 
 Name clash: the official InLine repository's classification code registers timm
 classifiers under some of these names.  If both are imported, the one imported last

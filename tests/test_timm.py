@@ -1,5 +1,6 @@
 """The InLine backbones as timm ``features_only`` models (``inline_mm.timm``), for every
 family and preset of the family table."""
+import ast
 import subprocess
 import sys
 import textwrap
@@ -41,6 +42,16 @@ def test_every_family_and_preset_is_registered():
     assert set(inline_timm.MODEL_NAMES) == expected
     assert 'inline_swin_tiny' in expected
     assert expected <= set(timm.list_models('inline_*'))
+
+
+def test_only_public_timm_modules_are_imported():
+    """timm's underscore modules (``timm.models._builder``) change between releases."""
+    tree = ast.parse(Path(inline_timm.__file__).read_text())
+    modules = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    modules += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    timm_modules = [m for m in modules if m and m.split('.')[0] == 'timm']
+    assert timm_modules
+    assert not [m for m in timm_modules if any(p.startswith('_') for p in m.split('.'))]
 
 
 @pytest.mark.parametrize('name', inline_timm.MODEL_NAMES)
