@@ -4,7 +4,8 @@
     import inline_mm.timm  # registers inline_swin_tiny, inline_pvt_small, ...
     model = timm.create_model('inline_swin_tiny', pretrained=True, features_only=True,
                               pretrained_cfg_overlay=dict(file='inline://swin_t'))
-    model.feature_info.channels(), model.feature_info.reduction()   # [96, 192, 384, 768], [4, 8, 16, 32]
+    model.feature_info.channels()      # [96, 192, 384, 768]
+    model.feature_info.reduction()     # [4, 8, 16, 32]
     features = model(images)                                        # list of NCHW maps
 
 Needs torch and timm only: with mmengine/mmcv/mmdet/mmseg absent, ``import
@@ -24,9 +25,13 @@ as for ``init_cfg``: :mod:`inline_mm.weights`), a URL or a local path.  The file
 through the project's safe loader (:func:`inline_mm.models.load_pretrained`): official,
 converted (safetensors) or mm checkpoints, the same default sub-dict as
 ``init_cfg=dict(type='Pretrained')`` (``model``, not CSwin's ``state_dict_ema``;
-``checkpoint_key=`` picks another), and the same refusal of another variant.  timm's own loading (``checkpoint_path=``, or
-a ``file`` through timm's loader) would refuse the official files: they hold a
-pickled yacs config, and timm loads with ``weights_only=True``.
+``checkpoint_key=`` picks another), and the same refusal of another variant.  timm's
+own loading (``checkpoint_path=``, or a ``file`` through timm's loader) would refuse
+the official files: they hold a pickled yacs config, and timm loads with
+``weights_only=True``.
+
+Only timm's public API is used (what ``timm.models`` exports): its underscore modules
+move between releases.
 
 Name clash: the official InLine repository's classification code registers timm
 classifiers under some of these names.  If both are imported, the one imported last
@@ -38,8 +43,7 @@ from typing import List, Optional, Sequence
 
 import torch
 import torch.nn as nn
-from timm.models import FeatureInfo, register_model
-from timm.models._builder import resolve_pretrained_cfg
+from timm.models import FeatureInfo, register_model, resolve_pretrained_cfg
 
 from .models import FAMILIES, load_pretrained
 
@@ -64,13 +68,23 @@ class InLineFeatures(nn.Module):
         super().__init__()
         self.backbone = backbone
         info = [dict(num_chs=int(backbone.dims[i]), reduction=int(strides[i]),
-                     module=f'backbone.norm{i}' if hasattr(backbone, f'norm{i}')
-                     else f'backbone.stages.{i}')
+                     module=_feature_module(backbone, i))
                 for i in range(len(strides))]
         self.feature_info = FeatureInfo(info, tuple(backbone.out_indices))
 
     def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
         return list(self.backbone(x))
+
+
+def _feature_module(backbone: nn.Module, i: int) -> str:
+    """Name (from this model) of the module whose output is feature ``i``: the output's
+    own LayerNorm ``norm{i}`` where it has one, else the last module stage ``i`` owns
+    (InLine-Swin ``layers.i``, -PVT/-CSwin ``stages.i``, -DeiT ``blocks.i``, or the final
+    ``norm`` after the last block). timm's hook-based feature wrappers find it by name."""
+    norm = getattr(backbone, f'norm{i}', None)
+    module = norm if isinstance(norm, nn.Module) else backbone._stage_modules(i)[-1]
+    name = next(n for n, m in backbone.named_modules() if m is module)
+    return f'backbone.{name}'
 
 
 def create_backbone(name: str, pretrained: bool = False, file: Optional[str] = None,

@@ -3,12 +3,14 @@ part before them gives, and every distinct model builds with a shrunken backbone
 one loss step (forward + backward) on CPU."""
 import copy
 import functools
+import re
 from pathlib import Path
 
 import pytest
 import torch
 from mmengine.config import Config
 
+import config_spec as spec
 from conftest import CUSTOM_IMPORTS, out_channels, shrink_backbone
 
 from inline_mm import weights
@@ -46,10 +48,9 @@ def model_sibling(path: str) -> str:
 
 def test_detection_config_families_present():
     names = {Path(p).name for p in CONFIGS}
-    for backbone in ('swin-t', 'swin-s', 'swin-b', 'pvt-t', 'pvt-s', 'pvt-m', 'pvt-l', 'cswin-t',
-                     'cswin-s', 'cswin-b', 'deit-t', 'deit-s', 'deit-b'):
+    for backbone in spec.BACKBONES:
         neck = 'simple-fpn' if backbone.startswith('deit') else 'fpn'
-        for sched in ('1x', 'amp-1x', 'ms-crop-3x', 'amp-ms-crop-3x'):
+        for sched in [a + s for s in spec.DETECTION for a in ('', 'amp-')]:
             assert f'mask-rcnn_inline-{backbone}_{neck}_{sched}_coco.py' in names
     # Cascade Mask R-CNN: the paper's COCO backbones, with AMP children for the T variants
     for backbone in ('swin-t', 'swin-s', 'swin-b', 'pvt-t', 'pvt-s', 'pvt-m', 'pvt-l'):
@@ -87,7 +88,7 @@ def test_detection_config_parses(path):
         for head in heads:
             assert (head.type, head.loss_bbox.type) == ('Shared4Conv1FCBBoxHead', 'GIoULoss')
             assert head.reg_decoded_bbox
-        assert [h.bbox_coder.target_stds[0] for h in heads] == [0.1, 0.05, 0.033]
+        assert [h.bbox_coder.target_stds[0] for h in heads] == spec.CASCADE_TARGET_STDS
     # proposals only from each image's own anchors (tests/test_padding.py)
     assert cfg.model.rpn_head.type == 'PadAwareRPNHead'
     ckpt = (backbone.init_cfg or {}).get('checkpoint')
@@ -99,15 +100,21 @@ def test_detection_config_parses(path):
         official = weights.target(ckpt)
         assert official.release and f'`{ckpt}`' in README, ckpt
         assert (official.family.name, official.release.arch) == (backbone.type, backbone.arch)
-        assert cfg.optim_wrapper.optimizer.type == 'AdamW'
+        variant = re.search(r'_inline-([a-z]+-[a-z])_', path).group(1)
+        cls, arch, drop_path, _ = spec.BACKBONES[variant]
+        assert (backbone.type, backbone.arch, backbone.drop_path_rate) == (cls, arch, drop_path)
+        assert set(cfg.optim_wrapper.paramwise_cfg.custom_keys) == spec.NO_DECAY[cls]
+        sched = re.search(r'_(?:amp-)?(1x|ms-crop-3x)_coco', path).group(1)
+        recipe = spec.DETECTION[sched]
+        assert cfg.train_cfg.max_epochs == recipe['max_epochs']
+        assert cfg.param_scheduler[1].milestones == recipe['milestones']
+        opt = cfg.optim_wrapper.optimizer
+        assert (opt.type, opt.weight_decay) == ('AdamW', recipe['weight_decay'])
+        assert opt.lr == (spec.DETECTION_AMP_LR if '_amp-' in path else recipe['lr'])
+        if sched == 'ms-crop-3x':
+            assert cfg.train_dataloader.dataset.pipeline[3].type == 'RandomChoice'
     amp = '_amp-' in path
     assert (cfg.optim_wrapper.type == 'AmpOptimWrapper') == amp
-    if '3x' in path:
-        assert cfg.train_cfg.max_epochs == 36
-        assert cfg.param_scheduler[1].milestones == [27, 33]
-        assert cfg.train_dataloader.dataset.pipeline[3].type == 'RandomChoice'
-    elif '1x' in path and 'toy' not in path:
-        assert cfg.train_cfg.max_epochs == 12
     if path not in MODEL_CONFIGS:
         assert cfg.model == load(model_sibling(path)).model
 

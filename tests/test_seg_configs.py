@@ -2,6 +2,7 @@
 import copy
 import functools
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ from mmengine.structures import PixelData
 from mmseg.registry import MODELS
 from mmseg.structures import SegDataSample
 
-from conftest import CUSTOM_IMPORTS, SEG_SIZE as SIZE, shrink_segmentor as shrink
+import config_spec as spec
+from conftest import CUSTOM_IMPORTS, SEG_SIZE as SIZE, out_channels, shrink_segmentor as shrink
 from inline_mm import weights
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,81 +111,63 @@ def test_config_builds_and_trains_a_step(path):
         assert out[0].pred_sem_seg.data.shape == (1, SIZE, SIZE)
 
 
-SWIN = {'t': ('tiny', 0.3, 96), 's': ('small', 0.3, 96), 'b': ('base', 0.5, 128)}
-CSWIN = {'t': ('tiny', 0.2, 64), 's': ('small', 0.4, 64), 'b': ('base', 0.5, 96)}
-UPERNET = [('swin', 'InLineSwin', v, *SWIN[v]) for v in SWIN] + \
-    [('cswin', 'InLineCSwin', v, *CSWIN[v]) for v in CSWIN]
-PVT = {'t': 'tiny', 's': 'small', 'm': 'medium', 'l': 'large'}
-DEIT = {'t': ('tiny', 192), 's': ('small', 320), 'b': ('base', 384)}   # -B is 384 wide
+# One config per backbone and decode head: the AMP and slide children are checked
+# against their parents below, the custom template by its own test.
+RECIPE_CONFIGS = [p for p in SEG_CONFIGS if p.parent.name != 'custom'
+                  and '-amp-' not in p.name and not p.name.endswith('-slide.py')]
 
 
-@pytest.mark.parametrize('family,cls,v,arch,dpr,c', UPERNET,
-                         ids=[f'{f}-{v}' for f, _, v, *_ in UPERNET])
-def test_upernet_recipe(family, cls, v, arch, dpr, c):
-    cfg = _load(CONFIGS / f'inline_{family}' /
-                f'inline-{family}-{v}-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py')
+@pytest.mark.parametrize('path', RECIPE_CONFIGS, ids=lambda p: p.name)
+def test_segmentation_recipe(path):
+    """Backbone, widths, optimiser, schedule, batch and crop as config_spec states them
+    for the config's backbone and decode head."""
+    cfg = _load(path)
+    head = 'upernet' if '_upernet_' in path.name else 'fpn'
+    recipe = spec.SEGMENTATION[head]
+    variant = re.search(r'inline-([a-z]+-[a-z])[_-]', path.name).group(1)
+    cls, arch, _, drop_path = spec.BACKBONES[variant]
     bb = cfg.model.backbone
-    assert (bb.type, bb.arch, bb.drop_path_rate) == (cls, arch, dpr)
-    assert bb.init_cfg.checkpoint == f'inline://{family}_{v}'
-    assert cfg.model.decode_head.in_channels == [c, 2 * c, 4 * c, 8 * c]
-    assert cfg.model.auxiliary_head.in_channels == 4 * c
-    assert cfg.model.decode_head.num_classes == cfg.model.auxiliary_head.num_classes == 150
+    assert (bb.type, bb.arch, bb.drop_path_rate) == (cls, arch, drop_path)
+    assert bb.init_cfg.checkpoint == f"inline://{variant.replace('-', '_')}"
+    chans = out_channels(bb)
+    if cls == 'InLineDeiT':     # blocks 3/6/9/12 (last through the final norm), 4 scales
+        deit = spec.DEIT_UPERNET
+        assert (bb.out_indices, bb.final_norm) == (deit['out_indices'], deit['final_norm'])
+        neck = cfg.model.neck
+        assert (neck.type, neck.in_channels, neck.out_channels, neck.scales) == \
+            ('MultiLevelNeck', chans, chans[-1], deit['scales'])
+        head_in = [neck.out_channels] * len(neck.scales)
+    elif head == 'fpn':
+        assert cfg.model.neck.in_channels == chans
+    else:
+        head_in = chans
+    if cfg.model.get('pretrained', 'absent') != 'absent':
+        assert cfg.model.pretrained is None     # the base's ResNet/ViT file; ours: init_cfg
+    assert cfg.model.decode_head.num_classes == spec.ADE20K['num_classes']
+    if head == 'upernet':
+        assert cfg.model.decode_head.in_channels == head_in
+        assert cfg.model.auxiliary_head.in_channels == head_in[2]
+        assert cfg.model.auxiliary_head.num_classes == spec.ADE20K['num_classes']
     opt = cfg.optim_wrapper.optimizer
-    assert (opt.type, opt.lr, opt.weight_decay) == ('AdamW', 6e-5, 0.01)
-    warm, poly = cfg.param_scheduler
-    assert (warm.type, warm.end) == ('LinearLR', 1500)
-    assert (poly.type, poly.power, poly.eta_min, poly.begin, poly.end) == \
-        ('PolyLR', 1.0, 0.0, 1500, 160000)
-    assert cfg.train_cfg.max_iters == 160000
-    assert cfg.train_dataloader.batch_size == 2                  # x 8 GPUs = 16
+    assert (opt.type, opt.lr, opt.weight_decay) == \
+        ('AdamW', recipe['lr'], recipe['weight_decay'])
+    assert set(cfg.optim_wrapper.paramwise_cfg.custom_keys) == spec.NO_DECAY[cls]
+    *warm, poly = cfg.param_scheduler
+    if recipe['warmup']:
+        (warm,) = warm
+        assert (warm.type, warm.end, poly.begin) == ('LinearLR', recipe['warmup'],
+                                                     recipe['warmup'])
+    else:
+        assert (warm, poly.begin) == ([], 0)
+    assert (poly.type, poly.power, poly.eta_min, poly.end) == \
+        ('PolyLR', recipe['power'], 0.0, recipe['max_iters'])
+    assert cfg.train_cfg.max_iters == recipe['max_iters']
+    # the name's GPUs x images per GPU: 16 images per step
+    gpus, per_gpu = map(int, re.search(r'_(\d+)xb(\d+)-', path.name).groups())
+    assert cfg.train_dataloader.batch_size == recipe['batch_size'] == per_gpu
+    assert gpus * per_gpu == 16
     crop = [t for t in cfg.train_dataloader.dataset.pipeline if t.type == 'RandomCrop']
-    assert crop[0].crop_size == (512, 512) == cfg.model.data_preprocessor.size
-
-
-@pytest.mark.parametrize('v', DEIT)
-def test_deit_upernet_recipe(v):
-    """mmseg's ViT/DeiT UperNet recipe: blocks 3/6/9/12 (last through the final norm),
-    MultiLevelNeck to four scales, the Swin-UperNet schedule and optimiser."""
-    arch, c = DEIT[v]
-    cfg = _load(CONFIGS / 'inline_deit' /
-                f'inline-deit-{v}-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py')
-    bb = cfg.model.backbone
-    assert (bb.type, bb.arch, bb.drop_path_rate) == ('InLineDeiT', arch, 0.1)
-    assert (bb.out_indices, bb.final_norm) == ((2, 5, 8, 11), True)
-    assert bb.init_cfg.checkpoint == f'inline://deit_{v}'
-    assert cfg.model.pretrained is None
-    neck = cfg.model.neck
-    assert (neck.type, neck.in_channels, neck.out_channels, neck.scales) == \
-        ('MultiLevelNeck', [c] * 4, c, [4, 2, 1, 0.5])
-    assert cfg.model.decode_head.in_channels == [c] * 4
-    assert cfg.model.auxiliary_head.in_channels == c
-    assert cfg.model.decode_head.num_classes == cfg.model.auxiliary_head.num_classes == 150
-    opt = cfg.optim_wrapper.optimizer
-    assert (opt.type, opt.lr, opt.weight_decay) == ('AdamW', 6e-5, 0.01)
-    assert set(cfg.optim_wrapper.paramwise_cfg.custom_keys) == {'norm', 'pos_embed', 'cls_token'}
-    warm, poly = cfg.param_scheduler
-    assert (warm.type, warm.end, poly.type, poly.end) == ('LinearLR', 1500, 'PolyLR', 160000)
-    assert cfg.train_cfg.max_iters == 160000
-    assert cfg.train_dataloader.batch_size == 2                  # x 8 GPUs = 16
-    crop = [t for t in cfg.train_dataloader.dataset.pipeline if t.type == 'RandomCrop']
-    assert crop[0].crop_size == (512, 512) == cfg.model.data_preprocessor.size
-
-
-@pytest.mark.parametrize('v', PVT)
-def test_semantic_fpn_recipe(v):
-    cfg = _load(CONFIGS / 'inline_pvt' / f'fpn_inline-pvt-{v}_4xb4-40k_ade20k-512x512.py')
-    bb = cfg.model.backbone
-    assert (bb.type, bb.arch, bb.drop_path_rate) == ('InLinePVT', PVT[v], 0.1)
-    assert bb.init_cfg.checkpoint == f'inline://pvt_{v}'
-    assert cfg.model.pretrained is None
-    assert cfg.model.neck.in_channels == [64, 128, 320, 512]
-    assert cfg.model.decode_head.num_classes == 150
-    opt = cfg.optim_wrapper.optimizer
-    assert (opt.type, opt.lr, opt.weight_decay) == ('AdamW', 2e-4, 1e-4)
-    (poly,) = cfg.param_scheduler
-    assert (poly.type, poly.power, poly.eta_min, poly.end) == ('PolyLR', 0.9, 0.0, 40000)
-    assert cfg.train_cfg.max_iters == 40000
-    assert cfg.train_dataloader.batch_size == 4                  # x 4 GPUs = 16
+    assert crop[0].crop_size == spec.ADE20K['crop_size'] == cfg.model.data_preprocessor.size
 
 
 @pytest.mark.parametrize('path', [p for p in SEG_CONFIGS if '-amp-' in p.name],
@@ -211,16 +195,15 @@ def test_slide_variant_only_changes_testing():
     assert slide == whole
 
 
-@pytest.mark.parametrize('name,keys', [
-    ('inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
-     ('relative_position_bias_table',)),
-    ('inline_pvt/fpn_inline-pvt-t_4xb4-40k_ade20k-512x512.py', ('pos_embed',)),
-    ('inline_deit/inline-deit-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
-     ('pos_embed', 'cls_token')),
-    ('inline_cswin/inline-cswin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py', ()),
+@pytest.mark.parametrize('name', [
+    'inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
+    'inline_pvt/fpn_inline-pvt-t_4xb4-40k_ade20k-512x512.py',
+    'inline_deit/inline-deit-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
+    'inline_cswin/inline-cswin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
 ])
-def test_no_weight_decay_on_norms_and_position_tables(name, keys):
+def test_no_weight_decay_on_norms_and_position_tables(name):
     cfg = shrink(_load(CONFIGS / name))
+    keys = spec.NO_DECAY[cfg.model.backbone.type] - {'norm'}
     model = MODELS.build(cfg.model)
     optim = build_optim_wrapper(model, cfg.optim_wrapper)
     wd = cfg.optim_wrapper.optimizer.weight_decay

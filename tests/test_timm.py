@@ -1,5 +1,6 @@
 """The InLine backbones as timm ``features_only`` models (``inline_mm.timm``), for every
 family and preset of the family table."""
+import ast
 import subprocess
 import sys
 import textwrap
@@ -43,6 +44,16 @@ def test_every_family_and_preset_is_registered():
     assert expected <= set(timm.list_models('inline_*'))
 
 
+def test_only_public_timm_modules_are_imported():
+    """timm's underscore modules (``timm.models._builder``) change between releases."""
+    tree = ast.parse(Path(inline_timm.__file__).read_text())
+    modules = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    modules += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    timm_modules = [m for m in modules if m and m.split('.')[0] == 'timm']
+    assert timm_modules
+    assert not [m for m in timm_modules if any(p.startswith('_') for p in m.split('.'))]
+
+
 @pytest.mark.parametrize('name', inline_timm.MODEL_NAMES)
 def test_feature_info_of_every_variant(name):
     family, preset = inline_timm._ENTRIES[name]
@@ -52,6 +63,30 @@ def test_feature_info_of_every_variant(name):
     assert backbone.arch_name == preset
     assert model.feature_info.channels() == list(backbone.out_channels)
     assert model.feature_info.reduction() == [family.stride(i) for i in backbone.out_indices]
+    # every stage's entry names a module of the model (timm's hook wrappers look it up)
+    modules = [info['module'] for info in model.feature_info.info]
+    assert len(modules) == backbone.num_stages
+    for name in modules:
+        model.get_submodule(name)
+
+
+@pytest.mark.parametrize('family_name', list(FAMILIES))
+def test_feature_info_names_the_module_that_gives_each_output(family_name):
+    """The module a ``feature_info`` entry names returns that output: as tokens (B, HW, C),
+    after InLine-DeiT's class token, at a non-square size."""
+    family = FAMILIES[family_name]
+    model = inline_timm.create_backbone(
+        inline_timm.model_name(family_name, next(iter(family.presets))), **family.smoke)
+    seen = {}
+    for i, info in enumerate(model.feature_info.info):
+        model.get_submodule(info['module']).register_forward_hook(
+            lambda module, args, out, i=i: seen.__setitem__(i, out))
+    with torch.no_grad():
+        feats = model(torch.randn(1, 3, 64, 80))
+    assert len(feats) == len(model.backbone.out_indices)
+    for i, feat in zip(model.backbone.out_indices, feats):
+        tokens = feat.flatten(2).transpose(1, 2)
+        assert torch.equal(seen[i][:, -tokens.shape[1]:], tokens), i
 
 
 @pytest.mark.parametrize('family_name', list(FAMILIES))

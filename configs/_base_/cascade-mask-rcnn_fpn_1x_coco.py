@@ -3,10 +3,10 @@
 # (configs/convnext/cascade-mask-rcnn_convnext-*: four 3x3 convs with batch norm and one fc
 # per stage, box targets decoded and scored by GIoU), trained as the Mask R-CNN
 # configs train (./mask-rcnn_fpn_1x_coco.py: AdamW lr 1e-4, wd 0.05, 16 images per step,
-# steps at epochs 8 and 11). A family's config
-# (configs/inline_<family>/cascade-mask-rcnn_*_1x_coco.py) replaces the base's ResNet-50
-# with its backbone, sets the neck's in_channels and adds the no-decay keys of its own
-# parameters.
+# steps at epochs 8 and 11). A family's configs
+# (configs/inline_<family>/cascade-mask-rcnn_*_coco.py) take the backbone, its neck widths
+# and its no-decay keys from the same fragment as the Mask R-CNN configs
+# (configs/inline_<family>/_base_/).
 _base_ = [
     'mmdet::_base_/models/cascade-mask-rcnn_r50_fpn.py',
     'mmdet::_base_/datasets/coco_instance.py',

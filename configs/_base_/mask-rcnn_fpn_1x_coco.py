@@ -1,9 +1,9 @@
 # Mask R-CNN + FPN on COCO, 1x schedule (12 epochs): the recipe every InLine backbone's
 # detection config shares. Recipe of the InLine authors' sibling linear-attention detectors
 # (Agent-Attention, MLLA): AdamW lr 1e-4, wd 0.05, 16 images per step (8 GPUs x 2), steps at
-# epochs 8 and 11. A family's config (configs/inline_<family>/mask-rcnn_*_1x_coco.py)
-# replaces the base's ResNet-50 with its backbone, sets the neck's in_channels and adds
-# the no-decay keys of its own parameters.
+# epochs 8 and 11. A family's configs (configs/inline_<family>/mask-rcnn_*_coco.py) replace
+# the base's ResNet-50 with their backbone, its neck widths and the no-decay keys of its own
+# parameters, from the variant's fragment (configs/inline_<family>/_base_/).
 _base_ = [
     'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
     'mmdet::_base_/datasets/coco_instance.py',

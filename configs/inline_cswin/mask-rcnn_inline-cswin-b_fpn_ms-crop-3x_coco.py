@@ -1,6 +1,3 @@
-_base_ = './mask-rcnn_inline-cswin-t_fpn_ms-crop-3x_coco.py'
-# InLine-CSwin-B; drop path as in its ImageNet recipe.
-model = dict(
-    backbone=dict(arch='base', drop_path_rate=0.5,
-                  init_cfg=dict(checkpoint='inline://cswin_b')),
-    neck=dict(in_channels=[96, 192, 384, 768]))
+# Mask R-CNN + FPN, InLine-CSwin-B on COCO, 3x multi-scale + crop (36 epochs).
+_base_ = ['../_base_/mask-rcnn_fpn_ms-crop-3x_coco.py', './_base_/inline-cswin-b_fpn.py']
+model = {{_base_.inline_model}}

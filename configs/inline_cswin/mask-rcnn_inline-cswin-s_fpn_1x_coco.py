@@ -1,5 +1,3 @@
-_base_ = './mask-rcnn_inline-cswin-t_fpn_1x_coco.py'
-# InLine-CSwin-S; drop path as in its ImageNet recipe.
-model = dict(
-    backbone=dict(arch='small', drop_path_rate=0.4,
-                  init_cfg=dict(checkpoint='inline://cswin_s')))
+# Mask R-CNN + FPN, InLine-CSwin-S on COCO, 1x (12 epochs).
+_base_ = ['../_base_/mask-rcnn_fpn_1x_coco.py', './_base_/inline-cswin-s_fpn.py']
+model = {{_base_.inline_model}}

@@ -1,6 +1,4 @@
-_base_ = './mask-rcnn_inline-deit-t_simple-fpn_1x_coco.py'
-# InLine-DeiT-B: 384 wide (DeiT-S's width, not ViT-B's 768), position table trained at
-# 448 (28x28 grid).
-model = dict(
-    backbone=dict(arch='base', init_cfg=dict(checkpoint='inline://deit_b')),
-    neck=dict(in_channels=384))
+# Mask R-CNN + simple FPN, InLine-DeiT-B on COCO, 1x (12 epochs).
+_base_ = ['../_base_/mask-rcnn_fpn_1x_coco.py', './_base_/inline-deit-b_simple-fpn.py']
+model = {{_base_.inline_model}}
+optim_wrapper = {{_base_.inline_optim_wrapper}}

@@ -1,5 +1,4 @@
-_base_ = './mask-rcnn_inline-deit-t_simple-fpn_ms-crop-3x_coco.py'
-# InLine-DeiT-B (384 wide), 3x multi-scale + crop.
-model = dict(
-    backbone=dict(arch='base', init_cfg=dict(checkpoint='inline://deit_b')),
-    neck=dict(in_channels=384))
+# Mask R-CNN + simple FPN, InLine-DeiT-B on COCO, 3x multi-scale + crop (36 epochs).
+_base_ = ['../_base_/mask-rcnn_fpn_ms-crop-3x_coco.py', './_base_/inline-deit-b_simple-fpn.py']
+model = {{_base_.inline_model}}
+optim_wrapper = {{_base_.inline_optim_wrapper}}

@@ -1,5 +1,4 @@
-_base_ = './mask-rcnn_inline-deit-t_simple-fpn_1x_coco.py'
-# InLine-DeiT-S: 320 wide, position table trained at 288 (18x18 grid).
-model = dict(
-    backbone=dict(arch='small', init_cfg=dict(checkpoint='inline://deit_s')),
-    neck=dict(in_channels=320))
+# Mask R-CNN + simple FPN, InLine-DeiT-S on COCO, 1x (12 epochs).
+_base_ = ['../_base_/mask-rcnn_fpn_1x_coco.py', './_base_/inline-deit-s_simple-fpn.py']
+model = {{_base_.inline_model}}
+optim_wrapper = {{_base_.inline_optim_wrapper}}

@@ -1,5 +1,4 @@
-_base_ = './cascade-mask-rcnn_inline-pvt-t_fpn_1x_coco.py'
-# InLine-PVT-L; drop path as in its ImageNet recipe.
-model = dict(
-    backbone=dict(arch='large', drop_path_rate=0.3,
-                  init_cfg=dict(checkpoint='inline://pvt_l')))
+# Cascade Mask R-CNN + FPN, InLine-PVT-L on COCO, 1x (12 epochs).
+_base_ = ['../_base_/cascade-mask-rcnn_fpn_1x_coco.py', './_base_/inline-pvt-l_fpn.py']
+model = {{_base_.inline_model}}
+optim_wrapper = {{_base_.inline_optim_wrapper}}

@@ -1,5 +1,4 @@
-_base_ = './cascade-mask-rcnn_inline-pvt-t_fpn_ms-crop-3x_coco.py'
-# InLine-PVT-M; drop path as in its ImageNet recipe.
-model = dict(
-    backbone=dict(arch='medium', drop_path_rate=0.3,
-                  init_cfg=dict(checkpoint='inline://pvt_m')))
+# Cascade Mask R-CNN + FPN, InLine-PVT-M on COCO, 3x multi-scale + crop (36 epochs).
+_base_ = ['../_base_/cascade-mask-rcnn_fpn_ms-crop-3x_coco.py', './_base_/inline-pvt-m_fpn.py']
+model = {{_base_.inline_model}}
+optim_wrapper = {{_base_.inline_optim_wrapper}}

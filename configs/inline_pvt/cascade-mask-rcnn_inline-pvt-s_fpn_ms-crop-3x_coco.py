@@ -1,5 +1,4 @@
-_base_ = './cascade-mask-rcnn_inline-pvt-t_fpn_ms-crop-3x_coco.py'
-# InLine-PVT-S; drop path as in its ImageNet recipe.
-model = dict(
-    backbone=dict(arch='small', drop_path_rate=0.1,
-                  init_cfg=dict(checkpoint='inline://pvt_s')))
+# Cascade Mask R-CNN + FPN, InLine-PVT-S on COCO, 3x multi-scale + crop (36 epochs).
+_base_ = ['../_base_/cascade-mask-rcnn_fpn_ms-crop-3x_coco.py', './_base_/inline-pvt-s_fpn.py']
+model = {{_base_.inline_model}}
+optim_wrapper = {{_base_.inline_optim_wrapper}}

@@ -1,5 +1,4 @@
-_base_ = './mask-rcnn_inline-pvt-t_fpn_1x_coco.py'
-# InLine-PVT-M; drop path as in its ImageNet recipe.
-model = dict(
-    backbone=dict(arch='medium', drop_path_rate=0.3,
-                  init_cfg=dict(checkpoint='inline://pvt_m')))
+# Mask R-CNN + FPN, InLine-PVT-M on COCO, 1x (12 epochs).
+_base_ = ['../_base_/mask-rcnn_fpn_1x_coco.py', './_base_/inline-pvt-m_fpn.py']
+model = {{_base_.inline_model}}
+optim_wrapper = {{_base_.inline_optim_wrapper}}

@@ -1,6 +1,4 @@
-_base_ = './cascade-mask-rcnn_inline-swin-t_fpn_ms-crop-3x_coco.py'
-# InLine-Swin-B; drop path as in its ImageNet recipe.
-model = dict(
-    backbone=dict(arch='base', drop_path_rate=0.5,
-                  init_cfg=dict(checkpoint='inline://swin_b')),
-    neck=dict(in_channels=[128, 256, 512, 1024]))
+# Cascade Mask R-CNN + FPN, InLine-Swin-B on COCO, 3x multi-scale + crop (36 epochs).
+_base_ = ['../_base_/cascade-mask-rcnn_fpn_ms-crop-3x_coco.py', './_base_/inline-swin-b_fpn.py']
+model = {{_base_.inline_model}}
+optim_wrapper = {{_base_.inline_optim_wrapper}}

@@ -1,5 +1,4 @@
-_base_ = './cascade-mask-rcnn_inline-swin-t_fpn_1x_coco.py'
-# InLine-Swin-S; drop path as in its ImageNet recipe.
-model = dict(
-    backbone=dict(arch='small', drop_path_rate=0.3,
-                  init_cfg=dict(checkpoint='inline://swin_s')))
+# Cascade Mask R-CNN + FPN, InLine-Swin-S on COCO, 1x (12 epochs).
+_base_ = ['../_base_/cascade-mask-rcnn_fpn_1x_coco.py', './_base_/inline-swin-s_fpn.py']
+model = {{_base_.inline_model}}
+optim_wrapper = {{_base_.inline_optim_wrapper}}

@@ -1,21 +1,4 @@
-# Cascade Mask R-CNN + FPN with an InLine-Swin-T backbone on COCO, 3x schedule (36 epochs)
-# with multi-scale + crop: the shared recipe (../_base_/cascade-mask-rcnn_fpn_ms-crop-3x_coco.py);
-# backbone as in the Mask R-CNN configs.
-_base_ = '../_base_/cascade-mask-rcnn_fpn_ms-crop-3x_coco.py'
-
-model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='InLineSwin',
-        arch='tiny',
-        drop_path_rate=0.2,
-        out_indices=(0, 1, 2, 3),
-        with_cp=False,
-        init_cfg=dict(type='Pretrained', checkpoint='inline://swin_t')),
-    neck=dict(in_channels=[96, 192, 384, 768]))
-
-# No decay on the relative position bias tables of the softmax blocks either: they set
-# positional preferences rather than capacity (as in the Swin recipe).
-optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
-    'relative_position_bias_table': dict(decay_mult=0.),
-}))
+# Cascade Mask R-CNN + FPN, InLine-Swin-T on COCO, 3x multi-scale + crop (36 epochs).
+_base_ = ['../_base_/cascade-mask-rcnn_fpn_ms-crop-3x_coco.py', './_base_/inline-swin-t_fpn.py']
+model = {{_base_.inline_model}}
+optim_wrapper = {{_base_.inline_optim_wrapper}}

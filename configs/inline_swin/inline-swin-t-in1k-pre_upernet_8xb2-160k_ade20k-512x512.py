@@ -1,24 +1,12 @@
-# UperNet with an InLine-Swin-T backbone (ImageNet-1k weights) on ADE20K: 512x512 crops,
-# 160k iterations, 16 images per step (8 GPUs x 2). Recipe of the InLine authors' sibling
-# linear-attention segmenters (Agent-Attention, MLLA): AdamW lr 6e-5, wd 0.01, linear
-# warm-up over 1500 iterations, then poly decay (power 1) to 0. Every other
-# *_upernet_* config in this folder is a short child of this file.
+# UperNet with an InLine-Swin-T backbone (ImageNet-1k weights) on ADE20K: the shared
+# UperNet recipe (../_base_/upernet_8xb2-160k_ade20k-512x512.py). Every other *_upernet_*
+# config in this folder is a short child of this file.
 _base_ = [
     'mmseg::_base_/models/upernet_swin.py',
-    '../_base_/ade20k_512x512.py',   # mmseg's ADE20K + the mask size check
-    'mmseg::_base_/default_runtime.py',
-    'mmseg::_base_/schedules/schedule_160k.py',
+    '../_base_/upernet_8xb2-160k_ade20k-512x512.py',
 ]
-# inline_mm registers the backbones; inline_mm.engine.enable switches on its training fixes
-# for mmengine (CPU DDP, checkpoint pruning and resume fallback) under any launcher.
-custom_imports = dict(imports=['inline_mm', 'inline_mm.engine.enable'],
-                      allow_failed_imports=False)
 
-crop_size = (512, 512)
-data_preprocessor = dict(size=crop_size)
-# The heads keep the base's SyncBN (GPU runs with several processes use it). With one
-# process (tools/train.py, CPU or one GPU) mmengine turns it into plain BN; in a
-# multi-process CPU run (tools/dist_train.sh, gloo) inline_mm does, with a warning.
+data_preprocessor = dict(size={{_base_.crop_size}})
 model = dict(
     data_preprocessor=data_preprocessor,
     backbone=dict(
@@ -33,23 +21,8 @@ model = dict(
     decode_head=dict(in_channels=[96, 192, 384, 768], num_classes=150),
     auxiliary_head=dict(in_channels=384, num_classes=150))
 
-optim_wrapper = dict(
-    _delete_=True,
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=6e-5, betas=(0.9, 0.999), weight_decay=0.01),
-    # No decay on LayerNorm gains/biases and on the relative position bias tables of the
-    # softmax blocks: they set scales, offsets and positional preferences rather than
-    # capacity, and pulling them toward zero only fights the normalisation (Swin recipe).
-    paramwise_cfg=dict(custom_keys={
-        'norm': dict(decay_mult=0.),
-        'relative_position_bias_table': dict(decay_mult=0.),
-    }))
-
-param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
-    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=1500, end=160000, by_epoch=False),
-]
-
-train_dataloader = dict(batch_size=2)
-val_dataloader = dict(batch_size=1)
-test_dataloader = val_dataloader
+# No decay on the relative position bias tables of the softmax blocks either (the recipe
+# exempts the norms): they set positional preferences rather than capacity (Swin recipe).
+optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
+    'relative_position_bias_table': dict(decay_mult=0.),
+}))

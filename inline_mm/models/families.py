@@ -117,8 +117,6 @@ class Family:
             (a pyramid) or ``'block'`` (a plain ViT). Default: ``'stage'``.
         output_norms (bool): Every output passes its own LayerNorm ``norm{i}``.
             Default: True.
-        class_token (bool): The model carries a class token. Default: False.
-        configs (str, optional): Folder of its configs under ``configs/``.
         checkpoints (tuple[Release]): The official ImageNet files of the family (the one
             table of them: :mod:`inline_mm.weights` and ``checkpoints/README.md`` follow it).
     """
@@ -129,8 +127,6 @@ class Family:
     smoke: dict
     out_unit: str = 'stage'
     output_norms: bool = True
-    class_token: bool = False
-    configs: Optional[str] = None
     checkpoints: Tuple[Release, ...] = field(default_factory=tuple)
 
     def __post_init__(self):
@@ -170,7 +166,6 @@ FAMILIES: Dict[str, Family] = {f.name: f for f in (
            smoke=dict(embed_dims=16, depths=(1, 2, 2, 2), num_heads=(1, 2, 4, 8),
                       stage_types=('inline', 'softmax', ('inline', 'softmax'), 'softmax'),
                       drop_path_rate=0.),
-           configs='inline_swin',
            checkpoints=_releases(('swin_t', 'tiny', '32810869fcc34410966b'),
                                  ('swin_s', 'small', 'e9657fd247c04c7cb1a1'),
                                  ('swin_b', 'base', 'bf23564bb64c420aafe1'))),
@@ -178,7 +173,6 @@ FAMILIES: Dict[str, Family] = {f.name: f for f in (
            smoke=dict(embed_dims=(16, 32, 48, 64), depths=(1, 2, 2, 1), num_heads=(1, 2, 3, 4),
                       mlp_ratios=(2, 2, 2, 2), drop_path_rate=0.,
                       stage_types=(('softmax',), 'inline', ('inline', 'softmax'), 'softmax')),
-           configs='inline_pvt',
            checkpoints=_releases(('pvt_t', 'tiny', '90ac52b1555b401eb5e6'),
                                  ('pvt_s', 'small', '1ab953b2479d433080a3'),
                                  ('pvt_m', 'medium', 'a72aec31e6084bc0a280'),
@@ -188,14 +182,13 @@ FAMILIES: Dict[str, Family] = {f.name: f for f in (
            smoke=dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(2, 2, 4, 8),
                       stage_types=('inline', ('inline', 'softmax'), 'softmax', 'softmax'),
                       drop_path_rate=0.),
-           configs='inline_cswin',
            checkpoints=_releases(('cswin_t', 'tiny', '49fa2ecc543647c4b970'),
                                  ('cswin_s', 'small', '59f4e65f776f4052b93c'),
                                  ('cswin_b', 'base', '91e17121df284ae38521'))),
     Family(InLineDeiT, convert_deit_checkpoint, strides=(16,),
            smoke=dict(embed_dims=32, depth=12, num_heads=2, mlp_ratio=1., pretrain_img_size=64,
                       drop_path_rate=0.),
-           out_unit='block', output_norms=False, class_token=True, configs='inline_deit',
+           out_unit='block', output_norms=False,
            checkpoints=_releases(('deit_t', 'tiny', '1d6b8191ad6d4114b291'),
                                  ('deit_s', 'small', '2f3898b07e9247f3beb3'),
                                  ('deit_b', 'base', '10bdd726d4b0435eb34e'))),

@@ -8,6 +8,9 @@ Loads each ``configs/**/*.py`` (``_base_`` folders excluded) with mmengine's
 and prints every key whose value differs, or that exists on one side only. Use it when
 restructuring configs: the resolved configs must stay what they were, except where a
 change is intended. Exit status 1 when anything differs.
+
+``custom_imports`` is left out by default (``--ignore`` names other top-level keys):
+it says which modules register the types, not what is built, and moves with the package.
 """
 import argparse
 import glob
@@ -32,13 +35,17 @@ def resolved(root: str) -> dict:
     return out
 
 
-def differences(a, b, where=''):
+def differences(a, b, where='', ignore=()):
+    """What differs between ``a`` (this checkout) and ``b`` (the revision), key by key;
+    ``ignore`` names keys of the top level left out."""
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b), key=str):
+            if key in ignore:
+                continue
             if key not in a:
-                yield f'{where}.{key}: only in this checkout'
-            elif key not in b:
                 yield f'{where}.{key}: only in the revision'
+            elif key not in b:
+                yield f'{where}.{key}: only in this checkout'
             else:
                 yield from differences(a[key], b[key], f'{where}.{key}')
     elif a != b:
@@ -48,7 +55,10 @@ def differences(a, b, where=''):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('rev', help='git revision to compare with (e.g. main)')
+    p.add_argument('--ignore', action='append', metavar='KEY',
+                   help='top-level key to leave out (repeatable; default: custom_imports)')
     args = p.parse_args(argv)
+    ignore = set(args.ignore or ['custom_imports'])
     archive = subprocess.run(['git', 'archive', args.rev, 'configs'], cwd=ROOT, check=True,
                              capture_output=True).stdout
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,7 +71,7 @@ def main(argv=None) -> int:
             print(f'{name}: only in {"this checkout" if name in after else args.rev}')
             found += 1
             continue
-        for line in differences(after[name], before[name]):
+        for line in differences(after[name], before[name], ignore=ignore):
             print(f'{name}{line}')
             found += 1
     print(f'{len(after)} configs compared with {args.rev}: {found} difference(s)')

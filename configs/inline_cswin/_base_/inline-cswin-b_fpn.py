@@ -1,0 +1,6 @@
+_base_ = './inline-cswin-t_fpn.py'
+# InLine-CSwin-B; drop path as in its ImageNet recipe.
+inline_model = dict(
+    backbone=dict(arch='base', drop_path_rate=0.5,
+                  init_cfg=dict(checkpoint='inline://cswin_b')),
+    neck=dict(in_channels=[96, 192, 384, 768]))

@@ -1,0 +1,25 @@
+# InLine-PVT-T (all blocks InLine, global)
+# as every COCO detection config of this folder builds it (Mask R-CNN and Cascade Mask
+# R-CNN, 1x and 3x; the AMP configs are their children): backbone and neck, and the
+# no-decay keys of its own parameters. A config takes them as
+#   model = {{_base_.inline_model}}
+#   optim_wrapper = {{_base_.inline_optim_wrapper}}
+# beside its recipe in `_base_`: mmengine merges no two bases that set the same key, so a
+# fragment cannot set `model` itself. The other variants' fragments are children of this one.
+inline_model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='InLinePVT',
+        arch='tiny',
+        drop_path_rate=0.1,  # as in its ImageNet recipe
+        out_indices=(0, 1, 2, 3),
+        with_cp=False,
+        # Official ImageNet weights: downloaded once into the weights cache (checkpoints/README.md).
+        init_cfg=dict(type='Pretrained', checkpoint='inline://pvt_t')),
+    neck=dict(in_channels=[64, 128, 320, 512]))
+# No decay on the absolute position tables either (the recipe exempts the norms): decay
+# would only shrink the positional signal learned on ImageNet, which adds no capacity to
+# regularise.
+inline_optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
+    'pos_embed': dict(decay_mult=0.),
+}))

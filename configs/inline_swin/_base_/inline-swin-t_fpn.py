@@ -1,0 +1,25 @@
+# InLine-Swin-T
+# as every COCO detection config of this folder builds it (Mask R-CNN and Cascade Mask
+# R-CNN, 1x and 3x; the AMP configs are their children): backbone and neck, and the
+# no-decay keys of its own parameters. A config takes them as
+#   model = {{_base_.inline_model}}
+#   optim_wrapper = {{_base_.inline_optim_wrapper}}
+# beside its recipe in `_base_`: mmengine merges no two bases that set the same key, so a
+# fragment cannot set `model` itself. The other variants' fragments are children of this one.
+inline_model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='InLineSwin',
+        arch='tiny',
+        drop_path_rate=0.2,  # as in its ImageNet recipe
+        out_indices=(0, 1, 2, 3),
+        with_cp=False,
+        # Official ImageNet weights: downloaded once into the weights cache (checkpoints/README.md).
+        init_cfg=dict(type='Pretrained', checkpoint='inline://swin_t')),
+    neck=dict(in_channels=[96, 192, 384, 768]))
+# No decay on the relative position bias tables of the softmax blocks either (the recipe
+# exempts the norms): they set positional preferences rather than capacity (as in the
+# Swin recipe).
+inline_optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
+    'relative_position_bias_table': dict(decay_mult=0.),
+}))

@@ -1,0 +1,60 @@
+"""The shipped configs' recipe values, stated once: what tests/test_detection_configs.py
+and tests/test_seg_configs.py check every config against. A recipe change is one edit
+here and one in the config base that holds the value (configs/_base_/, the families'
+configs/inline_<family>/_base_/ fragments and T configs).
+
+Widths are not stated: the tests compute what a neck or head must take from the
+backbone itself (conftest.out_channels)."""
+
+#: Variant (as config names spell it) -> (backbone type, arch, drop path rate in the COCO
+#: configs, drop path rate in the ADE20K configs). The ImageNet recipes' rates, but for
+#: InLine-Swin-T's UperNet (0.3, as the sibling Swin-T segmenters).
+BACKBONES = {
+    'swin-t': ('InLineSwin', 'tiny', 0.2, 0.3),
+    'swin-s': ('InLineSwin', 'small', 0.3, 0.3),
+    'swin-b': ('InLineSwin', 'base', 0.5, 0.5),
+    'pvt-t': ('InLinePVT', 'tiny', 0.1, 0.1),
+    'pvt-s': ('InLinePVT', 'small', 0.1, 0.1),
+    'pvt-m': ('InLinePVT', 'medium', 0.3, 0.1),
+    'pvt-l': ('InLinePVT', 'large', 0.3, 0.1),
+    'cswin-t': ('InLineCSwin', 'tiny', 0.2, 0.2),
+    'cswin-s': ('InLineCSwin', 'small', 0.4, 0.4),
+    'cswin-b': ('InLineCSwin', 'base', 0.5, 0.5),
+    'deit-t': ('InLineDeiT', 'tiny', 0.1, 0.1),
+    'deit-s': ('InLineDeiT', 'small', 0.1, 0.1),
+    'deit-b': ('InLineDeiT', 'base', 0.1, 0.1),
+}
+
+#: Parameter-name keys without weight decay, by backbone type: the LayerNorms everywhere,
+#: and the family's position tables and class token (CSwin's LePE is a conv: decayed).
+NO_DECAY = {
+    'InLineSwin': {'norm', 'relative_position_bias_table'},
+    'InLinePVT': {'norm', 'pos_embed'},
+    'InLineCSwin': {'norm'},
+    'InLineDeiT': {'norm', 'pos_embed', 'cls_token'},
+}
+
+#: COCO detection (Mask R-CNN and Cascade Mask R-CNN), by the schedule in the config's
+#: name: epochs, lr steps, AdamW (lr, weight decay) at 16 images per step.
+DETECTION = {
+    '1x': dict(max_epochs=12, milestones=[8, 11], lr=1e-4, weight_decay=0.05),
+    'ms-crop-3x': dict(max_epochs=36, milestones=[27, 33], lr=1e-4, weight_decay=0.05),
+}
+#: The AMP detection configs double the learning rate.
+DETECTION_AMP_LR = 2e-4
+#: The box-target scales of the three cascade stages (first coordinate).
+CASCADE_TARGET_STDS = [0.1, 0.05, 0.033]
+
+#: ADE20K segmentation, by decode head: AdamW (lr, weight decay), linear warm-up
+#: iterations (None: none), poly power, iterations, images per GPU, and the
+#: (GPUs x images) = 16 per step the configs' names state.
+SEGMENTATION = {
+    'upernet': dict(lr=6e-5, weight_decay=0.01, warmup=1500, power=1.0, max_iters=160000,
+                    batch_size=2),
+    'fpn': dict(lr=2e-4, weight_decay=1e-4, warmup=None, power=0.9, max_iters=40000,
+                batch_size=4),
+}
+#: Every ADE20K config: 150 classes, 512x512 crops.
+ADE20K = dict(num_classes=150, crop_size=(512, 512))
+#: InLine-DeiT's UperNet (mmseg's ViT recipe): blocks 3, 6, 9, 12 through MultiLevelNeck.
+DEIT_UPERNET = dict(out_indices=(2, 5, 8, 11), final_norm=True, scales=[4, 2, 1, 0.5])
