@@ -36,7 +36,7 @@ test_pipeline = [
     dict(type='PackSegInputs'),
 ]
 # Not run by default: decoding all 25,574 ADE20K pairs before training takes ~2 min on 2
-# cores (README, "Reliability"). To refuse truncated/corrupt files before iteration 1:
+# cores (docs/reliability.md). To refuse truncated/corrupt files before iteration 1:
 #   custom_hooks = [dict(type='DatasetCheckHook')]
 train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
 val_dataloader = dict(dataset=dict(pipeline=test_pipeline))

@@ -1,5 +1,5 @@
 # Fine-tune UperNet + InLine-Swin-T (ImageNet-1k weights) on your own images and masks.
-# Walkthrough: README.md, "Fine-tune on your own data". Layout (names pair up by stem):
+# Walkthrough: docs/own_data.md. Layout (names pair up by stem):
 #
 #   <data_root>/meta.json                  {"classes": [...], "palette": [[r, g, b], ...]}
 #   <data_root>/images/{train,val}/*.jpg   (or .png .jpeg .bmp .tif .webp, mixed is fine)
