@@ -40,10 +40,11 @@ except ModuleNotFoundError as e:  # timm-only installs (inline_mm.timm) have no 
                                "dict(type='Pretrained', checkpoint=...) or None is supported")
 from timm.layers import trunc_normal_
 
-from .attention import INLINE, SOFTMAX, is_exporting
+from .attention import INLINE, SOFTMAX
 from .checkpoint import check_layout, identify_family, load_pretrained
+from .inline_function import is_exporting
 from .layers import to_nchw
-from .padding import ValidMap, detect_valid_sizes
+from .padding import NO_PADDING, ValidMap, detect_valid_sizes
 
 __all__ = ['InLineBackbone', 'parse_stage_types', 'check_out_indices', 'resolve_arch']
 
@@ -219,26 +220,26 @@ class InLineBackbone(BaseModule):
             sizes = detect_valid_sizes(x)
         floor_h, floor_w = min(self.min_input_size, h), min(self.min_input_size, w)
         sizes = [(max(vh, floor_h), max(vw, floor_w)) for vh, vw in sizes]
-        return ValidMap.for_map((h, w), sizes, x.device)
+        valid = ValidMap.for_map((h, w), sizes, x.device)
+        return valid if valid.is_padded else None
 
     def prepare_input(self, x: torch.Tensor,
-                      valid_sizes=None) -> Tuple[torch.Tensor, Optional[ValidMap]]:
-        """:meth:`check_input`, then :meth:`valid_map`; the input outside the images is
-        set to zero (given ``valid_sizes``, it is padding whatever it holds; read from
-        the input it is zero already, and the ``where`` keeps gradients off it)."""
+                      valid_sizes=None) -> Tuple[torch.Tensor, ValidMap]:
+        """:meth:`check_input`, then :meth:`valid_map` (:data:`.padding.NO_PADDING`
+        for None, the plain path); the input outside the images is set to zero (given
+        ``valid_sizes``, it is padding whatever it holds; read from the input it is zero
+        already, and the ``where`` keeps gradients off it)."""
         self.check_input(x)
         valid = self.valid_map(x, valid_sizes)
-        if valid is not None:
-            x = valid.zero_image(x)
-        return x, valid
+        valid = NO_PADDING if valid is None else valid
+        return valid.zero_image(x), valid
 
     @staticmethod
     def output(norm: nn.Module, x: torch.Tensor, hw: Tuple[int, int],
-               valid: Optional[ValidMap]) -> torch.Tensor:
+               valid: ValidMap) -> torch.Tensor:
         """A stage's tokens through its output norm as a ``(B, C, H, W)`` map, zero
-        outside each image."""
-        x = norm(x)
-        return to_nchw(x if valid is None else valid.zero_(x), hw)
+        outside each image (the norm's own output is zeroed in place)."""
+        return to_nchw(valid.zero_(norm(x)), hw)
 
     # ------------------------------------------------------------------ outputs
     def _add_output_norms(self, dims: Sequence[int], eps: float = 1e-5):
