@@ -115,10 +115,26 @@ class InLineBackbone(BaseModule):
     """Base of the InLine backbones: presets, output norms, frozen stages, ``with_cp``,
     input checks and pretrained loading.
 
-    Subclasses build ``self.stages`` (or override :meth:`_stage_list`), each stage with
-    a ``with_cp`` attribute, set ``self.dims`` (channels of every stage) and
-    ``self.depths`` (blocks per stage, for the variant check), and define the class
-    attributes and methods listed in the module docstring.
+    A family's ``__init__`` resolves its preset (:meth:`resolve_arch`), calls this
+    ``__init__``, builds ``self.stages`` (or overrides :meth:`_stage_list`), each stage
+    with a ``with_cp`` attribute, and ends with :meth:`_finish_init`; it defines the
+    class attributes and methods listed in the module docstring.
+
+    Args (the ones every family takes, documented here once):
+        out_indices (Sequence[int]): Stages whose outputs are returned.
+        frozen_stages (int): Freeze the stem (0) and stages ``< i``; -1 freezes nothing.
+        dims (Sequence[int]): Channels of every stage (of every block for a plain ViT).
+        depths (Sequence[int]): Blocks per stage (for the variant check).
+        arch_name (str): The preset, or ``'custom'`` (:func:`resolve_arch`).
+        in_channels (int): Input channels. Default: 3.
+        pad_aware (bool): Treat the zero padding of a batch as absent (see
+            :meth:`valid_map`). Default: True.
+        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
+            an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
+            converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
+            file), ``checkpoint_key`` (e.g. ``'state_dict_ema'`` for the official EMA
+            weights), ``min_match`` (fraction of tensors that must be found, default
+            0.9). Other ``init_cfg`` go to mmengine. Default: None.
     """
 
     #: arch name -> settings (``depths`` at least); set by every family.
@@ -134,15 +150,30 @@ class InLineBackbone(BaseModule):
     #: total stride of the last stage; smaller inputs are refused (see ``check_input``).
     min_input_size = 32
 
-    def __init__(self, out_indices, frozen_stages, num_stages, init_cfg=None,
-                 pad_aware: bool = True):
+    def __init__(self, out_indices: Sequence[int], frozen_stages: int, dims: Sequence[int],
+                 depths: Sequence[int], arch_name: str, in_channels: int = 3,
+                 pad_aware: bool = True, init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
+        num_stages = len(dims)
         self.out_indices = check_out_indices(out_indices, num_stages)
         if not -1 <= frozen_stages <= num_stages:
             raise ValueError(f'frozen_stages must be in -1..{num_stages}, got {frozen_stages}')
         self.frozen_stages = frozen_stages
         self.num_stages = num_stages
+        self.dims = list(dims)
+        self.depths = depths
+        self.arch_name = arch_name
+        self.in_channels = in_channels
         self.pad_aware = bool(pad_aware)
+
+    def _finish_init(self, with_cp: bool, output_norm_eps: Optional[float] = 1e-5):
+        """The end of every family's ``__init__``: a LayerNorm ``norm{i}`` (eps
+        ``output_norm_eps``; None: none) for each output, ``with_cp`` on every stage,
+        ``frozen_stages`` applied."""
+        if output_norm_eps is not None:
+            self._add_output_norms(self.dims, output_norm_eps)
+        self.with_cp = with_cp
+        self._freeze_stages()
 
     @classmethod
     def resolve_arch(cls, arch: str, **overrides) -> dict:

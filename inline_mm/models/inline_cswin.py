@@ -286,12 +286,8 @@ class InLineCSwin(InLineBackbone):
         pad_aware (bool): Treat the zero padding of a batch as absent: every image
             gets the features it gets alone (see ``InLineBackbone.valid_map``).
             False computes over the whole padded map. Default: True.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
-            an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
-            converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
-            file), ``checkpoint_key`` (e.g. ``'state_dict_ema'`` for the official EMA
-            weights), ``min_match`` (fraction of tensors that must be found, default
-            0.9). Default: None.
+        init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
+            Default: None.
 
     Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
     image, overrides reading the padding from ``x``):
@@ -326,18 +322,15 @@ class InLineCSwin(InLineBackbone):
         if len(split_sizes) != n - 1 or any(s < 1 for s in split_sizes):
             raise ValueError(f'split_sizes {split_sizes} must give one positive stripe width '
                              f'for each of the first {n - 1} stages (the last stage is global)')
-        super().__init__(out_indices, frozen_stages, n, init_cfg=init_cfg, pad_aware=pad_aware)
-        self.arch_name = cfg['arch_name']
-        block_types = parse_stage_types(stage_types, depths)
         dims = [embed_dims * 2 ** i for i in range(n)]
+        super().__init__(out_indices, frozen_stages, dims, depths, cfg['arch_name'], in_channels,
+                         pad_aware, init_cfg)
+        block_types = parse_stage_types(stage_types, depths)
         check_heads(dims, num_heads)
         for i, h in enumerate(num_heads):
             if i < n - 1 and SOFTMAX in block_types[i] and h % 2:
                 raise ValueError(f'stage {i}: softmax blocks split the heads between two '
                                  f'stripe branches, so num_heads must be even (got {h})')
-        self.dims = dims
-        self.depths = depths
-        self.in_channels = in_channels
         self.min_input_size = 2 ** (n + 1)
 
         self.stem = ConvStem(in_channels, embed_dims)
@@ -351,9 +344,7 @@ class InLineCSwin(InLineBackbone):
                       for j in range(depth)]
             merge = ConvMerge(dims[i - 1], dims[i]) if i else None
             self.stages.append(CSwinStage(merge, blocks))
-        self._add_output_norms(dims)
-        self.with_cp = with_cp
-        self._freeze_stages()
+        self._finish_init(with_cp)
 
     def _stem_modules(self):
         return [self.stem]

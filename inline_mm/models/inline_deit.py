@@ -132,11 +132,8 @@ class InLineDeiT(InLineBackbone):
             gets the features it gets alone, position table included (resized to
             each image's own grid; see ``InLineBackbone.valid_map``). False computes
             over the whole padded map. Default: True.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
-            an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
-            converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
-            file), ``checkpoint_key``, ``min_match`` (fraction of tensors that must be
-            found, default 0.9). Default: None.
+        init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
+            Default: None.
 
     Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
     image, overrides reading the padding from ``x``):
@@ -169,14 +166,12 @@ class InLineDeiT(InLineBackbone):
         if patch_size < 1 or pretrain_img_size < patch_size:
             raise ValueError(f'pretrain_img_size ({pretrain_img_size}) must hold at least one '
                              f'patch of {patch_size}')
-        super().__init__(out_indices, frozen_stages, depth, init_cfg=init_cfg,
-                         pad_aware=pad_aware)
-        self.arch_name = cfg['arch_name']
+        # The blocks are the base class's stages: dims are every block's channels, and
+        # depths the one "stage" of blocks of the variant check.
+        super().__init__(out_indices, frozen_stages, [embed_dims] * depth, (depth,),
+                         cfg['arch_name'], in_channels, pad_aware, init_cfg)
         self.embed_dims = embed_dims
         self.depth = depth
-        self.depths = (depth,)                    # the variant check of the base class
-        self.dims = [embed_dims] * depth          # channels of every block's output
-        self.in_channels = in_channels
         self.patch_size = patch_size
         self.min_input_size = patch_size
         self.final_norm = final_norm
@@ -196,8 +191,7 @@ class InLineDeiT(InLineBackbone):
             for i in range(depth))
         if final_norm:
             self.norm = nn.LayerNorm(embed_dims, eps=NORM_EPS)
-        self.with_cp = with_cp
-        self._freeze_stages()
+        self._finish_init(with_cp, output_norm_eps=None)
 
     # The blocks are the "stages" of the base class: out_indices and frozen_stages
     # count blocks, and there are no per-output norms.

@@ -203,11 +203,8 @@ class InLinePVT(InLineBackbone):
             gets the features it gets alone, position tables included (resized to
             each image's own map; see ``InLineBackbone.valid_map``). False computes
             over the whole padded map. Default: True.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
-            an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
-            converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
-            file), ``checkpoint_key``, ``min_match`` (fraction of tensors that must be
-            found, default 0.9). Default: None.
+        init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
+            Default: None.
 
     Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
     image, overrides reading the padding from ``x``):
@@ -246,13 +243,10 @@ class InLinePVT(InLineBackbone):
                                  f'(depths={depths})')
         if any(r < 1 for r in sr_ratios):
             raise ValueError(f'sr_ratios {sr_ratios} must be >= 1')
-        super().__init__(out_indices, frozen_stages, n, init_cfg=init_cfg, pad_aware=pad_aware)
-        self.arch_name = cfg['arch_name']
+        super().__init__(out_indices, frozen_stages, embed_dims, depths, cfg['arch_name'],
+                         in_channels, pad_aware, init_cfg)
         block_types = parse_stage_types(stage_types, depths)
         check_heads(embed_dims, num_heads)
-        self.dims = list(embed_dims)
-        self.depths = depths
-        self.in_channels = in_channels
         self.min_input_size = patch_size * 2 ** (n - 1)
 
         dpr = drop_path_rates(drop_path_rate, depths)
@@ -268,9 +262,7 @@ class InLinePVT(InLineBackbone):
             self.stages.append(PVTStage(
                 PatchEmbed(in_channels if i == 0 else embed_dims[i - 1], embed_dims[i], stride),
                 PositionEmbedding(embed_dims[i], (grid, grid)), drop_rate, blocks))
-        self._add_output_norms(self.dims, eps=BLOCK_NORM_EPS)
-        self.with_cp = with_cp
-        self._freeze_stages()
+        self._finish_init(with_cp, output_norm_eps=BLOCK_NORM_EPS)
 
     def _stem_modules(self):
         return [self.stages[0].patch_embed, self.stages[0].pos_embed]

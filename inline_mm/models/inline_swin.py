@@ -256,11 +256,8 @@ class InLineSwin(InLineBackbone):
         pad_aware (bool): Treat the zero padding of a batch as absent: every image
             gets the features it gets alone (see ``InLineBackbone.valid_map``).
             False computes over the whole padded map. Default: True.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
-            an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
-            converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
-            file), ``checkpoint_key`` (e.g. ``'state_dict_ema'``), ``min_match``
-            (fraction of tensors that must be found, default 0.9). Default: None.
+        init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
+            Default: None.
 
     Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
     image, overrides reading the padding from ``x``):
@@ -290,15 +287,11 @@ class InLineSwin(InLineBackbone):
         if len(num_heads) != len(depths):
             raise ValueError(f'num_heads {num_heads} and depths {depths} must have one entry '
                              'per stage')
-        super().__init__(out_indices, frozen_stages, len(depths), init_cfg=init_cfg,
-                         pad_aware=pad_aware)
-        self.arch_name = cfg['arch_name']
-        block_types = parse_stage_types(stage_types, depths)
         dims = [embed_dims * 2 ** i for i in range(len(depths))]
+        super().__init__(out_indices, frozen_stages, dims, depths, cfg['arch_name'], in_channels,
+                         pad_aware, init_cfg)
+        block_types = parse_stage_types(stage_types, depths)
         check_heads(dims, num_heads)
-        self.dims = dims
-        self.depths = depths
-        self.in_channels = in_channels
 
         self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size)
         self.drop_after_pos = nn.Dropout(drop_rate)
@@ -314,9 +307,7 @@ class InLineSwin(InLineBackbone):
                 for j, t in enumerate(block_types[i])]
             down = PatchMerging(dims[i]) if i < len(depths) - 1 else None
             self.layers.append(SwinStage(blocks, down))
-        self._add_output_norms(dims)
-        self.with_cp = with_cp
-        self._freeze_stages()
+        self._finish_init(with_cp)
 
     def _stage_list(self):
         return self.layers        # official key names: layers.{i}.blocks.{j}
