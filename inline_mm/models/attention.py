@@ -104,6 +104,9 @@ class InLineAttention(nn.Module):
             valid (ValidMap): Each image's region of a padded batch (see the module
                 docstring); the caller takes ``token_mean`` over it too.
         """
+        return self._attend(qkv, hw, token_mean, valid, qkv_is_scratch=False)
+
+    def _attend(self, qkv, hw, token_mean, valid, qkv_is_scratch: bool) -> torch.Tensor:
         if token_mean is None:
             raise ValueError(f'{type(self).__name__}.attend needs the (B, C) token mean the '
                              'local kernels are predicted from')
@@ -116,7 +119,7 @@ class InLineAttention(nn.Module):
             kernels = kernels + self.lepe.weight.view(1, self.dim, 3, 3)
             bias = self.lepe.bias
         out = inline_qkv(qkv, self.num_heads, hw, self.scale, kernels, bias,
-                         self.num_prefix_tokens, valid)
+                         self.num_prefix_tokens, valid, qkv_is_scratch)
         return self.attn_drop(out)
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
@@ -130,5 +133,6 @@ class InLineAttention(nn.Module):
                                'attend(qkv, hw, token_mean) with the block\'s qkv')
         if token_mean is None:
             token_mean = valid.mean(x)
-        out = self.attend(self.qkv(x), hw, token_mean, valid)
+        # The projection output is this call's own: the formula may zero it in place.
+        out = self._attend(self.qkv(x), hw, token_mean, valid, qkv_is_scratch=True)
         return self.proj_drop(self.proj(out))
