@@ -38,7 +38,7 @@ sizes) to exceed ``--max-run-s`` or ``--max-mem-gb`` is skipped and says so.
 
 ``--attention`` times InLineAttention (C=96, 3 heads, 200x334 = 66,800 tokens,
 stage 1 of an 800x1333 image, projections included) against the plain reference
-implementation of the formula (``inline_mm.models.attention.reference_attention``, the
+implementation of the formula (``inline_mm.models.inline_function.reference_attention``, the
 one the tests hold the kernel to), same weights, in one process, after checking that
 both give the same result.
 

@@ -1,5 +1,5 @@
 """InLine attention alone: the production kernel against the plain reference of the
-formula (``inline_mm.models.attention.reference_attention``), same weights, one process
+formula (``inline_mm.models.inline_function.reference_attention``), same weights, one process
 (``python -m benchmarks --attention``)."""
 import csv
 import statistics
@@ -8,7 +8,8 @@ from typing import List
 
 import torch
 
-from inline_mm.models.attention import InLineAttention, reference_attention
+from inline_mm.models.attention import InLineAttention
+from inline_mm.models.inline_function import reference_attention
 from .backbones import MODES
 from .measure import Timer
 

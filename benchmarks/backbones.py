@@ -22,8 +22,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
-from inline_mm.models import GlobalSoftmaxAttention, InLineAttention, InLinePVT, InLineSwin
+from inline_mm.models import InLineAttention, InLinePVT, InLineSwin
+from inline_mm.models.padding import NO_PADDING, ValidMap
 from .measure import Timer, default_max_mem_gb, free_memory, is_oom, make_step, predict
 
 __all__ = ['MODELS', 'MODES', 'PAIRS', 'FULL_SIZES', 'QUICK_SIZES', 'GROWTH_FROM', 'GROWTH_TO',
@@ -48,6 +50,45 @@ def build_swin_t() -> nn.Module:
     from mmdet.models.backbones import SwinTransformer
     return SwinTransformer(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24),
                            window_size=7, drop_path_rate=0.)
+
+
+class GlobalSoftmaxAttention(nn.Module):
+    """Softmax attention over all ``H * W`` tokens (multi-head, no position bias): what
+    InLine's global attention replaces, at quadratic cost (the benchmark's baseline).
+
+    Args:
+        dim (int): Channels.
+        num_heads (int): Heads.
+        qkv_bias (bool): Default: True.
+        attn_drop (float): Dropout on attention weights. Default: 0.
+        proj_drop (float): Dropout after the projection. Default: 0.
+    """
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.,
+                 proj_drop: float = 0.):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f'dim ({dim}) must be divisible by num_heads ({num_heads})')
+        self.dim, self.num_heads = dim, num_heads
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def extra_repr(self) -> str:
+        return f'dim={self.dim}, num_heads={self.num_heads}'
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
+                token_mean: Optional[torch.Tensor] = None,
+                valid: ValidMap = NO_PADDING) -> torch.Tensor:
+        """The call of ``inline_mm.models.attention``."""
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        # Keys outside each image are masked (every image has a valid key: no empty row).
+        mask = valid.key_mask()
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.attn_drop if self.training else 0.)
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b, n, c)))
 
 
 def build_swin_t_global() -> nn.Module:

@@ -11,8 +11,8 @@ import torch
 from conftest import rel_err
 
 from inline_mm.models import InLineAttention, InLineSwin, inline_attention, local_residual
-from inline_mm.models.attention import (_inline_traced, _InLineFunction, reference_attention,
-                                        reference_inline_attention, reference_local_residual)
+from inline_mm.models.inline_function import (_inline_traced, _InLineFunction, reference_attention,
+                                              reference_inline_attention, reference_local_residual)
 
 
 def _stir(module, gain=3.0):

@@ -11,8 +11,8 @@ import torch
 
 from inline_mm.export import SizeLocked, check_onnx, export_onnx, run_onnx, trace_backbone
 from inline_mm.models import FAMILIES
-from inline_mm.models.attention import (_depthwise3x3_batched, _inline_traced, _InLineFunction,
-                                        reference_local_residual)
+from inline_mm.models.inline_function import (_depthwise3x3_batched, _inline_traced, _InLineFunction,
+                                              reference_local_residual)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: a non-square size and an odd one (padding, window clipping, odd merges)

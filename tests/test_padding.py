@@ -258,6 +258,29 @@ def test_fast_attention_with_counts_matches_each_image_alone_forward_and_backwar
         assert not gx[h:].any() and not gx[:, wd:].any()
 
 
+def test_attend_leaves_the_callers_qkv_as_it_was():
+    """attend() makes the zeros outside each image in a buffer of its own (the caller's
+    qkv is read, not written) and gives what forward() gives, which zeroes its own
+    projection output in place: outputs and gradients alike, class token included."""
+    torch.manual_seed(0)
+    hw, sizes = (9, 11), [(9, 11), (5, 7), (3, 11)]
+    for prefix in (0, 1):
+        attn = InLineAttention(32, 4, lepe=True, num_prefix_tokens=prefix)
+        valid = ValidMap(hw, sizes, 'cpu', prefix=prefix)
+        x = torch.randn(3, prefix + 99, 32, requires_grad=True)
+        qkv = attn.qkv(x)
+        before = qkv.detach().clone()
+        out = attn.proj(attn.attend(qkv, hw, valid.mean(x), valid))
+        assert torch.equal(qkv.detach(), before)
+        ref = attn(x, hw, valid=valid)
+        assert rel_err(out, ref) < TOL
+        w = torch.randn_like(out)
+        params = [x] + list(attn.parameters())
+        for g, e in zip(torch.autograd.grad((out * w).sum(), params),
+                        torch.autograd.grad((ref * w).sum(), params)):
+            assert rel_err(g, e) < TOL
+
+
 def test_window_attention_gives_each_image_its_own_windows_and_shift():
     """A 7x10 region inside a 10x14 map: one unshifted window row (fits), shifted
     columns, as alone; and in the same batch an image that fills the map."""

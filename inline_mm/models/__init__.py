@@ -3,15 +3,15 @@
 Importing this package registers every family of :data:`FAMILIES` in mmdet's and
 mmseg's ``MODELS`` (whichever is installed).
 """
-from .attention import (ATTENTIONS, GlobalSoftmaxAttention, InLineAttention, WindowAttention,
-                        inline_attention, local_residual, reference_attention)
+from .attention import InLineAttention
 from .base import InLineBackbone
 from .checkpoint import CheckpointError, load_pretrained, read_checkpoint, save_converted
 from .families import FAMILIES, Family, convert_official, detect_family, get_family
 from .inline_cswin import InLineCSwin
 from .inline_deit import InLineDeiT
+from .inline_function import inline_attention, local_residual, reference_attention
 from .inline_pvt import InLinePVT
-from .inline_swin import InLineSwin
+from .inline_swin import InLineSwin, WindowAttention
 from .registry import register_backbones, register_lazy
 try:  # an mmdet neck built on mmengine's BaseModule: absent for timm-only installs
     from .simple_fpn import LayerNorm2d, SimpleFPN, register_neck
@@ -31,5 +31,5 @@ register_lazy('mmdet', 'PadAwareRPNHead', 'inline_mm.models.pad_aware_rpn')
 __all__ = ['InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT', 'InLineBackbone', 'FAMILIES', 'Family',
            'get_family', 'detect_family', 'convert_official', 'CheckpointError',
            'read_checkpoint', 'load_pretrained', 'save_converted', 'InLineAttention',
-           'WindowAttention', 'GlobalSoftmaxAttention', 'ATTENTIONS', 'inline_attention',
+           'WindowAttention', 'inline_attention',
            'local_residual', 'reference_attention', 'REGISTERED_IN', 'SimpleFPN', 'LayerNorm2d']

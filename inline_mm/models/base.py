@@ -40,10 +40,11 @@ except ModuleNotFoundError as e:  # timm-only installs (inline_mm.timm) have no 
                                "dict(type='Pretrained', checkpoint=...) or None is supported")
 from timm.layers import trunc_normal_
 
-from .attention import INLINE, SOFTMAX, is_exporting
+from .attention import INLINE, SOFTMAX
 from .checkpoint import check_layout, identify_family, load_pretrained
+from .inline_function import is_exporting
 from .layers import to_nchw
-from .padding import ValidMap, detect_valid_sizes
+from .padding import NO_PADDING, ValidMap, detect_valid_sizes
 
 __all__ = ['InLineBackbone', 'parse_stage_types', 'check_out_indices', 'resolve_arch']
 
@@ -114,10 +115,26 @@ class InLineBackbone(BaseModule):
     """Base of the InLine backbones: presets, output norms, frozen stages, ``with_cp``,
     input checks and pretrained loading.
 
-    Subclasses build ``self.stages`` (or override :meth:`_stage_list`), each stage with
-    a ``with_cp`` attribute, set ``self.dims`` (channels of every stage) and
-    ``self.depths`` (blocks per stage, for the variant check), and define the class
-    attributes and methods listed in the module docstring.
+    A family's ``__init__`` resolves its preset (:meth:`resolve_arch`), calls this
+    ``__init__``, builds ``self.stages`` (or overrides :meth:`_stage_list`), each stage
+    with a ``with_cp`` attribute, and ends with :meth:`_finish_init`; it defines the
+    class attributes and methods listed in the module docstring.
+
+    Args (the ones every family takes, documented here once):
+        out_indices (Sequence[int]): Stages whose outputs are returned.
+        frozen_stages (int): Freeze the stem (0) and stages ``< i``; -1 freezes nothing.
+        dims (Sequence[int]): Channels of every stage (of every block for a plain ViT).
+        depths (Sequence[int]): Blocks per stage (for the variant check).
+        arch_name (str): The preset, or ``'custom'`` (:func:`resolve_arch`).
+        in_channels (int): Input channels. Default: 3.
+        pad_aware (bool): Treat the zero padding of a batch as absent (see
+            :meth:`valid_map`). Default: True.
+        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
+            an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
+            converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
+            file), ``checkpoint_key`` (e.g. ``'state_dict_ema'`` for the official EMA
+            weights), ``min_match`` (fraction of tensors that must be found, default
+            0.9). Other ``init_cfg`` go to mmengine. Default: None.
     """
 
     #: arch name -> settings (``depths`` at least); set by every family.
@@ -133,15 +150,30 @@ class InLineBackbone(BaseModule):
     #: total stride of the last stage; smaller inputs are refused (see ``check_input``).
     min_input_size = 32
 
-    def __init__(self, out_indices, frozen_stages, num_stages, init_cfg=None,
-                 pad_aware: bool = True):
+    def __init__(self, out_indices: Sequence[int], frozen_stages: int, dims: Sequence[int],
+                 depths: Sequence[int], arch_name: str, in_channels: int = 3,
+                 pad_aware: bool = True, init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
+        num_stages = len(dims)
         self.out_indices = check_out_indices(out_indices, num_stages)
         if not -1 <= frozen_stages <= num_stages:
             raise ValueError(f'frozen_stages must be in -1..{num_stages}, got {frozen_stages}')
         self.frozen_stages = frozen_stages
         self.num_stages = num_stages
+        self.dims = list(dims)
+        self.depths = depths
+        self.arch_name = arch_name
+        self.in_channels = in_channels
         self.pad_aware = bool(pad_aware)
+
+    def _finish_init(self, with_cp: bool, output_norm_eps: Optional[float] = 1e-5):
+        """The end of every family's ``__init__``: a LayerNorm ``norm{i}`` (eps
+        ``output_norm_eps``; None: none) for each output, ``with_cp`` on every stage,
+        ``frozen_stages`` applied."""
+        if output_norm_eps is not None:
+            self._add_output_norms(self.dims, output_norm_eps)
+        self.with_cp = with_cp
+        self._freeze_stages()
 
     @classmethod
     def resolve_arch(cls, arch: str, **overrides) -> dict:
@@ -219,26 +251,26 @@ class InLineBackbone(BaseModule):
             sizes = detect_valid_sizes(x)
         floor_h, floor_w = min(self.min_input_size, h), min(self.min_input_size, w)
         sizes = [(max(vh, floor_h), max(vw, floor_w)) for vh, vw in sizes]
-        return ValidMap.for_map((h, w), sizes, x.device)
+        valid = ValidMap.for_map((h, w), sizes, x.device)
+        return valid if valid.is_padded else None
 
     def prepare_input(self, x: torch.Tensor,
-                      valid_sizes=None) -> Tuple[torch.Tensor, Optional[ValidMap]]:
-        """:meth:`check_input`, then :meth:`valid_map`; the input outside the images is
-        set to zero (given ``valid_sizes``, it is padding whatever it holds; read from
-        the input it is zero already, and the ``where`` keeps gradients off it)."""
+                      valid_sizes=None) -> Tuple[torch.Tensor, ValidMap]:
+        """:meth:`check_input`, then :meth:`valid_map` (:data:`.padding.NO_PADDING`
+        for None, the plain path); the input outside the images is set to zero (given
+        ``valid_sizes``, it is padding whatever it holds; read from the input it is zero
+        already, and the ``where`` keeps gradients off it)."""
         self.check_input(x)
         valid = self.valid_map(x, valid_sizes)
-        if valid is not None:
-            x = valid.zero_image(x)
-        return x, valid
+        valid = NO_PADDING if valid is None else valid
+        return valid.zero_image(x), valid
 
     @staticmethod
     def output(norm: nn.Module, x: torch.Tensor, hw: Tuple[int, int],
-               valid: Optional[ValidMap]) -> torch.Tensor:
+               valid: ValidMap) -> torch.Tensor:
         """A stage's tokens through its output norm as a ``(B, C, H, W)`` map, zero
-        outside each image."""
-        x = norm(x)
-        return to_nchw(x if valid is None else valid.zero_(x), hw)
+        outside each image (the norm's own output is zeroed in place)."""
+        return to_nchw(valid.zero_(norm(x)), hw)
 
     # ------------------------------------------------------------------ outputs
     def _add_output_norms(self, dims: Sequence[int], eps: float = 1e-5):

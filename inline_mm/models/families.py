@@ -12,19 +12,21 @@ How to add a family (InLine-DeiT is the example the table was shaped for):
    keys; pure, idempotent). The class declares ``presets = ARCH_SETTINGS``,
    ``official_keys = OFFICIAL_KEYS``, ``block_key`` (a regex with groups ``block``
    and, for pyramids, ``stage``) and ``min_input_size``; its ``__init__`` calls
-   ``super().__init__(out_indices, frozen_stages, num_stages, init_cfg, pad_aware)`` and sets
-   ``self.dims`` (channels per stage, or per block for a plain ViT), ``self.depths``
-   and ``self.arch_name`` (``self.resolve_arch`` gives it); it implements
+   ``super().__init__(out_indices, frozen_stages, dims, depths, arch_name, in_channels,
+   pad_aware, init_cfg)`` (``dims``: channels per stage, or per block for a plain ViT;
+   ``self.resolve_arch`` gives ``arch_name``) and ends with ``self._finish_init(with_cp)``;
+   it implements
    ``_convert_official``, ``_stem_modules`` (modules or parameters, e.g. a class token),
    ``_stage_list`` if its stages are not ``self.stages``, and ``forward(x,
-   valid_sizes=None)``. Blocks take their attention from ``attention.py`` (called
-   ``attn(x, hw, valid=valid)``) and run through ``layers.BlockStage`` /
+   valid_sizes=None)``. Blocks take their attention from a table ``ATTENTION_TYPES`` (the call contract is
+   the docstring of ``attention.py``) and run through ``layers.BlockStage`` /
    ``layers.run_block`` for ``with_cp``. Padding awareness (``padding.py``):
    ``forward`` starts with ``self.prepare_input`` (which reads each image's region),
    derives each map's regions with ``ValidMap.scaled``, zeroes tokens outside them
    before anything reads across tokens (merges, overlapping convolutions) and returns
    outputs through ``self.output``; a layout decision taken from a map size is taken
-   per image (``ValidMap.group`` / ``padding.run_grouped``). Import only from
+   per image (``ValidMap.run_grouped``). ``NO_PADDING`` is the map without padding:
+   its methods are the plain operations, so family code has no ``if`` on padding. Import only from
    ``inline_mm/models`` and third-party packages.
 2. Add one :class:`Family` entry to :data:`FAMILIES` below; its ``smoke`` arguments
    must include ``embed_dims`` and ``depths`` (or ``depth``), as the contract tests

@@ -13,9 +13,9 @@ from timm.layers import DropPath, Mlp
 
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_stage_types
-from .layers import (BlockStage, drop_path_rates, pad_amount, round_up, to_nchw, to_tokens,
+from .layers import (BlockStage, drop_path_rates, pad_image, round_up, to_nchw, to_tokens,
                      window_merge, window_partition)
-from .padding import ValidMap, run_grouped
+from .padding import NO_PADDING, ValidMap
 
 __all__ = ['InLineCSwin', 'LePEStripeAttention', 'convert_cswin_checkpoint', 'ARCH_SETTINGS',
            'OFFICIAL_KEYS']
@@ -89,28 +89,15 @@ class LePEStripeAttention(nn.Module):
 
     def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],
                token_mean: Optional[torch.Tensor] = None,
-               valid: Optional[ValidMap] = None) -> torch.Tensor:
-        """``qkv``: ``(B, N, 3C)`` (queries, keys, values along the last axis) of an
-        ``hw`` map; ``token_mean`` is not used. Returns ``(B, N, C)``.
-
-        With ``valid`` (the images' regions of a padded batch), values outside an image
-        are zeroed in place (its LePE sees zeros there, as at its border alone), keys there
-        are masked, and each image gets the stripe width it would get alone (images that
-        differ run separately).
-        """
+               valid: ValidMap = NO_PADDING) -> torch.Tensor:
+        """The ``attend`` call of :mod:`.attention` (``token_mean`` is not used). Keys
+        outside an image are masked, its LePE sees zeros there (as at its border
+        alone), and each image gets the stripe width it would get alone (images that
+        differ run separately)."""
         b, n, c3 = qkv.shape
         h, w = hw
-        if valid is None:
-            return self._stripes(qkv.reshape(b, h, w, c3), self.stripe(hw)).reshape(b, n, -1)
-        valid.zero_(qkv[..., 2 * c3 // 3:])                                  # V
-        qkv = qkv.view(b, h, w, c3)
-        keys = valid.pixels
-
-        def attend(part, stripe, idx):
-            return self._stripes(part, stripe, keys[idx] if len(idx) < b else keys)
-
-        return run_grouped(attend, qkv, valid,
-                           lambda region: self.stripe(hw, region)).reshape(b, n, -1)
+        return valid.run_grouped(self._stripes, qkv.reshape(b, h, w, c3),
+                                 lambda region: self.stripe(hw, region)).reshape(b, n, -1)
 
     def _stripes(self, x: torch.Tensor, stripe: Tuple[int, int],
                  keys: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -130,21 +117,24 @@ class LePEStripeAttention(nn.Module):
         bw, nt = windows.shape[:2]
         q, k, v = windows.view(bw, nt, 3, heads, d).permute(2, 0, 3, 1, 4)
 
-        v_img = v.transpose(-2, -1).reshape(bw, c, sh, sw)
-        lepe = self.lepe(v_img).reshape(bw, heads, d, nt).transpose(-2, -1)
+        v_img = v.transpose(-2, -1).reshape(bw, c, sh, sw)               # a copy of V
 
         mask = None
         if keys is not None:
             keys = F.pad(keys, (0, wp - w, 0, hp - h))
-            mask = window_partition(keys[..., None], sh, sw).view(bw, 1, 1, nt)
+            inside = window_partition(keys[..., None], sh, sw).view(bw, 1, 1, nt)
+            # The LePE of an image sees zeros outside it; the masked keys need no zeros.
+            v_img = v_img * inside.view(bw, 1, sh, sw)
             # A stripe wholly outside its image would have no key (NaN rows): let it
             # see its first position; its outputs are discarded.
-            mask[:, :, :, 0] |= ~mask.any(dim=-1)
+            mask = inside.clone()
+            mask[:, :, :, 0] |= ~inside.any(dim=-1)
         elif hp != h or wp != w:
             real = torch.zeros(1, hp, wp, 1, dtype=torch.bool, device=x.device)
             real[:, :h, :w] = True
             mask = window_partition(real, sh, sw).view(-1, 1, 1, nt)    # (nW, 1, 1, N)
             mask = mask.repeat(b, 1, 1, 1)
+        lepe = self.lepe(v_img).reshape(bw, heads, d, nt).transpose(-2, -1)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.attn_drop if self.training else 0.)
         out = (out + lepe.to(out.dtype)).transpose(1, 2).reshape(bw, nt, c)
@@ -167,8 +157,9 @@ def _stripe_branches(dim: int, num_heads: int, split_size: Optional[int], last_s
             for direction in (VERTICAL, HORIZONTAL)]
 
 
-#: the attention branches of each block type, each called as ``branch.attend(qkv, hw, mean)``
-ATTENTIONS = {INLINE: _inline_branches, SOFTMAX: _stripe_branches}
+#: the attention branches of each block type, each called as ``attend`` in the contract of
+#: :mod:`.attention`
+ATTENTION_TYPES = {INLINE: _inline_branches, SOFTMAX: _stripe_branches}
 
 
 class CSwinBlock(nn.Module):
@@ -189,8 +180,8 @@ class CSwinBlock(nn.Module):
         self.attn_type = attn_type
         self.norm1 = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.attns = nn.ModuleList(ATTENTIONS[attn_type](dim, num_heads, split_size, last_stage,
-                                                         attn_drop))
+        self.attns = nn.ModuleList(ATTENTION_TYPES[attn_type](dim, num_heads, split_size,
+                                                              last_stage, attn_drop))
         self.branch_dims = [a.dim for a in self.attns]
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(drop)
@@ -199,13 +190,10 @@ class CSwinBlock(nn.Module):
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
-                valid: Optional[ValidMap] = None) -> torch.Tensor:
+                valid: ValidMap = NO_PADDING) -> torch.Tensor:
         b, n, c = x.shape
-        qkv = self.qkv(self.norm1(x)).view(b, n, 3, c)
-        # One branch takes it whole: the branches may zero their part in place, which
-        # autograd forbids on the views split() returns.
-        qkv = qkv.split(self.branch_dims, dim=-1) if len(self.attns) > 1 else (qkv,)
-        means = (x.mean(dim=1) if valid is None else valid.mean(x)).split(self.branch_dims, dim=-1)
+        qkv = self.qkv(self.norm1(x)).view(b, n, 3, c).split(self.branch_dims, dim=-1)
+        means = valid.mean(x).split(self.branch_dims, dim=-1)
         y = [attn.attend(part.reshape(b, n, -1), hw, mean, valid)
              for attn, part, mean in zip(self.attns, qkv, means)]
         y = y[0] if len(y) == 1 else torch.cat(y, dim=-1)
@@ -223,10 +211,7 @@ class ConvStem(nn.Module):
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, x: torch.Tensor):
-        h, w = x.shape[-2:]
-        if h % 4 or w % 4:
-            x = F.pad(x, (0, pad_amount(w, 4), 0, pad_amount(h, 4)))
-        x, hw = to_tokens(self.conv(x))
+        x, hw = to_tokens(self.conv(pad_image(x, 4)))
         return self.norm(x), hw
 
 
@@ -250,13 +235,12 @@ class CSwinStage(BlockStage):
         super().__init__(blocks)
         self.merge = merge
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int], valid: Optional[ValidMap] = None):
-        """Tokens (zero outside the images of ``valid``, if given) -> the stage's
-        tokens, map size and the images' regions there."""
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int], valid: ValidMap):
+        """Tokens (zero outside the images of ``valid``) -> the stage's tokens, map size
+        and the images' regions there."""
         if self.merge is not None:
             x, hw = self.merge(x, hw)
-            if valid is not None:
-                valid = valid.scaled(hw, 2)
+            valid = valid.scaled(hw, 2)
         return self.run_blocks(x, hw, valid), hw, valid
 
 
@@ -302,12 +286,8 @@ class InLineCSwin(InLineBackbone):
         pad_aware (bool): Treat the zero padding of a batch as absent: every image
             gets the features it gets alone (see ``InLineBackbone.valid_map``).
             False computes over the whole padded map. Default: True.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
-            an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
-            converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
-            file), ``checkpoint_key`` (e.g. ``'state_dict_ema'`` for the official EMA
-            weights), ``min_match`` (fraction of tensors that must be found, default
-            0.9). Default: None.
+        init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
+            Default: None.
 
     Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
     image, overrides reading the padding from ``x``):
@@ -342,18 +322,15 @@ class InLineCSwin(InLineBackbone):
         if len(split_sizes) != n - 1 or any(s < 1 for s in split_sizes):
             raise ValueError(f'split_sizes {split_sizes} must give one positive stripe width '
                              f'for each of the first {n - 1} stages (the last stage is global)')
-        super().__init__(out_indices, frozen_stages, n, init_cfg=init_cfg, pad_aware=pad_aware)
-        self.arch_name = cfg['arch_name']
-        block_types = parse_stage_types(stage_types, depths)
         dims = [embed_dims * 2 ** i for i in range(n)]
+        super().__init__(out_indices, frozen_stages, dims, depths, cfg['arch_name'], in_channels,
+                         pad_aware, init_cfg)
+        block_types = parse_stage_types(stage_types, depths)
         check_heads(dims, num_heads)
         for i, h in enumerate(num_heads):
             if i < n - 1 and SOFTMAX in block_types[i] and h % 2:
                 raise ValueError(f'stage {i}: softmax blocks split the heads between two '
                                  f'stripe branches, so num_heads must be even (got {h})')
-        self.dims = dims
-        self.depths = depths
-        self.in_channels = in_channels
         self.min_input_size = 2 ** (n + 1)
 
         self.stem = ConvStem(in_channels, embed_dims)
@@ -367,9 +344,7 @@ class InLineCSwin(InLineBackbone):
                       for j in range(depth)]
             merge = ConvMerge(dims[i - 1], dims[i]) if i else None
             self.stages.append(CSwinStage(merge, blocks))
-        self._add_output_norms(dims)
-        self.with_cp = with_cp
-        self._freeze_stages()
+        self._finish_init(with_cp)
 
     def _stem_modules(self):
         return [self.stem]
@@ -380,13 +355,11 @@ class InLineCSwin(InLineBackbone):
     def forward(self, x: torch.Tensor, valid_sizes=None) -> Tuple[torch.Tensor, ...]:
         x, valid = self.prepare_input(x, valid_sizes)
         x, hw = self.stem(x)
-        if valid is not None:
-            valid = valid.scaled(hw, 4)
+        valid = valid.scaled(hw, 4)
         outs = []
         for i, stage in enumerate(self.stages):
-            if valid is not None:
-                x = valid.zero(x)           # the merge's 3x3 cells see zeros past an image
-            x, hw, valid = stage(x, hw, valid)
+            # The merge's 3x3 cells see zeros past an image.
+            x, hw, valid = stage(valid.zero(x), hw, valid)
             if i in self.out_indices:
                 outs.append(self.output(self._output_norm(i), x, hw, valid))
         return tuple(outs)

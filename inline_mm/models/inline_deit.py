@@ -8,12 +8,12 @@ from typing import Dict, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from timm.layers import DropPath, Mlp, trunc_normal_
+from timm.layers import trunc_normal_
 
-from .attention import InLineAttention, _depthwise3x3_batched, _inline, is_exporting
+from .attention import INLINE, InLineAttention
 from .base import InLineBackbone
 from .checkpoint import CheckpointError
-from .layers import drop_path_rates, run_block, to_nchw
+from .layers import PatchEmbed, TransformerBlock, drop_path_rates, run_block, to_nchw
 from .padding import ValidMap
 
 __all__ = ['InLineDeiT', 'InLineAttentionWithClsToken', 'resize_pos_embed',
@@ -56,7 +56,8 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_grid: Tuple[int, int],
 
 
 class InLineAttentionWithClsToken(InLineAttention):
-    """InLine attention over leading extra tokens plus an ``H x W`` map (InLine-DeiT).
+    """InLine attention over leading extra tokens plus an ``H x W`` map (InLine-DeiT):
+    :class:`InLineAttention` with ``num_prefix_tokens=num_prefix``.
 
     As released: the linear attention (means and ``K^T V``) runs over all
     ``num_prefix + H*W`` tokens, the class token included; the 3x3 kernels are
@@ -77,92 +78,8 @@ class InLineAttentionWithClsToken(InLineAttention):
 
     def __init__(self, dim: int, num_heads: int, num_prefix: int = 1, qkv_bias: bool = True,
                  attn_drop: float = 0., proj_drop: float = 0.):
-        super().__init__(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
-                         proj_drop=proj_drop)
-        self.num_prefix = num_prefix
-
-    def extra_repr(self) -> str:
-        return f'{super().extra_repr()}, num_prefix={self.num_prefix}'
-
-    def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],
-               token_mean: Optional[torch.Tensor] = None,
-               valid: Optional[ValidMap] = None) -> torch.Tensor:
-        """Everything between the qkv and output projections.
-
-        Args:
-            qkv (Tensor): ``(B, N, 3C)``, ``N = num_prefix + H * W``.
-            hw (tuple[int, int]): The map size.
-            token_mean (Tensor): ``(B, C)`` mean the local kernels are predicted from
-                (required here: it cannot be recovered from ``qkv``).
-            valid (ValidMap, optional): Each image's region of a padded batch (with
-                ``prefix = num_prefix``): the statistics run over the prefix and the
-                image's patches, and the local term sees zeros past the image (keys
-                and values are zeroed outside it in place).
-
-        Returns:
-            Tensor: ``(B, N, C)`` before the projection.
-        """
-        if token_mean is None:
-            raise ValueError('attend needs the (B, C) token mean the local kernels are '
-                             'predicted from')
-        b, n, c3 = qkv.shape
-        (h, w), p, c = hw, self.num_prefix, self.dim
-        if p + h * w != n:
-            raise ValueError(f'{n} tokens are not {p} prefix token(s) plus a {h}x{w} map')
-        if c3 != 3 * c:
-            raise ValueError(f'qkv has {c3} channels, expected 3 * {c}')
-        kernels = self.predict_kernels(token_mean)
-        counts = None
-        if valid is not None:
-            valid.zero_(qkv[..., c:])                                        # K and V
-            counts = valid.counts
-        packed = qkv.view(b, n, 3, self.num_heads, self.head_dim).permute(0, 2, 3, 1, 4)
-        out = _inline(packed, None, None, None, self.scale, counts)      # (B, N, C)
-        # V of the patch tokens as a channels-last image (one copy), convolved per
-        # sample with its own kernels; the result is a view in token layout.
-        v_img = qkv[:, p:, 2 * c:].reshape(b, h, w, c).permute(0, 3, 1, 2)
-        if is_exporting():
-            # A traced per-sample loop would bake the batch size into the graph.
-            local = _depthwise3x3_batched(v_img, kernels.to(v_img.dtype))
-            out = torch.cat([out[:, :p], out[:, p:] + local.flatten(2).transpose(1, 2)], 1)
-            return self.attn_drop(out)
-        kernels = kernels.to(v_img.dtype).reshape(b, c, 1, 3, 3)
-        for i in range(b):
-            local = F.conv2d(v_img[i:i + 1], kernels[i], padding=1, groups=c)
-            out[i, p:].add_(local.permute(0, 2, 3, 1).reshape(h * w, c))
-        return self.attn_drop(out)
-
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
-                token_mean: Optional[torch.Tensor] = None,
-                valid: Optional[ValidMap] = None) -> torch.Tensor:
-        """``(B, num_prefix + H*W, C)`` -> the same shape.
-
-        ``token_mean`` defaults to the mean over all tokens of ``x`` (as released),
-        each image's own with ``valid``.
-        """
-        if token_mean is None:
-            token_mean = x.mean(dim=1) if valid is None else valid.mean(x)
-        out = self.attend(self.qkv(x), hw, token_mean, valid)
-        return self.proj_drop(self.proj(out))
-
-
-class DeiTBlock(nn.Module):
-    """Pre-norm ViT block with InLine attention (official ``InLineBlock``)."""
-
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool, drop: float,
-                 attn_drop: float, drop_path: float):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=NORM_EPS)
-        self.attn = InLineAttentionWithClsToken(dim, num_heads, qkv_bias=qkv_bias,
-                                                attn_drop=attn_drop, proj_drop=drop)
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        self.norm2 = nn.LayerNorm(dim, eps=NORM_EPS)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
-
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
-                valid: Optional[ValidMap] = None) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), hw, valid=valid))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        super().__init__(dim, num_heads, qkv_bias=qkv_bias, num_prefix_tokens=num_prefix,
+                         attn_drop=attn_drop, proj_drop=proj_drop)
 
 
 class InLineDeiT(InLineBackbone):
@@ -215,11 +132,8 @@ class InLineDeiT(InLineBackbone):
             gets the features it gets alone, position table included (resized to
             each image's own grid; see ``InLineBackbone.valid_map``). False computes
             over the whole padded map. Default: True.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
-            an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
-            converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
-            file), ``checkpoint_key``, ``min_match`` (fraction of tensors that must be
-            found, default 0.9). Default: None.
+        init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
+            Default: None.
 
     Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
     image, overrides reading the padding from ``x``):
@@ -252,34 +166,32 @@ class InLineDeiT(InLineBackbone):
         if patch_size < 1 or pretrain_img_size < patch_size:
             raise ValueError(f'pretrain_img_size ({pretrain_img_size}) must hold at least one '
                              f'patch of {patch_size}')
-        super().__init__(out_indices, frozen_stages, depth, init_cfg=init_cfg,
-                         pad_aware=pad_aware)
-        self.arch_name = cfg['arch_name']
+        # The blocks are the base class's stages: dims are every block's channels, and
+        # depths the one "stage" of blocks of the variant check.
+        super().__init__(out_indices, frozen_stages, [embed_dims] * depth, (depth,),
+                         cfg['arch_name'], in_channels, pad_aware, init_cfg)
         self.embed_dims = embed_dims
         self.depth = depth
-        self.depths = (depth,)                    # the variant check of the base class
-        self.dims = [embed_dims] * depth          # channels of every block's output
-        self.in_channels = in_channels
         self.patch_size = patch_size
         self.min_input_size = patch_size
         self.final_norm = final_norm
         self.pos_grid = (pretrain_img_size // patch_size,) * 2
 
         # Official names: patch_embed.proj, cls_token, pos_embed, blocks.{i}, norm.
-        self.patch_embed = nn.Module()
-        self.patch_embed.proj = nn.Conv2d(in_channels, embed_dims, patch_size, patch_size)
+        self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size, norm=False)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dims))
         self.pos_embed = nn.Parameter(
             torch.zeros(1, 1 + self.pos_grid[0] * self.pos_grid[1], embed_dims))
         self.pos_drop = nn.Dropout(drop_rate)
         (dpr,) = drop_path_rates(drop_path_rate, (depth,))
+        # The official InLineBlock: a pre-norm block with InLine attention.
         self.blocks = nn.ModuleList(
-            DeiTBlock(embed_dims, num_heads, mlp_ratio, qkv_bias, drop_rate, attn_drop_rate,
-                      dpr[i]) for i in range(depth))
+            TransformerBlock(embed_dims, num_heads, INLINE, InLineAttentionWithClsToken,
+                             mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], NORM_EPS)
+            for i in range(depth))
         if final_norm:
             self.norm = nn.LayerNorm(embed_dims, eps=NORM_EPS)
-        self.with_cp = with_cp
-        self._freeze_stages()
+        self._finish_init(with_cp, output_norm_eps=None)
 
     # The blocks are the "stages" of the base class: out_indices and frozen_stages
     # count blocks, and there are no per-output norms.
@@ -306,28 +218,18 @@ class InLineDeiT(InLineBackbone):
         check_position_grid(self, state)
         return state
 
-    def embed(self, x: torch.Tensor, valid: Optional[ValidMap] = None
-              ) -> Tuple[torch.Tensor, Tuple[int, int], Optional[ValidMap]]:
+    def embed(self, x: torch.Tensor, valid: ValidMap
+              ) -> Tuple[torch.Tensor, Tuple[int, int], ValidMap]:
         """Image -> ``(B, 1 + H'*W', C)`` tokens with positions, ``(H', W')`` and the
-        images' regions on the patch grid (``valid``: theirs on the image, or None).
-        With ``valid`` each image gets the table resized to its own grid."""
-        p = self.patch_size
-        h, w = x.shape[-2:]
-        if h % p or w % p:
-            x = F.pad(x, (0, -w % p, 0, -h % p))
-        x = self.patch_embed.proj(x)
-        hw = (x.shape[2], x.shape[3])
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1),
-                       x.flatten(2).transpose(1, 2)], dim=1)
-        if valid is not None:
-            valid = valid.scaled(hw, p, prefix=1)
-        if valid is None:
-            return self.pos_drop(x + resize_pos_embed(self.pos_embed, self.pos_grid, hw)), hw, None
+        images' regions on the patch grid (``valid``: theirs on the image). Each image
+        gets the table resized to its own grid."""
+        x, hw = self.patch_embed(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        valid = valid.scaled(hw, self.patch_size, prefix=1)
         grid = valid.paste(
-            lambda size: resize_pos_embed(self.pos_embed, self.pos_grid, size)[:, 1:])
-        cls_pos = self.pos_embed[:, :1].expand(x.shape[0], -1, -1)
-        x = x + torch.cat([cls_pos, grid], dim=1)
-        return self.pos_drop(x), hw, valid
+            lambda size: resize_pos_embed(self.pos_embed, self.pos_grid, size)[:, 1:], hw)
+        cls_pos = self.pos_embed[:, :1].expand(grid.shape[0], -1, -1)
+        return self.pos_drop(x + torch.cat([cls_pos, grid], dim=1)), hw, valid
 
     def forward(self, x: torch.Tensor, valid_sizes=None) -> Tuple[torch.Tensor, ...]:
         x, valid = self.prepare_input(x, valid_sizes)
@@ -339,7 +241,7 @@ class InLineDeiT(InLineBackbone):
             if i == self.depth - 1 and self.final_norm:
                 x = self.norm(x)
             if i in self.out_indices:
-                outs[i] = to_nchw((x if valid is None else valid.zero(x))[:, 1:], hw)
+                outs[i] = to_nchw(valid.zero(x)[:, 1:], hw)
         return tuple(outs[i] for i in self.out_indices)
 
 

@@ -9,12 +9,12 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from timm.layers import DropPath, Mlp, trunc_normal_
+from timm.layers import trunc_normal_
 
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_stage_types
-from .layers import BlockStage, PatchEmbed, drop_path_rates, to_nchw
-from .padding import ValidMap
+from .layers import BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, to_nchw
+from .padding import NO_PADDING, ValidMap
 
 __all__ = ['InLinePVT', 'PositionEmbedding', 'SpatialReductionAttention',
            'convert_pvt_checkpoint', 'ARCH_SETTINGS', 'OFFICIAL_KEYS']
@@ -69,12 +69,10 @@ class PositionEmbedding(nn.Module):
         return pos
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
-                valid: Optional[ValidMap] = None) -> torch.Tensor:
-        """``x + table``; with ``valid`` each image gets the table resized to its own
+                valid: ValidMap = NO_PADDING) -> torch.Tensor:
+        """``x + table``; each image of ``valid`` gets the table resized to its own
         region (as alone), zero outside it."""
-        if valid is None:
-            return x + self.table(hw)
-        return x + valid.paste(self.table)
+        return x + valid.paste(self.table, hw)
 
 
 class SpatialReductionAttention(nn.Module):
@@ -114,21 +112,14 @@ class SpatialReductionAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
                 token_mean: Optional[torch.Tensor] = None,
-                valid: Optional[ValidMap] = None) -> torch.Tensor:
-        """``x``: ``(B, H*W, C)``; ``token_mean`` is not used. Returns ``(B, H*W, C)``.
-
-        With ``valid``, keys come only from reduction cells inside an image (the
-        ``floor(h / sr_ratio)`` x ``floor(w / sr_ratio)`` cells it would have alone).
-        """
+                valid: ValidMap = NO_PADDING) -> torch.Tensor:
+        """The call of :mod:`.attention` (``token_mean`` is not used). Keys come only
+        from reduction cells inside an image (the ``floor(h / sr_ratio)`` x
+        ``floor(w / sr_ratio)`` cells it would have alone)."""
         b, n, c = x.shape
         heads, d = self.num_heads, c // self.num_heads
-        mask = None
-        if valid is not None:
-            x = valid.zero(x)
-            r = self.sr_ratio
-            cells = [(max(h // r, 1), max(w // r, 1)) for h, w in valid.sizes]
-            keys = valid if r == 1 else ValidMap((hw[0] // r, hw[1] // r), cells, x.device)
-            mask = keys.mask.view(b, 1, 1, -1)
+        x = valid.zero(x)
+        mask = valid.pooled(self.sr_ratio).key_mask()
         q = self.q(x).view(b, n, heads, d).transpose(1, 2)
         if self.sr_ratio > 1:
             x = self.norm(self.sr(to_nchw(x, hw)).flatten(2).transpose(1, 2))
@@ -139,49 +130,25 @@ class SpatialReductionAttention(nn.Module):
         return self.proj_drop(self.proj(out))
 
 
-#: attention of each block type, all called as ``attn(x, hw)``
-ATTENTIONS = {INLINE: InLineAttention, SOFTMAX: SpatialReductionAttention}
-
-
-class PVTBlock(nn.Module):
-    """Pre-norm transformer block; its attention comes from :data:`ATTENTIONS`, with
-    ``attn_options[attn_type]`` (if any) as extra arguments."""
-
-    def __init__(self, dim: int, num_heads: int, attn_type: str, mlp_ratio: float,
-                 qkv_bias: bool, drop: float, attn_drop: float, drop_path: float,
-                 attn_options: Optional[Dict[str, dict]] = None):
-        super().__init__()
-        self.attn_type = attn_type
-        self.norm1 = nn.LayerNorm(dim, eps=BLOCK_NORM_EPS)
-        self.attn = ATTENTIONS[attn_type](dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
-                                          proj_drop=drop,
-                                          **(attn_options or {}).get(attn_type, {}))
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        self.norm2 = nn.LayerNorm(dim, eps=BLOCK_NORM_EPS)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
-
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
-                valid: Optional[ValidMap] = None) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), hw, valid=valid))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+#: attention class of each block type (the contract of :mod:`.attention`)
+ATTENTION_TYPES = {INLINE: InLineAttention, SOFTMAX: SpatialReductionAttention}
 
 
 class PVTStage(BlockStage):
     """Patch embedding (stride 4 or 2, padded), position embedding, blocks."""
 
     def __init__(self, patch_embed: PatchEmbed, pos_embed: PositionEmbedding, drop: float,
-                 blocks: List[PVTBlock]):
+                 blocks: List[TransformerBlock]):
         super().__init__(blocks)
         self.patch_embed = patch_embed
         self.pos_embed = pos_embed
         self.pos_drop = nn.Dropout(drop)
 
-    def forward(self, x: torch.Tensor, valid: Optional[ValidMap] = None):
-        """``(B, C_in, H, W)`` (zero outside the images of ``valid``, if given) ->
+    def forward(self, x: torch.Tensor, valid: ValidMap):
+        """``(B, C_in, H, W)`` (zero outside the images of ``valid``) ->
         ``(B, H' * W', C)`` tokens, ``(H', W')`` and the images' regions there."""
         x, hw = self.patch_embed(x)
-        if valid is not None:
-            valid = valid.scaled(hw, self.patch_embed.patch_size)
+        valid = valid.scaled(hw, self.patch_embed.patch_size)
         x = self.pos_drop(self.pos_embed(x, hw, valid))
         return self.run_blocks(x, hw, valid), hw, valid
 
@@ -236,11 +203,8 @@ class InLinePVT(InLineBackbone):
             gets the features it gets alone, position tables included (resized to
             each image's own map; see ``InLineBackbone.valid_map``). False computes
             over the whole padded map. Default: True.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
-            an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
-            converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
-            file), ``checkpoint_key``, ``min_match`` (fraction of tensors that must be
-            found, default 0.9). Default: None.
+        init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
+            Default: None.
 
     Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
     image, overrides reading the padding from ``x``):
@@ -279,13 +243,10 @@ class InLinePVT(InLineBackbone):
                                  f'(depths={depths})')
         if any(r < 1 for r in sr_ratios):
             raise ValueError(f'sr_ratios {sr_ratios} must be >= 1')
-        super().__init__(out_indices, frozen_stages, n, init_cfg=init_cfg, pad_aware=pad_aware)
-        self.arch_name = cfg['arch_name']
+        super().__init__(out_indices, frozen_stages, embed_dims, depths, cfg['arch_name'],
+                         in_channels, pad_aware, init_cfg)
         block_types = parse_stage_types(stage_types, depths)
         check_heads(embed_dims, num_heads)
-        self.dims = list(embed_dims)
-        self.depths = depths
-        self.in_channels = in_channels
         self.min_input_size = patch_size * 2 ** (n - 1)
 
         dpr = drop_path_rates(drop_path_rate, depths)
@@ -293,16 +254,15 @@ class InLinePVT(InLineBackbone):
         for i, depth in enumerate(depths):
             stride = patch_size if i == 0 else 2
             grid = pretrain_img_size // (patch_size * 2 ** i)
-            blocks = [PVTBlock(embed_dims[i], num_heads[i], block_types[i][j], mlp_ratios[i],
-                               qkv_bias, drop_rate, attn_drop_rate, dpr[i][j],
-                               {SOFTMAX: dict(sr_ratio=sr_ratios[i])})
-                      for j in range(depth)]
+            blocks = [TransformerBlock(
+                embed_dims[i], num_heads[i], t, ATTENTION_TYPES[t], mlp_ratios[i], qkv_bias,
+                drop_rate, attn_drop_rate, dpr[i][j], BLOCK_NORM_EPS,
+                dict(sr_ratio=sr_ratios[i]) if t == SOFTMAX else None)
+                for j, t in enumerate(block_types[i])]
             self.stages.append(PVTStage(
                 PatchEmbed(in_channels if i == 0 else embed_dims[i - 1], embed_dims[i], stride),
                 PositionEmbedding(embed_dims[i], (grid, grid)), drop_rate, blocks))
-        self._add_output_norms(self.dims, eps=BLOCK_NORM_EPS)
-        self.with_cp = with_cp
-        self._freeze_stages()
+        self._finish_init(with_cp, output_norm_eps=BLOCK_NORM_EPS)
 
     def _stem_modules(self):
         return [self.stages[0].patch_embed, self.stages[0].pos_embed]
@@ -323,7 +283,7 @@ class InLinePVT(InLineBackbone):
                 outs.append(self.output(self._output_norm(i), tokens, hw, valid))
             if i + 1 < len(self.stages):
                 # The next patch embedding's cells see zeros past an image.
-                x = to_nchw(tokens if valid is None else valid.zero(tokens), hw)
+                x = to_nchw(valid.zero(tokens), hw)
         return tuple(outs)
 
 

@@ -8,17 +8,17 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from timm.layers import DropPath, Mlp
+from timm.layers import trunc_normal_
 
-from .attention import INLINE, SOFTMAX, InLineAttention, WindowAttention
+from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_stage_types
-from .layers import BlockStage, PatchEmbed, drop_path_rates
-from .padding import ValidMap
+from .layers import (BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, round_up,
+                     window_merge, window_partition)
+from .padding import NO_PADDING, ValidMap
 
-__all__ = ['InLineSwin', 'convert_swin_checkpoint', 'ARCH_SETTINGS', 'OFFICIAL_KEYS']
+__all__ = ['InLineSwin', 'WindowAttention', 'convert_swin_checkpoint', 'ARCH_SETTINGS',
+           'OFFICIAL_KEYS']
 
-#: attention of each block type, all called as ``attn(x, hw)``
-ATTENTIONS = {INLINE: InLineAttention, SOFTMAX: WindowAttention}
 #: official and converted InLine-Swin state dicts, and no other family's, have such keys
 OFFICIAL_KEYS = (r'^layers\.0\.blocks\.',)
 
@@ -37,27 +37,151 @@ ARCH_SETTINGS = {
 }
 
 
-class SwinBlock(nn.Module):
-    """Pre-norm transformer block; its attention comes from :data:`ATTENTIONS`, with
-    ``attn_options[attn_type]`` (if any) as extra arguments."""
+def _region_ids(size: int, padded: int, window: int, shift: int, device) -> torch.Tensor:
+    """Per-position region label along one axis of a padded, shifted map.
 
-    def __init__(self, dim: int, num_heads: int, attn_type: str, mlp_ratio: float,
-                 qkv_bias: bool, drop: float, attn_drop: float, drop_path: float,
-                 attn_options: Optional[Dict[str, dict]] = None):
+    Regions are those of the Swin shift mask; padded positions get label -1 so that
+    they can be masked out as keys.
+    """
+    ids = torch.zeros(padded, dtype=torch.long, device=device)
+    if shift:
+        ids[padded - window:padded - shift] = 1
+        ids[padded - shift:] = 2
+    valid = torch.arange(padded, device=device) < size
+    # Shift the validity the same way the features are rolled.
+    valid = torch.roll(valid, -shift, 0) if shift else valid
+    return torch.where(valid, ids, torch.full_like(ids, -1))
+
+
+class WindowAttention(nn.Module):
+    """Swin (shifted) window softmax attention with relative position bias.
+
+    Windows and shifts are derived from the run-time map size: a map side that fits
+    in one window uses a window of exactly that side, unpadded and unshifted (the
+    official behaviour at 224: the 7x7 last stage is neither padded nor shifted).
+    Other sides are padded to a multiple of the window; padded positions are masked
+    out as keys, so padding never changes the result of real tokens.
+
+    Args:
+        dim (int): Channels.
+        num_heads (int): Heads.
+        window_size (int): Window side. Default: 7.
+        shift (bool): Shift the windows by half a window (Swin's odd blocks).
+            Default: False.
+        qkv_bias (bool): Default: True.
+        attn_drop (float): Dropout on attention weights. Default: 0.
+        proj_drop (float): Dropout after the projection. Default: 0.
+    """
+
+    def __init__(self, dim: int, num_heads: int, window_size: int = 7, shift: bool = False,
+                 qkv_bias: bool = True, attn_drop: float = 0., proj_drop: float = 0.):
         super().__init__()
-        self.attn_type = attn_type
-        self.norm1 = nn.LayerNorm(dim)
-        self.attn = ATTENTIONS[attn_type](dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
-                                          proj_drop=drop,
-                                          **(attn_options or {}).get(attn_type, {}))
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
+        if dim % num_heads:
+            raise ValueError(f'dim ({dim}) must be divisible by num_heads ({num_heads})')
+        self.dim, self.num_heads, self.window_size = dim, num_heads, window_size
+        self.shift = shift
+        self.scale = (dim // num_heads) ** -0.5
+        self.relative_position_bias_table = nn.Parameter(
+            torch.zeros((2 * window_size - 1) ** 2, num_heads))
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        trunc_normal_(self.relative_position_bias_table, std=.02)
+
+    def extra_repr(self) -> str:
+        return (f'dim={self.dim}, num_heads={self.num_heads}, window_size={self.window_size}, '
+                f'shift={self.shift}')
+
+    def _relative_bias(self, wh: int, ww: int) -> torch.Tensor:
+        ws = self.window_size
+        dev = self.relative_position_bias_table.device
+        ys, xs = torch.meshgrid(torch.arange(wh, device=dev), torch.arange(ww, device=dev),
+                                indexing='ij')
+        ys, xs = ys.flatten(), xs.flatten()
+        index = (ys[:, None] - ys[None, :] + ws - 1) * (2 * ws - 1) + (xs[:, None] - xs[None, :] + ws - 1)
+        bias = self.relative_position_bias_table[index.flatten()]
+        return bias.view(wh * ww, wh * ww, -1).permute(2, 0, 1)          # (heads, N, N)
+
+    def layout(self, hw: Tuple[int, int]) -> Tuple[int, int, int, int]:
+        """Window ``(wh, ww)`` and shift ``(sh, sw)`` for a map (or image region) of
+        size ``hw``: a side that fits in one window is one unshifted window of it."""
+        h, w = hw
+        ws = self.window_size
+        sh = ws // 2 if self.shift and h > ws else 0
+        sw = ws // 2 if self.shift and w > ws else 0
+        return min(ws, h), min(ws, w), sh, sw
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
-                valid: Optional[ValidMap] = None) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), hw, valid=valid))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+                token_mean: Optional[torch.Tensor] = None,
+                valid: ValidMap = NO_PADDING) -> torch.Tensor:
+        """The call of :mod:`.attention` (``token_mean`` is not used). Each image gets
+        the windows and shift it would get alone (:meth:`layout` of its own size;
+        images that differ run separately) and keys outside it are masked."""
+        b, n, c = x.shape
+        x = valid.zero(x).view(b, hw[0], hw[1], c)
+        return valid.run_grouped(self._windows, x, self.layout).reshape(b, n, c)
+
+    def _windows(self, x: torch.Tensor, layout: Tuple[int, int, int, int],
+                 keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``(B, H, W, C)`` -> ``(B, H, W, C)`` attention in the windows of ``layout``;
+        ``keys`` ``(B, H, W)`` bool marks the positions that may be attended to."""
+        b, h, w, c = x.shape
+        wh, ww, sh, sw = layout
+        hp, wp = round_up(h, wh), round_up(w, ww)
+        if hp != h or wp != w:
+            x = F.pad(x, (0, 0, 0, wp - w, 0, hp - h))
+        if sh or sw:
+            x = torch.roll(x, shifts=(-sh, -sw), dims=(1, 2))
+        windows = window_partition(x, wh, ww)                            # (B*nW, N, C)
+
+        bw, nt, _ = windows.shape
+        qkv = self.qkv(windows).reshape(bw, nt, 3, self.num_heads, c // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        attn = (q * self.scale) @ k.transpose(-2, -1)
+        attn = attn + self._relative_bias(wh, ww).unsqueeze(0).to(attn.dtype)
+        mask = self._mask(h, w, hp, wp, wh, ww, sh, sw, x.device)
+        if keys is not None:
+            # Each image's padding is masked like the shift regions (-100).
+            keys = F.pad(keys, (0, wp - w, 0, hp - h))
+            if sh or sw:
+                keys = torch.roll(keys, shifts=(-sh, -sw), dims=(1, 2))
+            blocked = ~window_partition(keys[..., None], wh, ww).view(b, -1, 1, nt)
+            pad_mask = torch.zeros(blocked.shape, device=x.device).masked_fill_(blocked, -100.0)
+            mask = pad_mask if mask is None else mask[None] + pad_mask     # (B, nW, N, N)
+        elif mask is not None:
+            mask = mask[None]
+        if mask is not None:
+            nw = mask.shape[1]
+            attn = attn.view(bw // nw, nw, self.num_heads, nt, nt) + mask[:, :, None].to(attn.dtype)
+            attn = attn.view(bw, self.num_heads, nt, nt)
+        attn = self.attn_drop(attn.softmax(dim=-1))
+        out = (attn @ v).transpose(1, 2).reshape(bw, nt, c)
+        out = self.proj_drop(self.proj(out))
+
+        out = window_merge(out, wh, ww, hp, wp)
+        if sh or sw:
+            out = torch.roll(out, shifts=(sh, sw), dims=(1, 2))
+        return out[:, :h, :w]
+
+    @staticmethod
+    def _mask(h, w, hp, wp, wh, ww, sh, sw, device) -> Optional[torch.Tensor]:
+        """``(nW, N, N)`` additive mask (0 / -100, as the official code) or None."""
+        if not (sh or sw or hp != h or wp != w):
+            return None
+        rows = _region_ids(h, hp, wh, sh, device)
+        cols = _region_ids(w, wp, ww, sw, device)
+        # Region label of each position; -1 anywhere along an axis means padding.
+        label = rows[:, None] * 3 + cols[None, :]
+        label = torch.where((rows[:, None] < 0) | (cols[None, :] < 0),
+                            torch.full_like(label, -1), label)
+        win = window_partition(label[None, :, :, None], wh, ww).squeeze(-1)  # (nW, N)
+        blocked = (win[:, None, :] != win[:, :, None]) | (win[:, None, :] < 0)
+        return torch.zeros(blocked.shape, device=device).masked_fill_(blocked, -100.0)
+
+
+#: attention class of each block type (the contract of :mod:`.attention`)
+ATTENTION_TYPES = {INLINE: InLineAttention, SOFTMAX: WindowAttention}
 
 
 class PatchMerging(nn.Module):
@@ -85,12 +209,11 @@ class PatchMerging(nn.Module):
 class SwinStage(BlockStage):
     """Blocks, then (applied by the backbone after the stage output) ``downsample``."""
 
-    def __init__(self, blocks: List[SwinBlock], downsample: Optional[PatchMerging]):
+    def __init__(self, blocks: List[TransformerBlock], downsample: Optional[PatchMerging]):
         super().__init__(blocks)
         self.downsample = downsample
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int],
-                valid: Optional[ValidMap] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int], valid: ValidMap) -> torch.Tensor:
         return self.run_blocks(x, hw, valid)
 
 
@@ -133,11 +256,8 @@ class InLineSwin(InLineBackbone):
         pad_aware (bool): Treat the zero padding of a batch as absent: every image
             gets the features it gets alone (see ``InLineBackbone.valid_map``).
             False computes over the whole padded map. Default: True.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
-            an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
-            converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
-            file), ``checkpoint_key`` (e.g. ``'state_dict_ema'``), ``min_match``
-            (fraction of tensors that must be found, default 0.9). Default: None.
+        init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
+            Default: None.
 
     Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
     image, overrides reading the padding from ``x``):
@@ -167,15 +287,11 @@ class InLineSwin(InLineBackbone):
         if len(num_heads) != len(depths):
             raise ValueError(f'num_heads {num_heads} and depths {depths} must have one entry '
                              'per stage')
-        super().__init__(out_indices, frozen_stages, len(depths), init_cfg=init_cfg,
-                         pad_aware=pad_aware)
-        self.arch_name = cfg['arch_name']
-        block_types = parse_stage_types(stage_types, depths)
         dims = [embed_dims * 2 ** i for i in range(len(depths))]
+        super().__init__(out_indices, frozen_stages, dims, depths, cfg['arch_name'], in_channels,
+                         pad_aware, init_cfg)
+        block_types = parse_stage_types(stage_types, depths)
         check_heads(dims, num_heads)
-        self.dims = dims
-        self.depths = depths
-        self.in_channels = in_channels
 
         self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size)
         self.drop_after_pos = nn.Dropout(drop_rate)
@@ -183,15 +299,15 @@ class InLineSwin(InLineBackbone):
         self.layers = nn.ModuleList()
         for i, depth in enumerate(depths):
             # Odd-numbered softmax blocks of a stage shift their windows.
-            blocks = [SwinBlock(dims[i], num_heads[i], block_types[i][j], mlp_ratio, qkv_bias,
-                                drop_rate, attn_drop_rate, dpr[i][j],
-                                {SOFTMAX: dict(window_size=window_size, shift=j % 2 == 1)})
-                      for j in range(depth)]
+            blocks = [TransformerBlock(
+                dims[i], num_heads[i], t, ATTENTION_TYPES[t], mlp_ratio, qkv_bias, drop_rate,
+                attn_drop_rate, dpr[i][j],
+                attn_options=dict(window_size=window_size, shift=j % 2 == 1) if t == SOFTMAX
+                else None)
+                for j, t in enumerate(block_types[i])]
             down = PatchMerging(dims[i]) if i < len(depths) - 1 else None
             self.layers.append(SwinStage(blocks, down))
-        self._add_output_norms(dims)
-        self.with_cp = with_cp
-        self._freeze_stages()
+        self._finish_init(with_cp)
 
     def _stage_list(self):
         return self.layers        # official key names: layers.{i}.blocks.{j}
@@ -206,19 +322,16 @@ class InLineSwin(InLineBackbone):
         x, valid = self.prepare_input(x, valid_sizes)
         x, hw = self.patch_embed(x)
         x = self.drop_after_pos(x)
-        if valid is not None:
-            valid = valid.scaled(hw, self.patch_embed.patch_size)
+        valid = valid.scaled(hw, self.patch_embed.patch_size)
         outs = []
         for i, stage in enumerate(self.layers):
             x = stage(x, hw, valid)
             if i in self.out_indices:
                 outs.append(self.output(self._output_norm(i), x, hw, valid))
             if stage.downsample is not None:
-                if valid is not None:
-                    x = valid.zero(x)       # merged 2x2 cells see zeros past an image
-                x, hw = stage.downsample(x, hw)
-                if valid is not None:
-                    valid = valid.scaled(hw, 2)
+                # Merged 2x2 cells see zeros past an image.
+                x, hw = stage.downsample(valid.zero(x), hw)
+                valid = valid.scaled(hw, 2)
         return tuple(outs)
 
 

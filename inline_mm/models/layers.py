@@ -2,28 +2,44 @@
 
 Only plain modules and functions; nothing here knows a family.
 """
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint as cp
+from timm.layers import DropPath, Mlp
 
-__all__ = ['round_up', 'pad_amount', 'to_nchw', 'to_tokens', 'window_partition', 'window_merge', 'PatchEmbed',
-           'run_block', 'BlockStage', 'drop_path_rates']
+__all__ = ['ceil_div', 'round_up', 'pad_amount', 'pad_image', 'to_nchw', 'to_tokens', 'window_partition',
+           'window_merge', 'PatchEmbed', 'TransformerBlock', 'run_block', 'BlockStage',
+           'drop_path_rates']
 
 
 # Map-size arithmetic is written with non-negative operands only: under tracing the
 # sizes are recorded ops, and ONNX's integer Div/Mod truncate toward zero, so Python's
 # ``-(-h // w)`` and ``-h % p`` idioms would export as wrong constants.
+def ceil_div(n: int, d: int) -> int:
+    """``ceil(n / d)``."""
+    return (n + d - 1) // d
+
+
 def round_up(n: int, multiple: int) -> int:
     """Smallest multiple of ``multiple`` that is >= ``n``."""
-    return (n + multiple - 1) // multiple * multiple
+    return ceil_div(n, multiple) * multiple
 
 
 def pad_amount(n: int, multiple: int) -> int:
     """How much to add to ``n`` to reach a multiple of ``multiple``."""
     return (multiple - n % multiple) % multiple
+
+
+def pad_image(x: torch.Tensor, multiple: int) -> torch.Tensor:
+    """``(B, C, H, W)`` zero-padded at the bottom and right to multiples of ``multiple``
+    (itself when they are)."""
+    h, w = x.shape[-2:]
+    if h % multiple or w % multiple:
+        x = F.pad(x, (0, pad_amount(w, multiple), 0, pad_amount(h, multiple)))
+    return x
 
 
 def to_nchw(x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
@@ -72,20 +88,53 @@ class PatchEmbed(nn.Module):
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
         """``(B, C_in, H, W)`` -> ``(B, H' * W', C)`` tokens and ``(H', W')``."""
-        p = self.patch_size
-        h, w = x.shape[-2:]
-        if h % p or w % p:
-            x = F.pad(x, (0, pad_amount(w, p), 0, pad_amount(h, p)))
-        x, hw = to_tokens(self.proj(x))
+        x, hw = to_tokens(self.proj(pad_image(x, self.patch_size)))
         return (x if self.norm is None else self.norm(x)), hw
 
 
-def run_block(block: nn.Module, x: torch.Tensor, hw: Tuple[int, int],
-              with_cp: bool = False, valid=None) -> torch.Tensor:
+class TransformerBlock(nn.Module):
+    """Pre-norm transformer block (InLine-Swin, -PVT and -DeiT):
+    ``x + attn(norm1(x))``, then ``x + mlp(norm2(x))``, with stochastic depth.
+
+    Args:
+        dim (int): Channels.
+        num_heads (int): Heads.
+        attn_type (str): The block type, kept as ``attn_type``.
+        attention (type): The attention class, built as
+            ``attention(dim, num_heads, qkv_bias=, attn_drop=, proj_drop=, **attn_options)``
+            and called as the contract of :mod:`.attention` says.
+        mlp_ratio (float): MLP hidden / embedding channels.
+        qkv_bias (bool): Bias of the qkv projection.
+        drop (float): Dropout after the projections and in the MLP.
+        attn_drop (float): Attention dropout.
+        drop_path (float): Stochastic depth of both branches.
+        norm_eps (float): LayerNorm eps (1e-5 Swin, 1e-6 PVT and DeiT). Default: 1e-5.
+        attn_options (dict, optional): Extra arguments of the attention.
+    """
+
+    def __init__(self, dim: int, num_heads: int, attn_type: str, attention: type,
+                 mlp_ratio: float, qkv_bias: bool, drop: float, attn_drop: float,
+                 drop_path: float, norm_eps: float = 1e-5, attn_options: Optional[dict] = None):
+        super().__init__()
+        self.attn_type = attn_type
+        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
+        self.attn = attention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                              proj_drop=drop, **(attn_options or {}))
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int], valid) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), hw, valid=valid))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+def run_block(block: nn.Module, x: torch.Tensor, hw: Tuple[int, int], with_cp: bool,
+              valid) -> torch.Tensor:
     """``block(x, hw, valid)``, gradient-checkpointed (non-reentrant) when ``with_cp``
     and ``x`` needs a gradient (so frozen or inference passes never recompute).
-    ``valid``: the images' regions of a padded batch (:class:`.padding.ValidMap`) or
-    None."""
+    ``valid``: the images' regions (:class:`.padding.ValidMap`, ``NO_PADDING`` for
+    none)."""
     if with_cp and x.requires_grad:
         return cp.checkpoint(block, x, hw, valid, use_reentrant=False)
     return block(x, hw, valid)
@@ -103,7 +152,7 @@ class BlockStage(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.with_cp = False
 
-    def run_blocks(self, x: torch.Tensor, hw: Tuple[int, int], valid=None) -> torch.Tensor:
+    def run_blocks(self, x: torch.Tensor, hw: Tuple[int, int], valid) -> torch.Tensor:
         for block in self.blocks:
             x = run_block(block, x, hw, self.with_cp, valid)
         return x

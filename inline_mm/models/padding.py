@@ -19,21 +19,20 @@ gets the layout it would get alone. The rule every family follows:
 * tokens outside an image are zeroed before anything reads across tokens (patch
   merging, overlapping convolutions) and when they leave the backbone.
 
-A map whose images all cover it has no :class:`ValidMap` (``None``): the backbones
-then run the plain code, so inputs without padding give exactly the outputs they
-gave before padding awareness existed.
+A map whose images all cover it is :data:`NO_PADDING`, whose methods are the plain
+operations (no masks, no copies): the backbones call the same methods either way and
+need no branches, and inputs without padding give exactly the outputs they gave
+before padding awareness existed.
 """
 from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import torch
 
-__all__ = ['ValidMap', 'detect_valid_sizes', 'run_grouped', 'ceil_div']
+from .layers import ceil_div
+
+__all__ = ['ValidMap', 'NoPadding', 'NO_PADDING', 'detect_valid_sizes']
 
 Size = Tuple[int, int]
-
-
-def ceil_div(n: int, d: int) -> int:
-    return (n + d - 1) // d
 
 
 def detect_valid_sizes(x: torch.Tensor) -> List[Size]:
@@ -77,6 +76,9 @@ class ValidMap:
         prefix (int): Tokens before the map (InLine-DeiT's class token), always valid.
     """
 
+    #: whether any image leaves part of the map (False only for :data:`NO_PADDING`)
+    is_padded = True
+
     def __init__(self, hw: Size, sizes: Sequence[Size], device: torch.device, prefix: int = 0):
         self.hw = (int(hw[0]), int(hw[1]))
         self.sizes = [(int(h), int(w)) for h, w in sizes]
@@ -90,11 +92,12 @@ class ValidMap:
 
     @classmethod
     def for_map(cls, hw: Size, sizes: Sequence[Size], device: torch.device,
-                prefix: int = 0) -> Optional['ValidMap']:
-        """A :class:`ValidMap`, or None when every image covers the whole map."""
+                prefix: int = 0) -> 'ValidMap':
+        """A :class:`ValidMap`, or :data:`NO_PADDING` when every image covers the whole
+        map."""
         hw = (int(hw[0]), int(hw[1]))
         if all(tuple(s) == hw for s in sizes):
-            return None
+            return NO_PADDING
         return cls(hw, sizes, device, prefix)
 
     def __repr__(self) -> str:
@@ -104,13 +107,21 @@ class ValidMap:
         return len(self.sizes)
 
     # ------------------------------------------------------------------ other maps
-    def scaled(self, hw: Size, stride: int, prefix: Optional[int] = None) -> Optional['ValidMap']:
+    def scaled(self, hw: Size, stride: int, prefix: Optional[int] = None) -> 'ValidMap':
         """The valid regions on a map ``stride`` times smaller (a patch embedding, a
         merge): ``ceil(h / stride)``, as each image alone would be padded and reduced.
-        None once every image covers the map."""
+        :data:`NO_PADDING` once every image covers the map."""
         sizes = [(min(ceil_div(h, stride), hw[0]), min(ceil_div(w, stride), hw[1]))
                  for h, w in self.sizes]
         return ValidMap.for_map(hw, sizes, self.device, self.prefix if prefix is None else prefix)
+
+    def pooled(self, ratio: int) -> 'ValidMap':
+        """The cells of a ``ratio``-strided unpadded reduction (PVT's spatial reduction)
+        wholly inside each image: ``floor(h / ratio)`` (at least 1), as alone."""
+        if ratio == 1:
+            return self
+        cells = [(max(h // ratio, 1), max(w // ratio, 1)) for h, w in self.sizes]
+        return ValidMap.for_map((self.hw[0] // ratio, self.hw[1] // ratio), cells, self.device)
 
     # ------------------------------------------------------------------ masks
     @property
@@ -132,6 +143,10 @@ class ValidMap:
                 mask = torch.cat([mask.new_ones(len(self), self.prefix), mask], dim=1)
             self._mask = mask
         return self._mask
+
+    def key_mask(self) -> torch.Tensor:
+        """``(B, 1, 1, N)`` bool attention mask: keys inside each image."""
+        return self.mask.view(len(self), 1, 1, -1)
 
     @property
     def counts(self) -> torch.Tensor:
@@ -167,10 +182,10 @@ class ValidMap:
         xf = x if x.dtype == torch.float32 else x.float()
         return torch.bmm(self._weights, xf).squeeze(1).to(x.dtype)
 
-    def paste(self, make: Callable[[Size], torch.Tensor]) -> torch.Tensor:
+    def paste(self, make: Callable[[Size], torch.Tensor], hw: Size) -> torch.Tensor:
         """``(B, H * W, C)``: each image's ``make(its size)`` (a ``(1, h * w, C)`` table,
-        made once per distinct size) in its region, zero outside (per-image position
-        tables)."""
+        made once per distinct size) in its region of the ``hw`` map, zero outside
+        (per-image position tables)."""
         out = None
         for (h, w), idx in self.group(lambda size: size).items():
             part = make((h, w))
@@ -188,20 +203,67 @@ class ValidMap:
             groups.setdefault(layout(size), []).append(i)
         return groups
 
+    def run_grouped(self, fn: Callable, x: torch.Tensor,
+                    layout: Callable[[Size], Hashable]) -> torch.Tensor:
+        """``fn(x_group, layout_key, keys_group)`` on ``(B, H, W, ...)`` ``x`` for each
+        group of images sharing a layout (``keys_group``: their :attr:`pixels`),
+        reassembled in batch order (no copies when there is one group)."""
+        groups = self.group(layout)
+        if len(groups) == 1:
+            (key, idx), = groups.items()
+            return fn(x, key, self.pixels)
+        out = None
+        for key, idx in groups.items():
+            index = torch.tensor(idx, device=x.device)
+            part = fn(x.index_select(0, index), key, self.pixels[idx])
+            if out is None:
+                out = part.new_empty((x.shape[0],) + part.shape[1:])
+            out = out.index_copy(0, index, part)
+        return out
 
-def run_grouped(fn: Callable, x: torch.Tensor, valid: ValidMap,
-                layout: Callable[[Size], Hashable]) -> torch.Tensor:
-    """``fn(x_group, layout_key, group_indices)`` for each group of images sharing a
-    layout, reassembled in batch order (no copies when there is one group)."""
-    groups = valid.group(layout)
-    if len(groups) == 1:
-        (key, idx), = groups.items()
-        return fn(x, key, idx)
-    out = None
-    for key, idx in groups.items():
-        index = torch.tensor(idx, device=x.device)
-        part = fn(x.index_select(0, index), key, idx)
-        if out is None:
-            out = part.new_empty((x.shape[0],) + part.shape[1:])
-        out = out.index_copy(0, index, part)
-    return out
+
+class NoPadding(ValidMap):
+    """The map of a batch whose images all cover it: every method is the plain
+    operation (no mask, no copy), so callers need no ``if padded`` branches."""
+
+    is_padded = False
+    mask = counts = None
+    sizes = ()
+
+    def __init__(self):
+        pass
+
+    def __repr__(self) -> str:
+        return 'NO_PADDING'
+
+    def scaled(self, hw: Size, stride: int, prefix: Optional[int] = None) -> ValidMap:
+        return self
+
+    def pooled(self, ratio: int) -> ValidMap:
+        return self
+
+    def key_mask(self) -> None:
+        return None
+
+    def zero(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def zero_(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def zero_image(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=1)
+
+    def paste(self, make: Callable[[Size], torch.Tensor], hw: Size) -> torch.Tensor:
+        return make(tuple(hw))
+
+    def run_grouped(self, fn: Callable, x: torch.Tensor,
+                    layout: Callable[[Size], Hashable]) -> torch.Tensor:
+        return fn(x, layout(tuple(x.shape[1:3])), None)
+
+
+#: the one :class:`NoPadding`: what a map without padding is
+NO_PADDING = NoPadding()

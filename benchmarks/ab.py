@@ -1,0 +1,100 @@
+"""One family from two copies of ``inline_mm/models``, timed in one process.
+
+``python -m benchmarks.ab --old PATH`` builds the family (default InLine-PVT-T) from
+the checkout it runs in and from ``PATH`` (another copy of the ``inline_mm/models``
+folder, e.g. ``git archive <commit> inline_mm/models | tar -x -C /tmp``), gives both
+the same weights, checks that they compute the same outputs, and times their
+inference in interleaved rounds (A B, B A, ...), so that a change of load hits both
+alike; it prints the medians and the median of the per-round ratios. Conditions are
+those of :mod:`.padding`: ``none`` (every image fills the canvas) and ``padded``.
+``--clock cpu`` (the default) times the process's CPU time, which other jobs on a
+shared machine disturb far less than the wall clock (``--clock wall``).
+
+``PATH`` is imported as a package without running its ``__init__`` (which would
+register the same names in mmdet and mmseg a second time); the model packages
+import nothing from the rest of ``inline_mm``.
+"""
+import argparse
+import importlib
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+
+import torch
+
+from inline_mm.models import FAMILIES
+from .padding import CONDITIONS, make_batch
+
+_OLD = '_ab_old_models'
+
+
+def import_models(path: Path) -> str:
+    """Make ``path`` importable as the package :data:`_OLD`; returns its name."""
+    pkg = types.ModuleType(_OLD)
+    pkg.__path__ = [str(path)]
+    sys.modules[_OLD] = pkg
+    return _OLD
+
+
+def build_pair(family: str, arch: str, old: Path):
+    """``(old, new)`` models in eval mode with the new one's weights copied from the old."""
+    cls = FAMILIES[family].cls
+    module = importlib.import_module(f'{import_models(old)}.{cls.__module__.rsplit(".", 1)[1]}')
+    torch.manual_seed(0)
+    a = getattr(module, family)(arch=arch, drop_path_rate=0.).eval()
+    b = cls(arch=arch, drop_path_rate=0.).eval()
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+CLOCKS = {'cpu': time.process_time, 'wall': time.perf_counter}
+
+
+def time_once(model, x, clock) -> float:
+    t = clock()
+    with torch.no_grad():
+        model(x)
+    return clock() - t
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--old', type=Path, required=True, help='another copy of inline_mm/models')
+    p.add_argument('--family', default='InLinePVT', choices=sorted(FAMILIES))
+    p.add_argument('--arch', default='tiny')
+    p.add_argument('--size', type=int, nargs=2, default=(512, 512), metavar=('H', 'W'))
+    p.add_argument('--batch', type=int, default=2)
+    p.add_argument('--conditions', nargs='+', choices=CONDITIONS, default=list(CONDITIONS))
+    p.add_argument('--rounds', type=int, default=9)
+    p.add_argument('--threads', type=int, default=1)
+    p.add_argument('--clock', choices=sorted(CLOCKS), default='cpu')
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    old, new = build_pair(args.family, args.arch, args.old)
+    print(f'{args.family}-{args.arch}, {args.batch} x {args.size[0]}x{args.size[1]}, '
+          f'{args.threads} thread(s), {args.rounds} interleaved rounds, inference, '
+          f'{args.clock} time')
+    for condition in args.conditions:
+        torch.manual_seed(1)
+        x = make_batch(tuple(args.size), condition, args.batch)
+        with torch.no_grad():
+            for a, b in zip(old(x), new(x)):
+                err = ((a - b).abs().max() / a.abs().max()).item()
+                if err > 1e-5:
+                    raise RuntimeError(f'{condition}: outputs differ (rel. err. {err:.2e})')
+        times = {'old': [], 'new': []}
+        for r in range(args.rounds):
+            order = (('old', old), ('new', new)) if r % 2 == 0 else (('new', new), ('old', old))
+            for name, model in order:
+                times[name].append(time_once(model, x, CLOCKS[args.clock]))
+        ratios = [n / o for o, n in zip(times['old'], times['new'])]
+        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        print(f'{condition:>7}: old {med["old"]:8.1f} ms  new {med["new"]:8.1f} ms  '
+              f'new/old median {statistics.median(ratios):.3f} '
+              f'(rounds {min(ratios):.3f}..{max(ratios):.3f})')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,456 @@
+"""The InLine formula, in one place: the fast kernel, its traced form, the dispatch
+between them, and the term-by-term reference the tests hold them to.
+
+InLine attention: injective linear attention plus a predicted local 3x3 term.
+
+Han et al., "Bridging the Divide: Reconsidering Softmax and Linear Attention",
+NeurIPS 2024 (arXiv 2412.06590).  For one head with ``n`` tokens, head dim ``d``
+and scale ``s = d ** -0.5`` (identity kernel)::
+
+    out_i = (s / n) q_i K^T V + (1 - s q_i mean(K)^T) mean(V)
+
+The two terms fold into one product with the key/value covariance::
+
+    out_i = q_i M + mean(V),   M = s Cov(K, V),   Cov(K, V) = K^T V / n - mean(K)^T mean(V)
+
+InLine blocks add a depthwise 3x3 convolution of V laid out as the ``H x W`` map,
+with a kernel predicted per sample from a token mean. A plain ViT (InLine-DeiT) has
+``num_prefix_tokens`` tokens before the map (the class token): they take part in the
+linear term, and the local term convolves and adds to the map's tokens only.
+
+Implementation notes (why it looks the way it does):
+
+* Everything runs in one autograd function, :class:`_InLineFunction`, with a
+  hand-written backward.  Its gradient has a closed form in the same ``d x d``
+  statistics (``dM = Q^T dO``; ``dK = (V - mean V) dCov^T / n``;
+  ``dV = (K - mean K) dCov / n + colsum(dO) / n``), so the backward keeps only the
+  packed ``qkv`` (alive anyway) and ``d x d`` matrices, makes the image copy of V
+  again for the convolution instead of holding it through the forward, and writes
+  ``dq``, ``dk``, ``dv`` straight into one buffer in the layout of the ``qkv``
+  projection's output: no head-major copies, no zero-filled slice gradients summed
+  afterwards.
+* The per-head products read ``q``, ``k``, ``v`` as strided views of the packed
+  projection output (BLAS takes the row stride), and write the output in token
+  layout ``(B, N, C)`` that the output projection consumes.
+* The local convolution runs per sample in channels-last layout: V copied once to
+  ``(B, H, W, C)`` is a channels-last NCHW tensor, the convolution output is
+  already in token layout, and the gradient of the token-layout output is a
+  channels-last image without a copy.  oneDNN's depthwise kernels are several
+  times faster in this layout, above all in the backward, than the
+  ``(1, B * C, H, W)`` grouped convolution of the official code.
+* Under ``torch.compile`` the same formula runs as plain differentiable tensor
+  operations (:func:`_inline_traced`): the eager kernel's strided ``out=`` writes
+  are what Dynamo cannot trace, and Inductor fuses and differentiates the plain
+  form itself.
+* Under ``torch.jit.trace`` and ONNX export (:func:`is_exporting`) the plain form
+  runs with the local term as nine shifted multiply-adds over the whole batch
+  (:func:`_depthwise3x3_batched`): the tracer cannot record the autograd function,
+  and a per-sample loop would bake the batch size into the graph.
+* Padding awareness (:mod:`.padding`): K and V outside each image are zero, so sums
+  over all tokens are sums over the image's own and the local term sees zeros past
+  the image, as at the border of an image alone; the means divide by the per-image
+  counts, and so does the closed-form backward. The zeros are made in a buffer the
+  function owns (K and V times the token mask; the backward remakes it rather than
+  holding it, and zeroes the K/V gradient outside), or, where the caller says
+  ``qkv`` is its own scratch projection output (:func:`inline_qkv`), in ``qkv`` in
+  place: ``masked_fill_`` on memory in use is cheaper than a fresh buffer's page
+  faults, and ``torch.where`` (a full copy) cost ~7% of InLine-PVT-T inference.
+* The ``d x d`` statistics are reduced in fp32 even under autocast: their sum runs
+  over every token of a high-resolution map, and a bounded mean (rather than a raw
+  sum) in fp32 is what keeps fp16/bf16 from overflowing.  Token-wise products stay
+  in the input dtype.
+"""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from .padding import NO_PADDING, ValidMap
+
+__all__ = ['inline_qkv', 'inline_attention', 'local_residual', 'is_exporting',
+           'reference_inline_attention', 'reference_local_residual', 'reference_attention']
+
+_F32 = torch.float32
+
+
+def _autocast_off(t: torch.Tensor):
+    return torch.autocast(device_type=t.device.type, enabled=False)
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == _F32 else t.float()
+
+
+def _conv_cl(x: torch.Tensor) -> torch.Tensor:
+    """``(B, H, W, C)`` -> the same memory as a channels-last ``(B, C, H, W)`` view."""
+    return x.permute(0, 3, 1, 2)
+
+
+def _v_image(v: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+    """``(B, heads, H*W, d)`` view of V -> contiguous ``(B, H, W, C)`` copy, returned as
+    its channels-last ``(B, C, H, W)`` view."""
+    b, heads, n, d = v.shape
+    return _conv_cl(v.transpose(1, 2).reshape(b, hw[0], hw[1], heads * d))
+
+
+def _masked_kv(qkv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """K and V of the packed ``qkv`` ``(B, 3, heads, N, d)`` times the ``(B, N)`` bool
+    token mask, in a new buffer laid out token-major like the projection output;
+    returned as its ``(B, 2, heads, N, d)`` view."""
+    b, _, heads, n, d = qkv.shape
+    buf = qkv.new_empty((b, n, 2, heads, d))
+    torch.mul(qkv[:, 1:].permute(0, 3, 1, 2, 4), mask.view(b, n, 1, 1, 1), out=buf)
+    return buf.permute(0, 2, 3, 1, 4)
+
+
+class _InLineFunction(torch.autograd.Function):
+    """InLine attention of a packed ``qkv`` view, optionally with the local term.
+
+    Inputs: ``qkv`` ``(B, 3, heads, N, d)`` (any strides; the projection output
+    ``(B, N, 3C)`` viewed without a copy), ``kernels`` ``(B, C, 3, 3)`` or None,
+    ``bias`` ``(C,)`` or None (added with the local term), ``hw``, ``scale``,
+    ``prefix`` (tokens before the ``H x W`` map: in the linear term, not in the
+    local one), and for a padded batch ``counts`` ``(B,)`` fp32 (tokens each
+    sample's means divide by) with ``mask`` ``(B, N)`` bool (its tokens), or None.
+    Output: ``(B, N, C)`` in token layout.
+    """
+
+    @staticmethod
+    def forward(ctx, qkv, kernels, bias, hw, scale, prefix=0, counts=None, mask=None):
+        with _autocast_off(qkv):
+            b, _, heads, n, d = qkv.shape
+            c = heads * d
+            dt = qkv.dtype
+            q = qkv[:, 0]                                                   # (B, heads, N, d)
+            kv = qkv[:, 1:] if mask is None else _masked_kv(qkv, mask)
+            k, v = kv.unbind(1)
+            # Tokens each sample's statistics are over: a number, or (B, 1, 1, 1).
+            per = n if counts is None else counts.view(b, 1, 1, 1)
+            means = kv.sum(dim=3, keepdim=True, dtype=_F32).div_(
+                per if counts is None else per.unsqueeze(1))
+            k_mean, v_mean = means.unbind(1)                                # (B, heads, 1, d)
+
+            cov = qkv.new_empty((b, heads, d, d), dtype=_F32)
+            for i in range(b):
+                # In fp32 this reads the strided views directly; in fp16/bf16 the
+                # per-sample fp32 copy keeps the reduction exact and bounded.
+                torch.bmm(_f32(k[i]).transpose(1, 2), _f32(v[i]), out=cov[i])
+            cov.div_(per).sub_(k_mean.transpose(-2, -1) @ v_mean)
+            m = cov.mul_(scale).to(dt)                                      # (B, heads, d, d)
+
+            out = qkv.new_empty((b, n, c))
+            out_h = out.view(b, n, heads, d).transpose(1, 2)                # (B, heads, N, d)
+            # mean(V) rides along as the convolution bias where the local term covers
+            # every token; prefix tokens have none, so then it joins the product.
+            fold_mean = kernels is not None and prefix == 0
+            for i in range(b):
+                if fold_mean:
+                    torch.bmm(q[i], m[i], out=out_h[i])
+                else:
+                    torch.baddbmm(v_mean[i].to(dt), q[i], m[i], out=out_h[i])
+            if kernels is not None:
+                kernels = kernels.to(dt).reshape(b, c, 1, 3, 3)
+                conv_bias = v_mean.reshape(b, c) if fold_mean else None
+                if bias is not None:
+                    conv_bias = bias.to(_F32).expand(b, c) if conv_bias is None \
+                        else conv_bias + bias.to(_F32)
+                conv_bias = [None] * b if conv_bias is None else conv_bias.to(dt)
+                x_img = _v_image(v[:, :, prefix:], hw)
+                for i in range(b):
+                    local = F.conv2d(x_img[i:i + 1], kernels[i], conv_bias[i], padding=1, groups=c)
+                    out[i, prefix:].add_(local.permute(0, 2, 3, 1).reshape(n - prefix, c))
+        # Neither the image copy of V nor the masked K/V is kept: the backward makes
+        # them again rather than holding N x C per block for the whole forward pass.
+        ctx.save_for_backward(qkv, m, means, kernels, counts, mask)
+        ctx.scale, ctx.hw, ctx.prefix, ctx.has_bias = scale, hw, prefix, bias is not None
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        qkv, m, means, kernels, counts, mask = ctx.saved_tensors
+        need_qkv, need_kernels, need_bias = ctx.needs_input_grad[:3]
+        scale, p = ctx.scale, ctx.prefix
+        with _autocast_off(qkv):
+            b, _, heads, n, d = qkv.shape
+            c = heads * d
+            dt = qkv.dtype
+            grad = grad.contiguous()
+            q = qkv[:, 0]
+            kv = qkv[:, 1:] if mask is None else _masked_kv(qkv, mask)
+            k, v = kv.unbind(1)
+            grad_sum = grad.sum(dim=1, dtype=_F32)                          # (B, C)
+            grad_qkv = grad_kernels = grad_bias = None
+
+            # Local term first, so that its N x C temporaries are gone before the
+            # 3 N x C gradient buffer exists.
+            grad_local = None
+            if kernels is not None and (need_qkv or need_kernels):
+                h, w = ctx.hw
+                grad_img = _conv_cl(grad[:, p:].view(b, h, w, c))
+                x_img = _v_image(v[:, :, p:], ctx.hw)
+                grad_local, dk_list = [], []
+                for i in range(b):
+                    dx, dw, _ = torch.ops.aten.convolution_backward(
+                        grad_img[i:i + 1], x_img[i:i + 1], kernels[i], None, [1, 1], [1, 1],
+                        [1, 1], False, [0, 0], c, [need_qkv, need_kernels, False])
+                    grad_local.append(dx)
+                    if need_kernels:
+                        dk_list.append(dw.view(c, 3, 3))
+                del x_img
+                if need_kernels:
+                    grad_kernels = torch.stack(dk_list)
+
+            if need_qkv:
+                k_mean, v_mean = means.unbind(1)
+                grad_h = grad.view(b, n, heads, d).transpose(1, 2)          # (B, heads, N, d)
+                # dM = Q^T dO and dCov = s dM, per sample in fp32.
+                dcov = qkv.new_empty((b, heads, d, d), dtype=_F32)
+                for i in range(b):
+                    torch.bmm(_f32(q[i]).transpose(1, 2), _f32(grad_h[i]), out=dcov[i])
+                if counts is None:
+                    per = n
+                    dcov_n = dcov.mul_(scale / n)                            # dCov / n
+                else:
+                    per = counts.view(b, 1, 1, 1)
+                    dcov_n = dcov.mul_(scale).div_(per)
+                # The mean terms of dK and dV reduce to per-sample row offsets.
+                off_k = -(v_mean @ dcov_n.transpose(-2, -1))
+                off_v = grad_sum.view(b, heads, 1, d).div(per) - k_mean @ dcov_n
+                dcov_n = dcov_n.to(dt)
+                off_k, off_v = off_k.to(dt), off_v.to(dt)
+
+                # Written in the (B, N, 3, heads, d) layout of the projection output.
+                grad_tok = qkv.new_empty((b, n, 3, heads, d))
+                grad_qkv = grad_tok.permute(0, 2, 3, 1, 4)                  # (B, 3, heads, N, d)
+                dq, dk, dv = grad_qkv.unbind(1)
+                for i in range(b):
+                    torch.bmm(grad_h[i], m[i].transpose(1, 2), out=dq[i])
+                    torch.baddbmm(off_k[i], v[i], dcov_n[i].transpose(1, 2), out=dk[i])
+                    torch.baddbmm(off_v[i], k[i], dcov_n[i], out=dv[i])
+                    if grad_local is not None:
+                        dx = grad_local[i]
+                        grad_local[i] = None
+                        grad_tok[i, p:, 2].view(n - p, c).add_(
+                            dx.permute(0, 2, 3, 1).reshape(n - p, c))
+                if mask is not None:
+                    # K and V outside an image did not enter the result.
+                    grad_tok[:, :, 1:].mul_(mask.view(b, n, 1, 1, 1))
+            if need_bias and ctx.has_bias:
+                grad_bias = (grad_sum if p == 0 else grad[:, p:].sum(dim=1, dtype=_F32)).sum(0)
+        return grad_qkv, grad_kernels, grad_bias, None, None, None, None, None
+
+
+def _depthwise3x3_batched(x_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
+    """Depthwise 3x3 convolution, zero padding 1, with a kernel per sample, without a
+    loop over the batch: nine shifted multiply-adds.
+
+    ``x_img`` ``(B, C, H, W)``, ``kernels`` ``(B, C, 3, 3)`` -> ``(B, C, H, W)``.  A
+    tracer records the batch as a free dimension here (a per-sample loop would bake
+    it in), and ONNX gets plain Pad/Slice/Mul/Add nodes.
+    """
+    h, w = x_img.shape[-2:]
+    xp = F.pad(x_img, (1, 1, 1, 1))
+    out = None
+    for dy in range(3):
+        for dx in range(3):
+            term = xp[:, :, dy:dy + h, dx:dx + w] * kernels[:, :, dy, dx, None, None]
+            out = term if out is None else out + term
+    return out
+
+
+def _inline_traced(qkv, kernels, bias, hw, scale, prefix=0, counts=None, mask=None,
+                   batched_local=False):
+    """:class:`_InLineFunction`'s forward as differentiable ops: for ``torch.compile``
+    and, with ``batched_local`` (no loop over samples), for ``torch.jit.trace`` and
+    ONNX export."""
+    b, _, heads, n, d = qkv.shape
+    c = heads * d
+    q, k, v = qkv.unbind(1)
+    if mask is not None:
+        keep = mask.view(b, 1, n, 1)
+        k, v = k * keep, v * keep
+    with _autocast_off(qkv):
+        kf, vf = _f32(k), _f32(v)
+        if counts is None:
+            per = n
+            k_mean, v_mean = kf.mean(dim=2, keepdim=True), vf.mean(dim=2, keepdim=True)
+        else:
+            per = counts.view(b, 1, 1, 1)
+            k_mean, v_mean = kf.sum(dim=2, keepdim=True) / per, vf.sum(dim=2, keepdim=True) / per
+        cov = kf.transpose(-2, -1) @ vf / per - k_mean.transpose(-2, -1) @ v_mean
+        m = (cov * scale).to(q.dtype)
+        out = (q @ m).transpose(1, 2).reshape(b, n, c)
+        out = out + v_mean.reshape(b, 1, c).to(out.dtype)
+        if kernels is None:
+            return out
+        h, w = hw
+        x_img = _conv_cl(v[:, :, prefix:].transpose(1, 2).reshape(b, h, w, c))
+        if batched_local:
+            local = _depthwise3x3_batched(x_img, kernels.to(out.dtype).reshape(b, c, 3, 3))
+        else:
+            kernels = kernels.to(out.dtype).reshape(b, c, 1, 3, 3)
+            local = torch.cat([F.conv2d(x_img[i:i + 1], kernels[i], padding=1, groups=c)
+                               for i in range(b)])
+        local = local.permute(0, 2, 3, 1).reshape(b, n - prefix, c)
+        if bias is not None:
+            local = local + bias.to(local.dtype)
+        if prefix:
+            return torch.cat([out[:, :prefix], out[:, prefix:] + local], dim=1)
+        return out + local
+
+
+def is_exporting() -> bool:
+    """Whether a graph is being recorded by ``torch.jit.trace`` or the TorchScript ONNX
+    exporter (their tracer cannot record the hand-written autograd function)."""
+    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+
+
+def _inline(qkv, kernels, bias, hw, scale, prefix=0, counts=None, mask=None):
+    """Dispatch: the hand-written kernel in eager mode, plain ops when compiling,
+    loop-free plain ops when tracing or exporting. Arguments: see
+    :class:`_InLineFunction`."""
+    if is_exporting():
+        return _inline_traced(qkv, kernels, bias, hw, scale, prefix, counts, mask,
+                              batched_local=True)
+    if torch.compiler.is_compiling():
+        return _inline_traced(qkv, kernels, bias, hw, scale, prefix, counts, mask)
+    return _InLineFunction.apply(qkv, kernels, bias, hw, scale, prefix, counts, mask)
+
+
+def inline_qkv(qkv: torch.Tensor, num_heads: int, hw: Tuple[int, int], scale: float,
+               kernels: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+               num_prefix_tokens: int = 0, valid: ValidMap = NO_PADDING,
+               qkv_is_scratch: bool = False) -> torch.Tensor:
+    """InLine attention, local term included, from a projection's ``qkv`` output.
+
+    Args:
+        qkv (Tensor): ``(B, N, 3C)`` queries, keys, values (in that order along the
+            last axis, heads contiguous within each), ``N = num_prefix_tokens + H*W``.
+            Not written (but see ``qkv_is_scratch``).
+        num_heads (int): Heads; must divide ``C``.
+        hw (tuple[int, int]): The map size ``(H, W)``.
+        scale (float): ``s`` of the formula.
+        kernels (Tensor, optional): ``(B, C, 3, 3)`` local kernels; None: no local term.
+        bias (Tensor, optional): ``(C,)`` added with the local term (LePE's bias).
+        num_prefix_tokens (int): Tokens before the map (a class token): in the linear
+            term, outside the local one. Default: 0.
+        valid (ValidMap): Each image's tokens of a padded batch (``mask`` and
+            ``counts``, prefix included): the statistics run over them only and the
+            local term sees zeros outside them. Default: ``NO_PADDING``.
+        qkv_is_scratch (bool): ``qkv`` is the caller's own projection output, made
+            for this call and read by nothing else, so K and V outside the images may
+            be zeroed in it in place rather than in a copy (a fresh buffer of 2 N x C
+            costs its page faults: ~10% of the attention at 128x128 tokens). Only the
+            caller can know this; by default ``qkv`` is not written. Default: False.
+
+    Returns:
+        Tensor: ``(B, N, C)``, before any output projection.
+    """
+    b, n, c3 = qkv.shape
+    (h, w), p = hw, num_prefix_tokens
+    if p + h * w != n:
+        raise ValueError(f'{n} tokens do not form a {h}x{w} map' if p == 0 else
+                         f'{n} tokens are not {p} prefix token(s) plus a {h}x{w} map')
+    c = c3 // 3
+    packed = qkv.reshape(b, n, 3, num_heads, c // num_heads).permute(0, 2, 3, 1, 4)
+    mask = valid.mask
+    if mask is not None and qkv_is_scratch:
+        valid.zero_(qkv[..., c:])                                           # K and V
+        mask = None
+    return _inline(packed, kernels, bias, hw, scale, p, valid.counts, mask)
+
+
+def inline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     scale: Optional[float] = None) -> torch.Tensor:
+    """Injective linear attention (identity kernel) over all tokens, without the
+    local term (Han et al., NeurIPS 2024, eq. 5 with the scale ``s / n``).
+
+    Args:
+        q, k, v (Tensor): ``(B, heads, N, d)``.
+        scale (float, optional): ``s`` in the formula. Defaults to ``d ** -0.5``.
+
+    Returns:
+        Tensor: ``(B, heads, N, d)`` (a view of a token-layout ``(B, N, heads * d)``
+        tensor) in the common dtype of the inputs.
+    """
+    if not (q.shape == k.shape == v.shape) or q.dim() != 4:
+        raise ValueError(f'q, k, v must share one (B, heads, N, d) shape, got '
+                         f'{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
+    b, heads, n, d = q.shape
+    if scale is None:
+        scale = d ** -0.5
+    out = _inline(torch.stack((q, k, v), dim=1), None, None, None, scale)
+    return out.view(b, n, heads, d).transpose(1, 2)
+
+
+def local_residual(v_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
+    """Depthwise 3x3 convolution with a different kernel for every sample.
+
+    Runs per sample in channels-last layout (see the module notes); the result is
+    returned as a contiguous NCHW tensor (some mmcv ops misread channels-last views).
+
+    Args:
+        v_img (Tensor): ``(B, C, H, W)``.
+        kernels (Tensor): ``(B, C, 3, 3)``.
+
+    Returns:
+        Tensor: ``(B, C, H, W)``, zero padding 1.
+    """
+    b, c = v_img.shape[:2]
+    if kernels.shape != (b, c, 3, 3):
+        raise ValueError(f'kernels must be (B, C, 3, 3) = {(b, c, 3, 3)}, got {tuple(kernels.shape)}')
+    if is_exporting():
+        return _depthwise3x3_batched(v_img, kernels.to(v_img.dtype))
+    x = v_img.contiguous(memory_format=torch.channels_last)
+    kernels = kernels.to(x.dtype).unsqueeze(2)
+    out = torch.cat([F.conv2d(x[i:i + 1], kernels[i], padding=1, groups=c) for i in range(b)])
+    return out.contiguous()
+
+
+# --------------------------------------------------------------------------- reference
+# The formula of Han et al. (NeurIPS 2024, arXiv 2412.06590, eq. 5 with the ``s / n``
+# scale of the official code), written term by term with autograd doing the backward:
+# what the tests hold the fast kernel to, and what python -m benchmarks times it against.
+
+def reference_inline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               scale: float) -> torch.Tensor:
+    """``(B, heads, N, d)`` -> ``(B, heads, N, d)``:
+    ``(s / n) q_i K^T V + (1 - s q_i mean(K)^T) mean(V)``."""
+    n = k.shape[-2]
+    k_mean = k.mean(dim=-2, keepdim=True)
+    v_mean = v.mean(dim=-2, keepdim=True)
+    return (scale / n) * (q @ (k.transpose(-2, -1) @ v)) \
+        + (1 - scale * (q @ k_mean.transpose(-2, -1))) * v_mean
+
+
+def reference_local_residual(v_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
+    """Per-sample depthwise 3x3 convolution as the official code writes it: the batch
+    folded into the channels of one grouped convolution, zero padding 1."""
+    b, c, h, w = v_img.shape
+    out = F.conv2d(v_img.reshape(1, b * c, h, w), kernels.reshape(b * c, 1, 3, 3),
+                   padding=1, groups=b * c)
+    return out.reshape(b, c, h, w)
+
+
+def reference_attention(attn, x: Optional[torch.Tensor] = None,
+                        hw: Optional[Tuple[int, int]] = None,
+                        token_mean: Optional[torch.Tensor] = None,
+                        qkv: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """What an :class:`~.attention.InLineAttention` ``attn`` computes, from its
+    parameters and the reference functions: ``forward(x, hw, token_mean)``, or
+    ``attend(qkv, hw, token_mean)`` when ``qkv`` is given."""
+    if qkv is None:
+        qkv = attn.qkv(x)
+        token_mean = x.mean(dim=1) if token_mean is None else token_mean
+    b, n, _ = qkv.shape
+    c, heads, d, p = attn.dim, attn.num_heads, attn.head_dim, attn.num_prefix_tokens
+    h, w = hw
+    q, k, v = qkv.reshape(b, n, 3, heads, d).permute(2, 0, 3, 1, 4)
+    out = reference_inline_attention(q, k, v, attn.scale).transpose(1, 2).reshape(b, n, c)
+    v_img = v[:, :, p:].transpose(1, 2).reshape(b, h, w, c).permute(0, 3, 1, 2)
+    kernels = attn.residual(token_mean.unsqueeze(-1)).reshape(b, c, 3, 3)
+    local = reference_local_residual(v_img, kernels)
+    if attn.lepe is not None:
+        local = local + attn.lepe(v_img)
+    out = torch.cat([out[:, :p], out[:, p:] + local.flatten(2).transpose(1, 2)], dim=1)
+    return out if attn.proj is None else attn.proj(out)
