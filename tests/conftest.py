@@ -1,4 +1,5 @@
 import functools
+import json
 import os
 from pathlib import Path
 
@@ -75,6 +76,85 @@ def pytest_configure(config):
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| / max |b|, the measure of the numerical contract."""
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+
+
+#: the golden cases (tests/data/golden/cases.json): the official architecture, input and
+#: weights file of each ``<case>_expected.pth`` (tools/dev/make_goldens.py writes both)
+GOLDEN_CASES = json.loads((GOLDEN / 'cases.json').read_text())
+
+
+def golden_weights(case: str) -> str:
+    """The official checkpoint a case runs: its own, or another case's at a new input size."""
+    entry = GOLDEN_CASES[case]
+    name = entry.get('weights') or entry.get('checkpoint') or f'{case}.pth'
+    return str(GOLDEN / name)
+
+
+def golden_family(case: str):
+    """The :class:`~inline_mm.models.Family` of a case (``inline_swin_...`` -> InLineSwin)."""
+    by_prefix = {name.lower().replace('inline', 'inline_'): f for name, f in FAMILIES.items()}
+    return next(f for prefix, f in by_prefix.items() if case.startswith(prefix + '_'))
+
+
+def _stage_types(letters: str) -> tuple:
+    return tuple({'I': 'inline', 'S': 'softmax'}[c] for c in letters)
+
+
+#: official architecture (cases.json) -> our backbone's arguments, per family; DeiT taps
+#: every block, so every block is an output, and its table is at the 224 training size.
+_GOLDEN_ARGS = {
+    'InLineSwin': lambda a: dict(embed_dims=a['embed_dim'], depths=tuple(a['depths']),
+                                 num_heads=tuple(a['num_heads']),
+                                 stage_types=_stage_types(a['attn_type'])),
+    'InLinePVT': lambda a: dict(embed_dims=tuple(a['embed_dims']), depths=tuple(a['depths']),
+                                num_heads=tuple(a['num_heads'])),
+    'InLineCSwin': lambda a: dict(embed_dims=a['embed_dim'], depths=tuple(a['depth']),
+                                  num_heads=tuple(a['num_heads'])),
+    'InLineDeiT': lambda a: dict(embed_dims=a['embed_dim'], depth=a['depth'],
+                                 num_heads=a['num_heads'], pretrain_img_size=224,
+                                 out_indices=tuple(range(a['depth']))),
+}
+
+
+def golden_args(case: str) -> dict:
+    """Our backbone's arguments for the architecture of a golden case."""
+    return _GOLDEN_ARGS[golden_family(case).name](GOLDEN_CASES[case]['architecture'])
+
+
+def golden_model(case: str, checkpoint=None, **kw):
+    """The case's backbone (``kw`` overriding its arguments), loaded from ``checkpoint``
+    (default: the case's weights) through ``init_cfg`` as a config loads it, in eval mode."""
+    model = golden_family(case).cls(
+        **{**golden_args(case), **kw}, drop_path_rate=0.,
+        init_cfg=dict(type='Pretrained', checkpoint=str(checkpoint or golden_weights(case))))
+    model.init_weights()
+    return model.eval()
+
+
+#: where each family's golden taps are read: (tap name, modules, their output -> tokens)
+GOLDEN_TAPS = {
+    'InLineSwin': ('stage', lambda m: m.layers, lambda o: o),
+    'InLinePVT': ('stage', lambda m: m.stages, lambda o: o[0]),
+    'InLineCSwin': ('stage', lambda m: m.stages, lambda o: o[0]),
+    'InLineDeiT': ('block', lambda m: m.blocks, lambda o: o),
+}
+
+
+def golden_run(case: str):
+    """Run a case: (model, expected dict, {tap name: tokens}, backbone outputs)."""
+    expected = torch.load(GOLDEN / f'{case}_expected.pth', weights_only=True)
+    model = golden_model(case)
+    name, modules, tokens = GOLDEN_TAPS[golden_family(case).name]
+    taps = {}
+    hooks = [m.register_forward_hook(lambda m, i, o, k=k: taps.__setitem__(f'{name}{k}', tokens(o)))
+             for k, m in enumerate(modules(model))]
+    try:
+        with torch.no_grad():
+            outs = model(expected['input'])
+    finally:
+        for h in hooks:
+            h.remove()
+    return model, expected, taps, outs
 
 
 @pytest.fixture
