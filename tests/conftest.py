@@ -1,6 +1,7 @@
 import functools
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,19 @@ from inline_mm.models import FAMILIES
 # replace fails (naming the file) instead of reaching the weights' host. Tests of the
 # downloads (test_weights.py) lift this for a server of their own on 127.0.0.1.
 os.environ['INLINE_MM_OFFLINE'] = '1'
+
+
+def _threads_per_process() -> int:
+    """INLINE_MM_TEST_THREADS, else the cores shared out among pytest-xdist's workers (2
+    for a plain run on the 2-core CI machine, 1 each for `make test`'s two workers)."""
+    if os.environ.get('INLINE_MM_TEST_THREADS'):
+        return int(os.environ['INLINE_MM_TEST_THREADS'])
+    workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+    return max(1, min(2, (os.cpu_count() or 1) // workers))
+
+
 # Keep the 2-core machine usable by parallel jobs and results repeatable.
-torch.set_num_threads(int(os.environ.get('INLINE_MM_TEST_THREADS', '2')))
+torch.set_num_threads(_threads_per_process())
 # The suite runs in-process with inline_mm's mmengine behaviours on, as tools/train.py
 # and the shipped configs run; what a bare `import inline_mm` does is tested in a
 # subprocess (test_package.py).
@@ -170,6 +182,35 @@ def golden():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+#: the marks of the tests `make test-fast` leaves out: only these may start a process
+SPAWNING_MARKS = ('subprocess', 'slow')
+
+
+@pytest.fixture(autouse=True)
+def _unmarked_tests_start_no_process(request, monkeypatch):
+    """`make test-fast` is every test marked neither ``subprocess`` nor ``slow``: in-process
+    models and units. Hold every other test to that in every run, so that the fast target
+    cannot silently grow a tool run: a test that starts a process (subprocess, os.system)
+    without the mark fails, naming the command."""
+    if any(request.node.get_closest_marker(m) for m in SPAWNING_MARKS):
+        yield
+        return
+    started = []
+
+    def refuse(args):
+        started.append(args)
+        raise RuntimeError(f'{request.node.nodeid} starts a process ({args!r}) without '
+                           '@pytest.mark.subprocess (make test-fast runs it)')
+
+    monkeypatch.setattr(subprocess.Popen, '_execute_child',
+                        lambda self, args, *a, **kw: refuse(args))
+    monkeypatch.setattr(os, 'system', refuse)
+    yield
+    if started:     # (also when the code under test swallowed the error)
+        pytest.fail(f'started a process without @pytest.mark.subprocess: {started[0]!r}',
+                    pytrace=False)
 
 
 def build_in_each_framework(cfg: dict) -> list:

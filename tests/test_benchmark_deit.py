@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.subprocess
 def test_quick_run_writes_ratio_table_split_csv_and_plot(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS='1')
     proc = subprocess.run([sys.executable, '-m', 'benchmarks', '--deit', '--quick', '--out-dir',

@@ -23,6 +23,7 @@ def _load_tool():
     return importlib.import_module('benchmarks.__main__')
 
 
+@pytest.mark.subprocess
 def test_quick_run_writes_table_and_csv(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS='1')
     proc = subprocess.run([sys.executable, '-m', 'benchmarks', '--padding', '--quick', '--out-dir',

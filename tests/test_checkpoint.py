@@ -147,6 +147,7 @@ def test_mmengine_load_from_says_what_the_file_is(not_a_checkpoint):
     _assert_explained(excinfo, says)
 
 
+@pytest.mark.subprocess
 def test_tools_test_names_a_checkpoint_that_is_no_checkpoint(tmp_path):
     """tools/test.py CONFIG PAGE.pth: mmengine's loader, as a user meets it."""
     from conftest import NANO_DET
@@ -194,6 +195,7 @@ def test_corrupt_safetensors(tmp_path):
         read_checkpoint(bad)
 
 
+@pytest.mark.subprocess
 def test_convert_tool_writes_tensors_only_file(tmp_path, golden):
     from inline_mm.models import InLineSwin
     path, _ = golden('inline_swin_tiny_224')
@@ -211,6 +213,7 @@ def test_convert_tool_writes_tensors_only_file(tmp_path, golden):
     assert torch.equal(model.norm3.weight, converted['norm3.weight'])
 
 
+@pytest.mark.subprocess
 def test_convert_tool_reports_errors(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / 'tools' / 'model_converters' / 'convert_checkpoint.py'),
                           str(tmp_path / 'missing.pth'), str(tmp_path / 'o.safetensors')],

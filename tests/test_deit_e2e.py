@@ -17,7 +17,7 @@ from inline_mm.toydata.coco import make_coco_toy
 ROOT = Path(__file__).resolve().parents[1]
 DEIT = ROOT / 'configs' / 'inline_deit'
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def _run(*args, timeout=300):

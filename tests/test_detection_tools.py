@@ -83,12 +83,14 @@ def trained(tiny):
     return dict(tiny, wd=wd, log=out.stdout + out.stderr)
 
 
+@pytest.mark.subprocess
 def test_det_train_writes_checkpoints(trained):
     assert logged_iters(trained['log']) == [1, 2]
     assert (trained['wd'] / 'iter_2.pth').is_file()
     assert (trained['wd'] / 'last_checkpoint').read_text().strip().endswith('iter_2.pth')
 
 
+@pytest.mark.subprocess
 def test_det_test_reports_box_and_mask_map(trained):
     out = tool('tools/test.py', trained['config'], str(trained['wd'] / 'iter_2.pth'),
                '--work-dir', str(trained['base'] / 'test'))
@@ -105,6 +107,7 @@ def test_det_test_reports_box_and_mask_map(trained):
     assert {'coco/bbox_mAP', 'coco/segm_mAP'} <= set(metrics)
 
 
+@pytest.mark.subprocess
 def test_det_resume_after_kill(tiny):
     wd = tiny['base'] / 'resume'
     # A long run, killed hard as soon as it has written a checkpoint.
@@ -141,6 +144,7 @@ def free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.subprocess
 def test_det_dist_train_two_cpu_processes(tiny):
     wd = tiny['base'] / 'dist'
     e = dict(env(), PORT=str(free_port()), PYTHON=sys.executable)
@@ -154,6 +158,7 @@ def test_det_dist_train_two_cpu_processes(tiny):
     assert (wd / 'iter_2.pth').is_file()
 
 
+@pytest.mark.subprocess
 def test_det_missing_backbone_checkpoint_fails_before_training(tiny):
     wd = tiny['base'] / 'missing'
     missing = str(tiny['base'] / 'no_such_dir' / 'inline_swin_t.pth')

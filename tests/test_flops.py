@@ -60,6 +60,7 @@ def test_flops_backbone_matches_table(config, gmacs):
     assert r['params'] > 1e6
 
 
+@pytest.mark.subprocess
 def test_flops_cli_whole_detector_json():
     out = subprocess.run(
         [sys.executable, 'tools/analysis_tools/get_flops.py', NANO, '--shape', '128', '160', '--json'],
@@ -90,6 +91,7 @@ def test_flops_cascade_detector(tmp_path):
     assert 0 < r['proposals'] <= 1000 and r['mask_rois'] == r['proposals']
 
 
+@pytest.mark.subprocess
 def test_flops_cli_rejects_bad_shape():
     out = subprocess.run([sys.executable, 'tools/analysis_tools/get_flops.py', NANO, '--shape', '1', '2', '3'],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -14,6 +14,7 @@ SMALL_SWIN = dict(type='InLineSwin', embed_dims=16, depths=(1, 1, 2, 1), num_hea
                   stage_types=('inline', 'inline', 'inline', 'softmax'), drop_path_rate=0.)
 
 
+@pytest.mark.subprocess
 def test_import_is_cheap_and_needs_no_compiled_ops():
     # Registry.get() would import the frameworks' model zoos itself: look at module_dict.
     code = ('import sys, inline_mm\n'
@@ -26,6 +27,7 @@ def test_import_is_cheap_and_needs_no_compiled_ops():
     assert 'heavy: []' in out.stdout
 
 
+@pytest.mark.subprocess
 def test_env_report():
     out = subprocess.run([sys.executable, '-m', 'inline_mm.env'], capture_output=True, text=True,
                          check=True).stdout
@@ -143,6 +145,7 @@ def _runner(work_dir, max_iters, **kw):
         randomness=dict(seed=0), experiment_name=f'toy{max_iters}{len(kw)}', **kw)
 
 
+@pytest.mark.subprocess
 def test_mmengine_resume_and_load_from_with_safe_loading(tmp_path):
     """torch >= 2.6 loads with weights_only=True; mmengine's own checkpoints (message hub
     history, numpy scalars) must still resume, without turning safe loading off."""

@@ -17,7 +17,7 @@ from inline_mm.toydata import segmentation as toy
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 TINY_RUN = """
 crop = (64, 64)

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / 'README.md').read_text()
 TIMEOUT = 400
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def readme_line(start: str) -> list:

@@ -90,6 +90,7 @@ def test_pretrained_without_file_says_what_to_pass():
         timm.create_model('inline_pvt_tiny', pretrained=True, features_only=True)
 
 
+@pytest.mark.subprocess
 def test_timm_entry_points_need_no_openmmlab():
     code = textwrap.dedent('''
         import importlib.abc, sys

@@ -442,6 +442,7 @@ print('path', weights.resolve(sys.argv[1]), flush=True)
 """
 
 
+@pytest.mark.subprocess
 def test_two_processes_download_once_and_never_see_a_partial_file(host, cache, swin_t_bytes):
     host.files['inline_swin_t.pth'] = swin_t_bytes
     host.pace = 2. / (len(swin_t_bytes) / (1 << 16))       # the body takes ~2 s
@@ -498,6 +499,7 @@ def test_cli_list_fetch_path_verify(host, cache, monkeypatch, capsys, swin_t_byt
     assert 'FAIL' in capsys.readouterr().out
 
 
+@pytest.mark.subprocess
 def test_cli_runs_as_a_module(cache):
     out = subprocess.run([sys.executable, '-m', 'inline_mm.weights', 'list'], cwd=ROOT,
                          capture_output=True, text=True, timeout=120,

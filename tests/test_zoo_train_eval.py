@@ -158,6 +158,7 @@ def _metrics(log: str, keys) -> dict:
     return found
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize('path', DISTINCT, ids=[p.name for p in DISTINCT])
 def test_trains_a_step_and_evaluates_through_the_tools(path, coco, ade, tmp_path):
     cfg = _shrunk(path)
