@@ -4,7 +4,6 @@ import pickle
 import re
 import subprocess
 import sys
-import types
 import zipfile
 from pathlib import Path
 
@@ -24,29 +23,11 @@ class Gadget:
         self.payload = payload
 
 
-def _fake_yacs():
-    """A stand-in for yacs.config.CfgNode, pickled the way the official script did."""
-    pkg, mod = types.ModuleType('yacs'), types.ModuleType('yacs.config')
-
-    class CfgNode(dict):
-        def __init__(self, init=None):
-            super().__init__(init or {})
-            self.__dict__['__immutable__'] = False
-
-    CfgNode.__module__, CfgNode.__qualname__ = 'yacs.config', 'CfgNode'
-    mod.CfgNode, pkg.config = CfgNode, mod
-    return {'yacs': pkg, 'yacs.config': mod}, CfgNode
-
-
-def test_official_file_with_yacs_config_loads_inertly(tmp_path, golden, monkeypatch):
+def test_official_file_with_yacs_config_loads_inertly(tmp_path, golden, save_with_yacs_config):
     path, _ = golden('inline_swin_tiny_224')
     sd = torch.load(path, weights_only=True)['model']
-    modules, CfgNode = _fake_yacs()
-    with monkeypatch.context() as m:
-        for k, v in modules.items():
-            m.setitem(sys.modules, k, v)
-        cfg = CfgNode({'MODEL': CfgNode({'TYPE': 'inline_swin', 'DROP_PATH_RATE': 0.2})})
-        torch.save({'model': sd, 'config': cfg, 'epoch': 299}, tmp_path / 'official.pth')
+    save_with_yacs_config(tmp_path / 'official.pth', {'model': sd, 'epoch': 299},
+                          {'MODEL': {'TYPE': 'inline_swin', 'DROP_PATH_RATE': 0.2}})
     assert 'yacs' not in sys.modules
     ckpt = read_checkpoint(tmp_path / 'official.pth')
     assert 'yacs' not in sys.modules            # nothing of yacs was imported or run

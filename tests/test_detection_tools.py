@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_DET_MODEL
+from conftest import NANO_DET, write_tiny_config
+from support import free_port, subprocess_env
 from inline_mm.toydata.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ def tiny(tmp_path_factory):
     make_coco_toy(str(data), num_train=6, num_val=3, size=64, max_objects=2, seed=1)
     cfg = base / 'tiny.py'
     cfg.write_text(f"""
-{TINY_DET_MODEL}
+_base_ = {str(write_tiny_config(NANO_DET, base / 'tiny_base.py'))!r}
 data_root = {str(data) + '/'!r}
 train_pipeline = [
     dict(type='LoadImageFromFile'),
@@ -60,14 +60,8 @@ log_processor = dict(window_size=1)
     return dict(base=base, config=str(cfg), data=data)
 
 
-def env():
-    e = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
-    e['PYTHONPATH'] = str(ROOT) + os.pathsep + e.get('PYTHONPATH', '')
-    return e
-
-
 def tool(*args, timeout=TIMEOUT):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env(), capture_output=True,
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=subprocess_env(), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -114,7 +108,7 @@ def test_det_resume_after_kill(tiny):
     proc = subprocess.Popen(
         [sys.executable, 'tools/train.py', tiny['config'], '--work-dir', str(wd),
          '--cfg-options', 'train_cfg.max_iters=200', 'default_hooks.checkpoint.interval=2'],
-        cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
     marker = wd / 'last_checkpoint'
     deadline = time.time() + TIMEOUT
@@ -138,16 +132,10 @@ def test_det_resume_after_kill(tiny):
     assert (wd / f'iter_{done + 2}.pth').is_file()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.subprocess
 def test_det_dist_train_two_cpu_processes(tiny):
     wd = tiny['base'] / 'dist'
-    e = dict(env(), PORT=str(free_port()), PYTHON=sys.executable)
+    e = subprocess_env(PORT=str(free_port()), PYTHON=sys.executable)
     out = subprocess.run(['bash', 'tools/dist_train.sh', tiny['config'], '2', '--work-dir',
                           str(wd)], cwd=ROOT, env=e, capture_output=True, text=True,
                          timeout=TIMEOUT)

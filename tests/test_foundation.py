@@ -7,11 +7,12 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
+from conftest import out_channels, shrink_backbone
 
 import inline_mm  # noqa: F401  (registers the backbones)
 
-SMALL_SWIN = dict(type='InLineSwin', embed_dims=16, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8),
-                  stage_types=('inline', 'inline', 'inline', 'softmax'), drop_path_rate=0.)
+#: the tests' tiny InLine-Swin (16 to 128 channels) in the frameworks' own configs
+SMALL_SWIN = shrink_backbone(dict(type='InLineSwin'))
 
 
 @pytest.mark.subprocess
@@ -57,7 +58,7 @@ def test_mmdet_mask_rcnn_loss_and_predict(tmp_path):
     from mmdet.utils import register_all_modules
     register_all_modules()
     cfg = _build(tmp_path, 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py', SMALL_SWIN,
-                 [16, 32, 64, 128])
+                 out_channels(SMALL_SWIN))
     model = MODELS.build(cfg.model)
     model.init_weights()
     packed = demo_mm_inputs(2, [[3, 96, 128], [3, 80, 112]], num_items=[2, 1], with_mask=True)

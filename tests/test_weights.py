@@ -544,6 +544,7 @@ def test_progress_on_a_terminal_shows_size_speed_and_time_left(host, tmp_path, m
 
 
 # ------------------------------------------------------------------ end to end
+@pytest.mark.subprocess
 def test_train_with_a_url_in_init_cfg(host, cache, tmp_path):
     """tools/train.py on a shipped UperNet config, shrunk, whose init_cfg is an official-
     style link on the server: the run downloads, verifies and loads it, then trains."""
