@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence
 
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
-from support import ROOT, TESTS, free_port, subprocess_env
+from support import ROOT, TESTS, free_port, subprocess_env, write_tiny_config
 PY = sys.executable
 SHIPPED = {
     'upernet': ROOT / 'configs/inline_swin' /
@@ -50,9 +50,11 @@ def write_config(path: Path, base, body: str = '', probes: bool = False) -> Path
 
 def tiny_config(tmp: Path, shipped: str, body: str = 'upernet', extra: str = '',
                 name: str = 'tiny', probes: bool = False) -> Path:
-    """A shipped config shrunk by a body in tests/configs; ``extra`` goes in a child
-    config (a second assignment in one file would replace, not merge)."""
-    tiny = write_config(tmp / f'{name}_base.py', SHIPPED[shipped], BODIES[body].read_text())
+    """A shipped config, its model shrunk (support.write_tiny_config), with the training
+    settings of a body in tests/configs; ``extra`` goes in a child config (a second
+    assignment in one file would replace, not merge)."""
+    shrunk = write_tiny_config(SHIPPED[shipped], tmp / f'{name}_shrunk.py')
+    tiny = write_config(tmp / f'{name}_base.py', shrunk, BODIES[body].read_text())
     return write_config(tmp / f'{name}.py', tiny, extra, probes=probes)
 
 

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_tiny_config
-from support import subprocess_env
+from support import subprocess_env, write_tiny_config
 
 from inline_mm.toydata import segmentation as toy_seg
 from inline_mm.toydata.coco import make_coco_toy

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NANO_DET, write_tiny_config
-from support import free_port, subprocess_env
+from conftest import NANO_DET
+from support import free_port, subprocess_env, write_tiny_config
 from inline_mm.toydata.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300
 
-pytestmark = pytest.mark.slow
+# One worker for the module: its tests share one training run (the module fixture).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('detection_tools')]
 
 
 @pytest.fixture(scope='module')
@@ -61,8 +62,8 @@ log_processor = dict(window_size=1)
 
 
 def tool(*args, timeout=TIMEOUT):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=subprocess_env(), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def logged_iters(text):

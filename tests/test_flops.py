@@ -81,7 +81,7 @@ def test_flops_cascade_detector(tmp_path):
     """A Cascade Mask R-CNN (shrunken): per-image lists out of its RoI head."""
     from mmengine.config import Config
 
-    from conftest import shrink_detector
+    from support import shrink_detector
     cfg = Config.fromfile(
         str(ROOT / 'configs/inline_swin/cascade-mask-rcnn_inline-swin-t_fpn_1x_coco.py'))
     config = tmp_path / 'cascade.py'

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
-from conftest import out_channels, shrink_backbone
+from support import out_channels, shrink_backbone
 
 import inline_mm  # noqa: F401  (registers the backbones)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NANO_DET, write_tiny_config
-from support import subprocess_env
+from conftest import NANO_DET
+from support import subprocess_env, write_tiny_config
 from inline_mm.toydata.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / 'README.md').read_text()
 TIMEOUT = 400
 
-pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+# One worker for the module: its tests share two training runs (module fixtures).
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess, pytest.mark.xdist_group('stock_tools')]
 
 
 def readme_line(start: str) -> list:
