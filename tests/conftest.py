@@ -174,6 +174,28 @@ def golden():
 
 
 @pytest.fixture
+def golden_layouts(tmp_path):
+    """golden_layouts(case) -> {layout: path}: the case's official weights as the file
+    itself, as a bare state dict, inside an OpenMMLab checkpoint (``backbone.`` prefix, a
+    key of another module, under ``state_dict``) and converted to ``.safetensors``: every
+    layout a backbone's ``init_cfg`` accepts."""
+    from inline_mm.models import convert_official, save_converted
+
+    def save(case):
+        official = golden_weights(case)
+        state = torch.load(official, weights_only=True)['model']
+        paths = {'official': official, 'plain': tmp_path / 'plain.pth',
+                 'mm': tmp_path / 'mm.pth', 'converted': tmp_path / 'converted.safetensors'}
+        torch.save(state, paths['plain'])
+        mm = {f'backbone.{k}': v for k, v in state.items()}
+        mm['neck.fpn.weight'] = torch.zeros(3)
+        torch.save({'meta': {}, 'state_dict': mm}, paths['mm'])
+        save_converted(convert_official(state)[1], str(paths['converted']))
+        return paths
+    return save
+
+
+@pytest.fixture
 def save_with_yacs_config(monkeypatch):
     """save(path, payload, config): ``torch.save`` of ``payload`` plus ``config`` (nested
     dicts) as the yacs ``CfgNode`` the official training script pickled there, which

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import golden_args, golden_model, rel_err
 
-from inline_mm.models import CheckpointError, InLineCSwin, convert_official, save_converted
+from inline_mm.models import CheckpointError, InLineCSwin, convert_official
 from inline_mm.models.inline_cswin import LePEStripeAttention
 
 # The architecture of the golden case (its outputs: test_goldens.py).
@@ -122,19 +122,13 @@ def _to_official(state):
     return out
 
 
-def test_loads_every_accepted_layout(tmp_path, golden):
-    path, _ = golden('inline_cswin_tiny_224')
-    ref = load_golden_model(path).state_dict()
-    sd = torch.load(path, weights_only=True)['model']
+def test_loads_every_accepted_layout(tmp_path, golden_layouts):
+    paths = golden_layouts('inline_cswin_tiny_224')
+    ref = load_golden_model(paths['official']).state_dict()
+    sd = torch.load(paths['official'], weights_only=True)['model']
     assert _to_official(convert_official(sd)[1]).keys() == {k for k in sd if 'head' not in k}
-    mm = {'meta': {}, 'state_dict': {f'backbone.{k}': v for k, v in sd.items()}}
-    mm['state_dict']['neck.fpn.weight'] = torch.zeros(3)
-    paths = {'official': path, 'plain': tmp_path / 'plain.pth', 'mm': tmp_path / 'mm.pth',
-             'converted': tmp_path / 'converted.safetensors', 'ema': tmp_path / 'ema.pth'}
-    torch.save(sd, paths['plain'])
-    torch.save(mm, paths['mm'])
-    save_converted(convert_official(sd)[1], str(paths['converted']))
     # Official CSwin files also carry EMA weights; pick them with checkpoint_key.
+    paths['ema'] = tmp_path / 'ema.pth'
     torch.save({'model': {k: v + 1 for k, v in sd.items()}, 'state_dict_ema': sd}, paths['ema'])
     for name, p in paths.items():
         model = InLineCSwin(**TINY_GOLDEN, init_cfg=dict(

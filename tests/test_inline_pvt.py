@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from conftest import golden_args, golden_model, golden_run, rel_err
 
-from inline_mm.models import CheckpointError, InLinePVT, convert_official, save_converted
+from inline_mm.models import CheckpointError, InLinePVT, convert_official
 from inline_mm.models.inline_pvt import PositionEmbedding, SpatialReductionAttention
 
 # The architecture of the golden cases (their outputs: test_goldens.py).
@@ -142,17 +142,9 @@ def test_softmax_blocks_load_from_official_layout(tmp_path):
             assert torch.equal(dst.state_dict()[k], v), k
 
 
-def test_loads_every_accepted_layout(tmp_path, golden):
-    path, _ = golden('inline_pvt_tiny_224')
-    ref = load_golden_model(path).state_dict()
-    sd = torch.load(path, weights_only=True)['model']
-    mm = {'meta': {}, 'state_dict': {f'backbone.{k}': v for k, v in sd.items()}}
-    mm['state_dict']['decode_head.conv_seg.weight'] = torch.zeros(3)
-    paths = {'official': path, 'plain': tmp_path / 'plain.pth', 'mm': tmp_path / 'mm.pth',
-             'converted': tmp_path / 'converted.safetensors'}
-    torch.save(sd, paths['plain'])
-    torch.save(mm, paths['mm'])
-    save_converted(convert_official(sd)[1], str(paths['converted']))
+def test_loads_every_accepted_layout(golden_layouts):
+    paths = golden_layouts('inline_pvt_tiny_224')
+    ref = load_golden_model(paths['official']).state_dict()
     for name, p in paths.items():
         got = load_golden_model(p).state_dict()
         for k, v in ref.items():

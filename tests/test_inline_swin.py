@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import golden_args, golden_model, golden_run, rel_err
 
-from inline_mm.models import CheckpointError, InLineSwin, save_converted
+from inline_mm.models import CheckpointError, InLineSwin
 
 # The architecture of the golden case (its outputs: test_goldens.py).
 TINY_GOLDEN = golden_args('inline_swin_tiny_224')
@@ -124,26 +124,9 @@ def test_invalid_arguments(kwargs, message):
         InLineSwin(**kwargs)
 
 
-def _save_golden_variants(tmp_path, golden_path):
-    official = torch.load(golden_path, weights_only=True)
-    sd = official['model']
-    mm = {'meta': {}, 'state_dict': {f'backbone.{k}': v for k, v in sd.items()}}
-    mm['state_dict']['neck.fpn.weight'] = torch.zeros(3)
-    paths = {'official': golden_path,
-             'plain': tmp_path / 'plain.pth', 'mm': tmp_path / 'mm.pth'}
-    torch.save(sd, paths['plain'])
-    torch.save(mm, paths['mm'])
-    return paths
-
-
-def test_loads_every_accepted_layout(tmp_path, golden):
-    path, _ = golden('inline_swin_tiny_224')
-    ref = load_golden_model(path).state_dict()
-    paths = _save_golden_variants(tmp_path, path)
-    converted = tmp_path / 'converted.safetensors'
-    save_converted(InLineSwin(**TINY_GOLDEN).convert_checkpoint(
-        torch.load(path, weights_only=True)['model']), str(converted))
-    paths['converted'] = converted
+def test_loads_every_accepted_layout(golden_layouts):
+    paths = golden_layouts('inline_swin_tiny_224')
+    ref = load_golden_model(paths['official']).state_dict()
     for name, p in paths.items():
         got = load_golden_model(str(p)).state_dict()
         for k, v in ref.items():
