@@ -152,8 +152,9 @@ def golden_run(case: str):
     model = golden_model(case)
     name, modules, tokens = GOLDEN_TAPS[golden_family(case).name]
     taps = {}
-    hooks = [m.register_forward_hook(lambda m, i, o, k=k: taps.__setitem__(f'{name}{k}', tokens(o)))
-             for k, m in enumerate(modules(model))]
+    hooks = [module.register_forward_hook(
+        lambda m, i, o, k=k: taps.__setitem__(f'{name}{k}', tokens(o)))
+        for k, module in enumerate(modules(model))]
     try:
         with torch.no_grad():
             outs = model(expected['input'])

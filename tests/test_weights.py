@@ -549,8 +549,9 @@ def test_train_with_a_url_in_init_cfg(host, cache, tmp_path):
     """tools/train.py on a shipped UperNet config, shrunk, whose init_cfg is an official-
     style link on the server: the run downloads, verifies and loads it, then trains."""
     from reliability_support import env, run, tiny_config, toy_ade, train_cmd
-    tiny = dict(embed_dims=16, depths=(1, 1, 1, 1), num_heads=(1, 1, 2, 2),
-                stage_types=('inline', 'inline', 'inline', 'softmax'))    # the test body's
+    # the backbone of tiny_config's UperNet (support.shrink_backbone of the shipped one's)
+    tiny = {k: v for k, v in shrink_backbone(dict(type='InLineSwin')).items()
+            if k not in ('type', 'init_cfg')}
     host.files['inline_swin_t.pth'] = official_bytes(**tiny)
     host.links[LINK] = 'inline_swin_t.pth'
     url = f'{host.url}/f/{LINK}/?dl=1'
