@@ -9,7 +9,6 @@ import json
 import os
 import os.path as osp
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,9 +17,7 @@ from typing import Dict, List, Optional, Sequence
 
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
-
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = ROOT / 'tests'
+from support import ROOT, TESTS, free_port, subprocess_env, write_tiny_config
 PY = sys.executable
 SHIPPED = {
     'upernet': ROOT / 'configs/inline_swin' /
@@ -53,9 +50,11 @@ def write_config(path: Path, base, body: str = '', probes: bool = False) -> Path
 
 def tiny_config(tmp: Path, shipped: str, body: str = 'upernet', extra: str = '',
                 name: str = 'tiny', probes: bool = False) -> Path:
-    """A shipped config shrunk by a body in tests/configs; ``extra`` goes in a child
-    config (a second assignment in one file would replace, not merge)."""
-    tiny = write_config(tmp / f'{name}_base.py', SHIPPED[shipped], BODIES[body].read_text())
+    """A shipped config, its model shrunk (support.write_tiny_config), with the training
+    settings of a body in tests/configs; ``extra`` goes in a child config (a second
+    assignment in one file would replace, not merge)."""
+    shrunk = write_tiny_config(SHIPPED[shipped], tmp / f'{name}_shrunk.py')
+    tiny = write_config(tmp / f'{name}_base.py', shrunk, BODIES[body].read_text())
     return write_config(tmp / f'{name}.py', tiny, extra, probes=probes)
 
 
@@ -72,19 +71,13 @@ def hook_checked_runner(tmp: Path, data_root: Path):
 
 # ------------------------------------------------------------------ processes
 def env() -> Dict[str, str]:
-    e = dict(os.environ)
-    e.update(OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONHASHSEED='0',
-             PYTHONPATH=os.pathsep.join([str(TESTS), e.get('PYTHONPATH', '')]).rstrip(os.pathsep))
+    """A training run's environment: tests/ importable (the probes), one process alone."""
+    e = subprocess_env(PYTHONHASHSEED='0')
+    e['PYTHONPATH'] = os.pathsep.join([str(TESTS), e['PYTHONPATH']])
     e.pop('RANK', None)
     e.pop('WORLD_SIZE', None)
     e.pop('LOCAL_RANK', None)
     return e
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def train_cmd(config: Path, work_dir: Path, options: Sequence[str] = (), nproc: int = 1,

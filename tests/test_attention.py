@@ -208,6 +208,7 @@ def test_compile_backbone_trains_like_eager():
     _assert_close([grad], [eager_grad])
 
 
+@pytest.mark.subprocess     # inductor compiles its C++ kernels with the system's g++
 def test_compile_inductor_inference_matches_eager():
     torch._dynamo.reset()
     model = InLineSwin(embed_dims=16, depths=(1, 1), num_heads=(1, 2),

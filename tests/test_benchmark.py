@@ -10,13 +10,13 @@ import csv
 import importlib.util
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from support import subprocess_env
 
 from benchmarks import backbones
 from benchmarks.measure import cpu_peak_bytes, predict
@@ -29,8 +29,9 @@ def _load_tool():
     return importlib.import_module('benchmarks.__main__')
 
 
+@pytest.mark.subprocess
 def test_quick_run_writes_table_csv_and_plot(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS='1')
+    env = subprocess_env()
     proc = subprocess.run([sys.executable, '-m', 'benchmarks', '--quick', '--out-dir', str(tmp_path)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

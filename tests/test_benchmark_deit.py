@@ -3,16 +3,19 @@ machine is shared). Every model, mode and size is measured; the speed-up table, 
 attention / linear-layer split and the outputs are written."""
 import csv
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from support import subprocess_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.subprocess
 def test_quick_run_writes_ratio_table_split_csv_and_plot(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS='1')
+    env = subprocess_env()
     proc = subprocess.run([sys.executable, '-m', 'benchmarks', '--deit', '--quick', '--out-dir',
                            str(tmp_path)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)

@@ -4,12 +4,12 @@ table and the CSV are written, and the batches are what their conditions say."""
 import csv
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import subprocess_env
 
 from benchmarks import padding
 from inline_mm.models import FAMILIES
@@ -23,8 +23,9 @@ def _load_tool():
     return importlib.import_module('benchmarks.__main__')
 
 
+@pytest.mark.subprocess
 def test_quick_run_writes_table_and_csv(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS='1')
+    env = subprocess_env()
     proc = subprocess.run([sys.executable, '-m', 'benchmarks', '--padding', '--quick', '--out-dir',
                            str(tmp_path)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)

@@ -4,7 +4,6 @@ import pickle
 import re
 import subprocess
 import sys
-import types
 import zipfile
 from pathlib import Path
 
@@ -24,29 +23,11 @@ class Gadget:
         self.payload = payload
 
 
-def _fake_yacs():
-    """A stand-in for yacs.config.CfgNode, pickled the way the official script did."""
-    pkg, mod = types.ModuleType('yacs'), types.ModuleType('yacs.config')
-
-    class CfgNode(dict):
-        def __init__(self, init=None):
-            super().__init__(init or {})
-            self.__dict__['__immutable__'] = False
-
-    CfgNode.__module__, CfgNode.__qualname__ = 'yacs.config', 'CfgNode'
-    mod.CfgNode, pkg.config = CfgNode, mod
-    return {'yacs': pkg, 'yacs.config': mod}, CfgNode
-
-
-def test_official_file_with_yacs_config_loads_inertly(tmp_path, golden, monkeypatch):
+def test_official_file_with_yacs_config_loads_inertly(tmp_path, golden, save_with_yacs_config):
     path, _ = golden('inline_swin_tiny_224')
     sd = torch.load(path, weights_only=True)['model']
-    modules, CfgNode = _fake_yacs()
-    with monkeypatch.context() as m:
-        for k, v in modules.items():
-            m.setitem(sys.modules, k, v)
-        cfg = CfgNode({'MODEL': CfgNode({'TYPE': 'inline_swin', 'DROP_PATH_RATE': 0.2})})
-        torch.save({'model': sd, 'config': cfg, 'epoch': 299}, tmp_path / 'official.pth')
+    save_with_yacs_config(tmp_path / 'official.pth', {'model': sd, 'epoch': 299},
+                          {'MODEL': {'TYPE': 'inline_swin', 'DROP_PATH_RATE': 0.2}})
     assert 'yacs' not in sys.modules
     ckpt = read_checkpoint(tmp_path / 'official.pth')
     assert 'yacs' not in sys.modules            # nothing of yacs was imported or run
@@ -147,6 +128,7 @@ def test_mmengine_load_from_says_what_the_file_is(not_a_checkpoint):
     _assert_explained(excinfo, says)
 
 
+@pytest.mark.subprocess
 def test_tools_test_names_a_checkpoint_that_is_no_checkpoint(tmp_path):
     """tools/test.py CONFIG PAGE.pth: mmengine's loader, as a user meets it."""
     from conftest import NANO_DET
@@ -194,6 +176,7 @@ def test_corrupt_safetensors(tmp_path):
         read_checkpoint(bad)
 
 
+@pytest.mark.subprocess
 def test_convert_tool_writes_tensors_only_file(tmp_path, golden):
     from inline_mm.models import InLineSwin
     path, _ = golden('inline_swin_tiny_224')
@@ -211,6 +194,7 @@ def test_convert_tool_writes_tensors_only_file(tmp_path, golden):
     assert torch.equal(model.norm3.weight, converted['norm3.weight'])
 
 
+@pytest.mark.subprocess
 def test_convert_tool_reports_errors(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / 'tools' / 'model_converters' / 'convert_checkpoint.py'),
                           str(tmp_path / 'missing.pth'), str(tmp_path / 'o.safetensors')],

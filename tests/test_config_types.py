@@ -3,6 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import NANO_DET
 from mmengine.config import Config
@@ -85,6 +86,7 @@ def test_no_false_alarm_on_any_shipped_config():
     assert checked >= sum('_base_' not in p.parts for p in SHIPPED)
 
 
+@pytest.mark.subprocess
 def test_train_stops_on_a_typo_before_anything_runs(tmp_path):
     config = tmp_path / 'typo.py'
     config.write_text(f"_base_ = {str(NANO_DET)!r}\n"

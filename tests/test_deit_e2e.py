@@ -1,29 +1,29 @@
 """InLine-DeiT end to end through the real tools (tools/train.py, tools/test.py run the
 stock mmseg / mmdet scripts): the shipped UperNet (MultiLevelNeck) and Mask R-CNN
-(SimpleFPN) configs, shrunken to a narrow two-to-four-block backbone, train a few
+(SimpleFPN) configs, shrunken as every test shrinks a model (conftest.shrink_*), train a few
 iterations on toy data from scratch, save a checkpoint, and the test tool reports mIoU /
 box and mask mAP from it."""
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import subprocess_env, write_tiny_config
 
 from inline_mm.toydata import segmentation as toy_seg
 from inline_mm.toydata.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
 DEIT = ROOT / 'configs' / 'inline_deit'
+UPERNET = DEIT / 'inline-deit-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'
+MASK_RCNN = DEIT / 'mask-rcnn_inline-deit-t_simple-fpn_1x_coco.py'
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def _run(*args, timeout=300):
-    env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
-    env['PYTHONPATH'] = str(ROOT) + os.pathsep + env.get('PYTHONPATH', '')
-    proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=subprocess_env(),
                           capture_output=True, text=True, timeout=timeout)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
@@ -41,14 +41,7 @@ def test_upernet_train_checkpoint_test(tmp_path):
     toy_seg.make_ade_toy(str(data), num_train=4, num_val=2, size=64)
     cfg = tmp_path / 'upernet_deit_toy.py'
     cfg.write_text(f"""
-_base_ = '{DEIT}/inline-deit-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'
-model = dict(
-    data_preprocessor=dict(size=(64, 64)),
-    backbone=dict(embed_dims=32, depth=4, num_heads=2, out_indices=(0, 1, 2, 3),
-                  init_cfg=None),
-    neck=dict(in_channels=[32] * 4, out_channels=16),
-    decode_head=dict(in_channels=[16] * 4, channels=16),
-    auxiliary_head=dict(in_channels=16, channels=8))
+_base_ = {str(write_tiny_config(UPERNET, tmp_path / 'tiny_base.py'))!r}
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', reduce_zero_label=True),
@@ -84,18 +77,10 @@ def test_mask_rcnn_train_checkpoint_test(tmp_path):
     root = str(data) + '/'
     cfg = tmp_path / 'mask_rcnn_deit_toy.py'
     cfg.write_text(f"""
-_base_ = '{DEIT}/mask-rcnn_inline-deit-t_simple-fpn_1x_coco.py'
+_base_ = {str(write_tiny_config(MASK_RCNN, tmp_path / 'tiny_base.py'))!r}
 data_root = {root!r}
 metainfo = dict(classes=('circle', 'triangle', 'rectangle'))
-model = dict(
-    backbone=dict(embed_dims=32, depth=2, num_heads=2, out_indices=(1,), init_cfg=None),
-    neck=dict(in_channels=32, out_channels=16),
-    rpn_head=dict(in_channels=16, feat_channels=16),
-    roi_head=dict(bbox_roi_extractor=dict(out_channels=16),
-                  bbox_head=dict(in_channels=16, fc_out_channels=32, num_classes=3),
-                  mask_roi_extractor=dict(out_channels=16),
-                  mask_head=dict(in_channels=16, conv_out_channels=16, num_convs=1,
-                                 num_classes=3)))
+model = dict(roi_head=dict(bbox_head=dict(num_classes=3), mask_head=dict(num_classes=3)))
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_DET_MODEL
+from conftest import NANO_DET
+from support import free_port, subprocess_env, write_tiny_config
 from inline_mm.toydata.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300
 
-pytestmark = pytest.mark.slow
+# One worker for the module: its tests share one training run (the module fixture).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('detection_tools')]
 
 
 @pytest.fixture(scope='module')
@@ -31,7 +32,7 @@ def tiny(tmp_path_factory):
     make_coco_toy(str(data), num_train=6, num_val=3, size=64, max_objects=2, seed=1)
     cfg = base / 'tiny.py'
     cfg.write_text(f"""
-{TINY_DET_MODEL}
+_base_ = {str(write_tiny_config(NANO_DET, base / 'tiny_base.py'))!r}
 data_root = {str(data) + '/'!r}
 train_pipeline = [
     dict(type='LoadImageFromFile'),
@@ -60,15 +61,9 @@ log_processor = dict(window_size=1)
     return dict(base=base, config=str(cfg), data=data)
 
 
-def env():
-    e = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
-    e['PYTHONPATH'] = str(ROOT) + os.pathsep + e.get('PYTHONPATH', '')
-    return e
-
-
 def tool(*args, timeout=TIMEOUT):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env(), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def logged_iters(text):
@@ -83,12 +78,14 @@ def trained(tiny):
     return dict(tiny, wd=wd, log=out.stdout + out.stderr)
 
 
+@pytest.mark.subprocess
 def test_det_train_writes_checkpoints(trained):
     assert logged_iters(trained['log']) == [1, 2]
     assert (trained['wd'] / 'iter_2.pth').is_file()
     assert (trained['wd'] / 'last_checkpoint').read_text().strip().endswith('iter_2.pth')
 
 
+@pytest.mark.subprocess
 def test_det_test_reports_box_and_mask_map(trained):
     out = tool('tools/test.py', trained['config'], str(trained['wd'] / 'iter_2.pth'),
                '--work-dir', str(trained['base'] / 'test'))
@@ -105,13 +102,14 @@ def test_det_test_reports_box_and_mask_map(trained):
     assert {'coco/bbox_mAP', 'coco/segm_mAP'} <= set(metrics)
 
 
+@pytest.mark.subprocess
 def test_det_resume_after_kill(tiny):
     wd = tiny['base'] / 'resume'
     # A long run, killed hard as soon as it has written a checkpoint.
     proc = subprocess.Popen(
         [sys.executable, 'tools/train.py', tiny['config'], '--work-dir', str(wd),
          '--cfg-options', 'train_cfg.max_iters=200', 'default_hooks.checkpoint.interval=2'],
-        cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
     marker = wd / 'last_checkpoint'
     deadline = time.time() + TIMEOUT
@@ -135,15 +133,10 @@ def test_det_resume_after_kill(tiny):
     assert (wd / f'iter_{done + 2}.pth').is_file()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
+@pytest.mark.subprocess
 def test_det_dist_train_two_cpu_processes(tiny):
     wd = tiny['base'] / 'dist'
-    e = dict(env(), PORT=str(free_port()), PYTHON=sys.executable)
+    e = subprocess_env(PORT=str(free_port()), PYTHON=sys.executable)
     out = subprocess.run(['bash', 'tools/dist_train.sh', tiny['config'], '2', '--work-dir',
                           str(wd)], cwd=ROOT, env=e, capture_output=True, text=True,
                          timeout=TIMEOUT)
@@ -154,6 +147,7 @@ def test_det_dist_train_two_cpu_processes(tiny):
     assert (wd / 'iter_2.pth').is_file()
 
 
+@pytest.mark.subprocess
 def test_det_missing_backbone_checkpoint_fails_before_training(tiny):
     wd = tiny['base'] / 'missing'
     missing = str(tiny['base'] / 'no_such_dir' / 'inline_swin_t.pth')

@@ -94,6 +94,7 @@ def test_onnx_graph_itself_checks_the_size(tmp_path):
     assert first.op_type == 'Add'
 
 
+@pytest.mark.subprocess
 def test_export_tool(tmp_path):
     pytest.importorskip('onnxruntime')
     out = tmp_path / 'pvt.onnx'

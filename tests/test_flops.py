@@ -58,6 +58,7 @@ def test_flops_backbone_matches_table(config, gmacs):
     assert r['params'] > 1e6
 
 
+@pytest.mark.subprocess
 def test_flops_cli_whole_detector_json():
     out = subprocess.run(
         [sys.executable, 'tools/analysis_tools/get_flops.py', NANO, '--shape', '128', '160', '--json'],
@@ -78,7 +79,7 @@ def test_flops_cascade_detector(tmp_path):
     """A Cascade Mask R-CNN (shrunken): per-image lists out of its RoI head."""
     from mmengine.config import Config
 
-    from conftest import shrink_detector
+    from support import shrink_detector
     cfg = Config.fromfile(
         str(ROOT / 'configs/inline_swin/cascade-mask-rcnn_inline-swin-t_fpn_1x_coco.py'))
     config = tmp_path / 'cascade.py'
@@ -88,6 +89,7 @@ def test_flops_cascade_detector(tmp_path):
     assert 0 < r['proposals'] <= 1000 and r['mask_rois'] == r['proposals']
 
 
+@pytest.mark.subprocess
 def test_flops_cli_rejects_bad_shape():
     out = subprocess.run([sys.executable, 'tools/analysis_tools/get_flops.py', NANO, '--shape', '1', '2', '3'],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -7,13 +7,15 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
+from support import out_channels, shrink_backbone
 
 import inline_mm  # noqa: F401  (registers the backbones)
 
-SMALL_SWIN = dict(type='InLineSwin', embed_dims=16, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8),
-                  stage_types=('inline', 'inline', 'inline', 'softmax'), drop_path_rate=0.)
+#: the tests' tiny InLine-Swin (16 to 128 channels) in the frameworks' own configs
+SMALL_SWIN = shrink_backbone(dict(type='InLineSwin'))
 
 
+@pytest.mark.subprocess
 def test_import_is_cheap_and_needs_no_compiled_ops():
     # Registry.get() would import the frameworks' model zoos itself: look at module_dict.
     code = ('import sys, inline_mm\n'
@@ -26,6 +28,7 @@ def test_import_is_cheap_and_needs_no_compiled_ops():
     assert 'heavy: []' in out.stdout
 
 
+@pytest.mark.subprocess
 def test_env_report():
     out = subprocess.run([sys.executable, '-m', 'inline_mm.env'], capture_output=True, text=True,
                          check=True).stdout
@@ -55,7 +58,7 @@ def test_mmdet_mask_rcnn_loss_and_predict(tmp_path):
     from mmdet.utils import register_all_modules
     register_all_modules()
     cfg = _build(tmp_path, 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py', SMALL_SWIN,
-                 [16, 32, 64, 128])
+                 out_channels(SMALL_SWIN))
     model = MODELS.build(cfg.model)
     model.init_weights()
     packed = demo_mm_inputs(2, [[3, 96, 128], [3, 80, 112]], num_items=[2, 1], with_mask=True)
@@ -143,6 +146,7 @@ def _runner(work_dir, max_iters, **kw):
         randomness=dict(seed=0), experiment_name=f'toy{max_iters}{len(kw)}', **kw)
 
 
+@pytest.mark.subprocess
 def test_mmengine_resume_and_load_from_with_safe_loading(tmp_path):
     """torch >= 2.6 loads with weights_only=True; mmengine's own checkpoints (message hub
     history, numpy scalars) must still resume, without turning safe loading off."""

@@ -18,7 +18,7 @@ import torch
 from mmengine.config import Config
 from PIL import Image
 
-from conftest import shrink_detector, shrink_segmentor
+from support import shrink_detector, shrink_segmentor
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'

@@ -4,41 +4,17 @@ official layout (stem, merges, get_v, EMA weights). What every backbone must do:
 test_backbone_contract.py."""
 import pytest
 import torch
-from conftest import rel_err
+from conftest import golden_args, golden_model, rel_err
 
-from inline_mm.models import CheckpointError, InLineCSwin, convert_official, save_converted
+from inline_mm.models import CheckpointError, InLineCSwin, convert_official
 from inline_mm.models.inline_cswin import LePEStripeAttention
 
-# The architecture of the golden case (cases.json: inline_cswin_tiny_224).
-TINY_GOLDEN = dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(2, 4, 8, 16))
-
-
-def stage_taps(model, x):
-    """Tokens leaving each stage's last block (before the output norm)."""
-    taps = {}
-    hooks = [stage.register_forward_hook(lambda m, i, o, k=k: taps.__setitem__(k, o[0]))
-             for k, stage in enumerate(model.stages)]
-    with torch.no_grad():
-        outs = model(x)
-    for h in hooks:
-        h.remove()
-    return taps, outs
+# The architecture of the golden case (its outputs: test_goldens.py).
+TINY_GOLDEN = golden_args('inline_cswin_tiny_224')
 
 
 def load_golden_model(path, **kw):
-    model = InLineCSwin(**{**TINY_GOLDEN, **kw}, drop_path_rate=0.,
-                        init_cfg=dict(type='Pretrained', checkpoint=str(path)))
-    model.init_weights()
-    return model.eval()
-
-
-def test_golden_224(golden):
-    path, exp = golden('inline_cswin_tiny_224')
-    model = load_golden_model(path)
-    taps, outs = stage_taps(model, exp['input'])
-    for i in range(4):
-        assert rel_err(taps[i], exp[f'stage{i}']) <= 1e-5, i
-    assert rel_err(outs[3].flatten(2).transpose(1, 2), exp['final_norm']) <= 1e-5
+    return golden_model('inline_cswin_tiny_224', path, **kw)
 
 
 @pytest.mark.parametrize('arch,official_without_head', [
@@ -146,19 +122,13 @@ def _to_official(state):
     return out
 
 
-def test_loads_every_accepted_layout(tmp_path, golden):
-    path, _ = golden('inline_cswin_tiny_224')
-    ref = load_golden_model(path).state_dict()
-    sd = torch.load(path, weights_only=True)['model']
+def test_loads_every_accepted_layout(tmp_path, golden_layouts):
+    paths = golden_layouts('inline_cswin_tiny_224')
+    ref = load_golden_model(paths['official']).state_dict()
+    sd = torch.load(paths['official'], weights_only=True)['model']
     assert _to_official(convert_official(sd)[1]).keys() == {k for k in sd if 'head' not in k}
-    mm = {'meta': {}, 'state_dict': {f'backbone.{k}': v for k, v in sd.items()}}
-    mm['state_dict']['neck.fpn.weight'] = torch.zeros(3)
-    paths = {'official': path, 'plain': tmp_path / 'plain.pth', 'mm': tmp_path / 'mm.pth',
-             'converted': tmp_path / 'converted.safetensors', 'ema': tmp_path / 'ema.pth'}
-    torch.save(sd, paths['plain'])
-    torch.save(mm, paths['mm'])
-    save_converted(convert_official(sd)[1], str(paths['converted']))
     # Official CSwin files also carry EMA weights; pick them with checkpoint_key.
+    paths['ema'] = tmp_path / 'ema.pth'
     torch.save({'model': {k: v + 1 for k, v in sd.items()}, 'state_dict_ema': sd}, paths['ema'])
     for name, p in paths.items():
         model = InLineCSwin(**TINY_GOLDEN, init_cfg=dict(

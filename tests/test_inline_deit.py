@@ -6,52 +6,28 @@ family table in tests/test_backbone_contract.py."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import rel_err
+from conftest import golden_args, golden_model, golden_run, rel_err
 
-from inline_mm.models import (CheckpointError, InLinePVT, InLineSwin, convert_official,
-                              save_converted)
+from inline_mm.models import CheckpointError, InLinePVT, InLineSwin, convert_official
 from inline_mm.models.inline_deit import (InLineAttentionWithClsToken, InLineDeiT,
                                           resize_pos_embed)
 
-# The architecture of the golden case (cases.json: inline_deit_tiny_224).
-TINY_GOLDEN = dict(embed_dims=48, depth=4, num_heads=3, pretrain_img_size=224,
-                   out_indices=(0, 1, 2, 3))
+# The architecture of the golden cases (their outputs: test_goldens.py).
+TINY_GOLDEN = golden_args('inline_deit_tiny_224')
 SMALL = dict(embed_dims=32, depth=3, num_heads=2, pretrain_img_size=64, mlp_ratio=2.,
              drop_path_rate=0., out_indices=(0, 2))
 
 
 def load_golden_model(path, **kw):
-    model = InLineDeiT(**{**TINY_GOLDEN, **kw}, drop_path_rate=0.,
-                       init_cfg=dict(type='Pretrained', checkpoint=str(path)))
-    model.init_weights()
-    return model.eval()
-
-
-def block_taps(model, x):
-    """Tokens leaving each block (class token first), and the backbone outputs."""
-    taps = {}
-    hooks = [blk.register_forward_hook(lambda m, i, o, k=k: taps.__setitem__(k, o))
-             for k, blk in enumerate(model.blocks)]
-    with torch.no_grad():
-        outs = model(x)
-    for h in hooks:
-        h.remove()
-    return taps, outs
+    return golden_model('inline_deit_tiny_224', path, **kw)
 
 
 @pytest.mark.parametrize('case', ['inline_deit_tiny_224', 'inline_deit_tiny_448'])
-def test_golden(golden, case):
-    path, exp = golden(case, weights='inline_deit_tiny_224')
-    model = load_golden_model(path)
-    taps, outs = block_taps(model, exp['input'])
-    side = exp['input'].shape[-1] // 16
-    for i in range(4):
-        assert rel_err(taps[i], exp[f'block{i}']) <= 1e-5, i
-        assert outs[i].shape == (exp['input'].shape[0], 48, side, side)
-    # Outputs are the patch tokens as maps; the last one through the released norm.
-    assert rel_err(outs[3].flatten(2).transpose(1, 2), exp['final_norm'][:, 1:]) <= 1e-5
-    assert torch.equal(outs[0].flatten(2).transpose(1, 2), taps[0][:, 1:])
-    # The table keeps its 14x14 training grid: 448 resizes per forward only.
+def test_golden_outputs_are_patch_tokens_and_the_table_keeps_its_grid(case):
+    model, _, taps, outs = golden_run(case)
+    # Outputs are the patch tokens as maps (the class token dropped)...
+    assert torch.equal(outs[0].flatten(2).transpose(1, 2), taps['block0'][:, 1:])
+    # ... and the table keeps its 14x14 training grid: 448 resizes per forward only.
     assert model.pos_embed.shape == (1, 1 + 14 * 14, 48)
 
 
@@ -212,17 +188,10 @@ def test_converter_drops_the_head_and_is_idempotent(golden):
     assert once.keys() == twice.keys() and all(torch.equal(once[k], twice[k]) for k in once)
 
 
-def test_loads_every_accepted_layout(tmp_path, golden):
-    path, _ = golden('inline_deit_tiny_224')
+def test_loads_every_accepted_layout(golden_layouts):
+    paths = golden_layouts('inline_deit_tiny_224')
+    path = paths['official']
     ref = load_golden_model(path).state_dict()
-    sd = torch.load(path, weights_only=True)['model']
-    mm = {'meta': {}, 'state_dict': {f'backbone.{k}': v for k, v in sd.items()}}
-    mm['state_dict']['decode_head.conv_seg.weight'] = torch.zeros(3)
-    paths = {'official': path, 'plain': tmp_path / 'plain.pth', 'mm': tmp_path / 'mm.pth',
-             'converted': tmp_path / 'converted.safetensors'}
-    torch.save(sd, paths['plain'])
-    torch.save(mm, paths['mm'])
-    save_converted(convert_official(sd)[1], str(paths['converted']))
     for name, p in paths.items():
         got = load_golden_model(p).state_dict()
         assert got.keys() == ref.keys()

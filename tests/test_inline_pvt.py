@@ -5,13 +5,13 @@ backbone must do: test_backbone_contract.py."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import rel_err
+from conftest import golden_args, golden_model, golden_run, rel_err
 
-from inline_mm.models import CheckpointError, InLinePVT, convert_official, save_converted
+from inline_mm.models import CheckpointError, InLinePVT, convert_official
 from inline_mm.models.inline_pvt import PositionEmbedding, SpatialReductionAttention
 
-# The architecture of the golden case (cases.json: inline_pvt_tiny_224).
-TINY_GOLDEN = dict(embed_dims=(16, 32, 80, 128), depths=(1, 1, 1, 1), num_heads=(1, 2, 5, 8))
+# The architecture of the golden cases (their outputs: test_goldens.py).
+TINY_GOLDEN = golden_args('inline_pvt_tiny_224')
 # Small enough for CPU tests, with the optional spatial-reduction softmax blocks
 # (sr 8 in stage 0 needs the 32-pixel minimum input exactly, sr 1 in stage 3).
 SMALL = dict(embed_dims=(16, 32, 48, 64), depths=(1, 2, 2, 1), num_heads=(1, 2, 3, 4),
@@ -19,35 +19,14 @@ SMALL = dict(embed_dims=(16, 32, 48, 64), depths=(1, 2, 2, 1), num_heads=(1, 2, 
              stage_types=(('softmax',), 'inline', ('inline', 'softmax'), 'softmax'))
 
 
-def stage_taps(model, x):
-    """Tokens leaving each stage's last block (before the output norm)."""
-    taps = {}
-    hooks = [stage.register_forward_hook(lambda m, i, o, k=k: taps.__setitem__(k, o[0]))
-             for k, stage in enumerate(model.stages)]
-    with torch.no_grad():
-        outs = model(x)
-    for h in hooks:
-        h.remove()
-    return taps, outs
-
-
 def load_golden_model(path, **kw):
-    model = InLinePVT(**{**TINY_GOLDEN, **kw}, drop_path_rate=0.,
-                      init_cfg=dict(type='Pretrained', checkpoint=str(path)))
-    model.init_weights()
-    return model.eval()
+    return golden_model('inline_pvt_tiny_224', path, **kw)
 
 
 @pytest.mark.parametrize('case', ['inline_pvt_tiny_224', 'inline_pvt_tiny_320x480'])
-def test_golden(golden, case):
-    path, exp = golden(case, weights='inline_pvt_tiny_224')
-    model = load_golden_model(path)
-    taps, outs = stage_taps(model, exp['input'])
-    for i in range(4):
-        assert rel_err(taps[i], exp[f'stage{i}']) <= 1e-5, i
-        assert outs[i].shape[-2:] == (exp['input'].shape[-2] // 2 ** (i + 2),
-                                      exp['input'].shape[-1] // 2 ** (i + 2))
-    # Loaded tables keep their 224 grid: resizing happens per forward only.
+def test_loaded_tables_keep_their_grid(case):
+    """The golden run at 320x480 resizes the 224 tables per forward only."""
+    model, *_ = golden_run(case)
     assert model.stages[0].pos_embed.weight.shape == (1, 56 * 56, 16)
 
 
@@ -163,17 +142,9 @@ def test_softmax_blocks_load_from_official_layout(tmp_path):
             assert torch.equal(dst.state_dict()[k], v), k
 
 
-def test_loads_every_accepted_layout(tmp_path, golden):
-    path, _ = golden('inline_pvt_tiny_224')
-    ref = load_golden_model(path).state_dict()
-    sd = torch.load(path, weights_only=True)['model']
-    mm = {'meta': {}, 'state_dict': {f'backbone.{k}': v for k, v in sd.items()}}
-    mm['state_dict']['decode_head.conv_seg.weight'] = torch.zeros(3)
-    paths = {'official': path, 'plain': tmp_path / 'plain.pth', 'mm': tmp_path / 'mm.pth',
-             'converted': tmp_path / 'converted.safetensors'}
-    torch.save(sd, paths['plain'])
-    torch.save(mm, paths['mm'])
-    save_converted(convert_official(sd)[1], str(paths['converted']))
+def test_loads_every_accepted_layout(golden_layouts):
+    paths = golden_layouts('inline_pvt_tiny_224')
+    ref = load_golden_model(paths['official']).state_dict()
     for name, p in paths.items():
         got = load_golden_model(p).state_dict()
         for k, v in ref.items():

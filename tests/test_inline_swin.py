@@ -3,53 +3,25 @@ parameter counts of the released variants, the window attention's semantics, the
 official checkpoint layout. What every backbone must do: test_backbone_contract.py."""
 import pytest
 import torch
-from conftest import rel_err
+from conftest import golden_args, golden_model, golden_run, rel_err
 
-from inline_mm.models import CheckpointError, InLineSwin, save_converted
+from inline_mm.models import CheckpointError, InLineSwin
 
-TINY_GOLDEN = dict(embed_dims=16, depths=(2, 2, 2, 2), num_heads=(1, 2, 4, 8),
-                   stage_types=('inline', 'inline', 'inline', 'softmax'))
+# The architecture of the golden case (its outputs: test_goldens.py).
+TINY_GOLDEN = golden_args('inline_swin_tiny_224')
 # Small enough for CPU tests, with softmax stages where the windows pad and shift.
 SMALL = dict(embed_dims=16, depths=(1, 2, 2, 2), num_heads=(1, 2, 4, 8),
              stage_types=('inline', 'softmax', ('inline', 'softmax'), 'softmax'),
              drop_path_rate=0.)
 
 
-def stage_taps(model, x):
-    """Outputs of each stage's last block (tokens, before output norm/downsample)."""
-    taps = {}
-    hooks = [stage.register_forward_hook(lambda m, i, o, k=k: taps.__setitem__(k, o))
-             for k, stage in enumerate(model.layers)]
-    with torch.no_grad():
-        outs = model(x)
-    for h in hooks:
-        h.remove()
-    return taps, outs
-
-
 def load_golden_model(path, **kw):
-    model = InLineSwin(**TINY_GOLDEN, drop_path_rate=0.,
-                       init_cfg=dict(type='Pretrained', checkpoint=path), **kw)
-    model.init_weights()
-    return model.eval()
+    return golden_model('inline_swin_tiny_224', path, **kw)
 
 
-def test_golden_224(golden):
-    path, exp = golden('inline_swin_tiny_224')
-    model = load_golden_model(path)
-    taps, outs = stage_taps(model, exp['input'])
-    for i in range(4):
-        assert rel_err(taps[i], exp[f'stage{i}']) <= 1e-5, i
-    assert rel_err(model.norm3(taps[3]), exp['final_norm']) <= 1e-5
-    assert rel_err(outs[3].flatten(2).transpose(1, 2), exp['final_norm']) <= 1e-5
-
-
-def test_golden_448_global(golden):
-    path, exp = golden('inline_swin_tiny_448_global', weights='inline_swin_tiny_224')
-    model = load_golden_model(path)
-    taps, _ = stage_taps(model, exp['input'])
-    for i in range(3):
-        assert rel_err(taps[i], exp[f'stage{i}']) <= 1e-5, i
+def test_last_output_norm_is_the_official_norm():
+    model, exp, taps, _ = golden_run('inline_swin_tiny_224')
+    assert rel_err(model.norm3(taps['stage3']), exp['final_norm']) <= 1e-5
 
 
 @pytest.mark.parametrize('arch,official_without_head', [
@@ -152,26 +124,9 @@ def test_invalid_arguments(kwargs, message):
         InLineSwin(**kwargs)
 
 
-def _save_golden_variants(tmp_path, golden_path):
-    official = torch.load(golden_path, weights_only=True)
-    sd = official['model']
-    mm = {'meta': {}, 'state_dict': {f'backbone.{k}': v for k, v in sd.items()}}
-    mm['state_dict']['neck.fpn.weight'] = torch.zeros(3)
-    paths = {'official': golden_path,
-             'plain': tmp_path / 'plain.pth', 'mm': tmp_path / 'mm.pth'}
-    torch.save(sd, paths['plain'])
-    torch.save(mm, paths['mm'])
-    return paths
-
-
-def test_loads_every_accepted_layout(tmp_path, golden):
-    path, _ = golden('inline_swin_tiny_224')
-    ref = load_golden_model(path).state_dict()
-    paths = _save_golden_variants(tmp_path, path)
-    converted = tmp_path / 'converted.safetensors'
-    save_converted(InLineSwin(**TINY_GOLDEN).convert_checkpoint(
-        torch.load(path, weights_only=True)['model']), str(converted))
-    paths['converted'] = converted
+def test_loads_every_accepted_layout(golden_layouts):
+    paths = golden_layouts('inline_swin_tiny_224')
+    ref = load_golden_model(paths['official']).state_dict()
     for name, p in paths.items():
         got = load_golden_model(str(p)).state_dict()
         for k, v in ref.items():

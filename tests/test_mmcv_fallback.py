@@ -135,6 +135,7 @@ def run_python(code, **env):
                           cwd=ROOT, timeout=300)
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(_inline_mm_mmcv_hook.backend() != 'fallback',
                     reason='a compiled mmcv answers mmcv._ext here')
 def test_hook_wires_stock_entry_points_before_inline_mm_is_imported():
@@ -153,6 +154,7 @@ def test_hook_wires_stock_entry_points_before_inline_mm_is_imported():
     assert proc.stdout.split()[0] == 'fallback'
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(_inline_mm_mmcv_hook.backend() != 'fallback',
                     reason='a compiled mmcv answers mmcv._ext here')
 def test_hook_can_be_switched_off_and_answers_nothing_without_inline_mm(monkeypatch):
@@ -166,6 +168,7 @@ def test_hook_can_be_switched_off_and_answers_nothing_without_inline_mm(monkeypa
     assert _inline_mm_mmcv_hook.MmcvExtFallbackFinder().find_spec('mmcv.ops') is None
 
 
+@pytest.mark.subprocess
 def test_pth_line_is_inert_when_the_hook_module_is_gone(tmp_path):
     line = _inline_mm_mmcv_hook.PTH_LINE
     code = ('import sys\n'

@@ -157,6 +157,7 @@ SNAPSHOT = '''
 '''
 
 
+@pytest.mark.subprocess
 def test_bare_import_leaves_mmengine_untouched():
     _run(SNAPSHOT + '''
     before = snapshot()
@@ -177,6 +178,7 @@ def test_bare_import_leaves_mmengine_untouched():
     ''')
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize('missing,present', [('mmseg', 'mmdet'), ('mmdet', 'mmseg')])
 def test_registers_with_only_one_framework_installed(missing, present):
     out = _run(f'''
@@ -199,6 +201,7 @@ custom_imports = dict(imports={imports!r}, allow_failed_imports=False)
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize('imports,engine_first,warned', [
     (['inline_mm'], False, True),                           # a config from the old template
     (['inline_mm', 'inline_mm.engine.enable'], False, False),
@@ -224,6 +227,7 @@ def test_config_without_the_engine_line_warns_once(tmp_path, imports, engine_fir
     assert f'installed {not warned}' in out
 
 
+@pytest.mark.subprocess
 def test_frameworks_without_any_mmcv_say_what_to_install():
     """mmdet/mmseg installed but neither mmcv-lite nor a compiled mmcv: the import names the
     two ways out instead of failing deep inside mmdet with "No module named 'mmcv'"."""

@@ -4,19 +4,19 @@ features with ``pad_aware=True`` and different ones with ``pad_aware=False``, an
 AP runs through the stock tools/test.py report box and mask AP (at test batch 2 only:
 each run is a process start, most of the test's time)."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import TINY_DET_MODEL
+from conftest import NANO_DET
+from support import subprocess_env, write_tiny_config
 from inline_mm.toydata.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def tiny_config(base: Path) -> Path:
@@ -25,7 +25,7 @@ def tiny_config(base: Path) -> Path:
     make_coco_toy(str(data), num_train=1, num_val=3, size=96, max_objects=2, seed=1)
     cfg = base / 'tiny.py'
     cfg.write_text(f"""
-{TINY_DET_MODEL}
+_base_ = {str(write_tiny_config(NANO_DET, base / 'tiny_base.py'))!r}
 data_root = {str(data) + '/'!r}
 test_pipeline = [
     dict(type='LoadImageFromFile'),
@@ -54,7 +54,7 @@ def test_padding_consistency_tool(tmp_path):
     cfg = tiny_config(tmp_path)
     ckpt = random_init_checkpoint(cfg, tmp_path / 'random.pth')
     out_dir = tmp_path / 'out'
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
+    env = subprocess_env()
     run = subprocess.run(
         [sys.executable, 'tools/analysis_tools/padding_consistency.py', str(cfg), str(ckpt), '--num-images',
          '2', '--small-size', '96', '64', '--ap-batches', '2', '--out-dir', str(out_dir)],

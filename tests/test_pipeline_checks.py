@@ -13,7 +13,7 @@ import inline_mm  # noqa: F401
 from inline_mm.engine import CheckImageSize, CheckSegLabels, CheckSegMapSize
 from inline_mm.toydata.segmentation import make_folder_toy, save_index_png
 
-from conftest import shrink_segmentor
+from support import shrink_segmentor
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / 'configs/custom/inline-swin-t-in1k-pre_upernet_1xb4-20k_custom-512x512.py'

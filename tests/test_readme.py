@@ -266,6 +266,7 @@ def majority_miou(mask_dir: Path, num_classes: int) -> float:
     return 100.0 * counts.max() / counts.sum() / present
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_finetune_walkthrough_as_written(tmp_path):
     text = page('own_data')
@@ -316,6 +317,7 @@ def test_finetune_walkthrough_as_written(tmp_path):
 
 
 # ----------------------------------------------------------------- segmentation, toy ADE20K
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_readme_segmentation_commands_on_toy_ade(tmp_path):
     text = page('segmentation')
@@ -377,6 +379,7 @@ def _stock_parser(tool: str):
     return parse
 
 
+@pytest.mark.subprocess
 def test_distributed_lines_without_launching(tmp_path):
     from torch.distributed.run import get_args_parser
     lines = [c for c in commands(page('detection')) if re.search(r'tools/\w+\.sh', c)]

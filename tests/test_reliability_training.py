@@ -11,7 +11,7 @@ from reliability_support import (load_checkpoint, max_state_diff, optimizer_diff
                                  run_until_then_kill, scalars, tiny_config, toy_ade, toy_coco,
                                  train_cmd)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 GN_HEADS = """
 gn = dict(type='GN', num_groups=4, requires_grad=True)

@@ -150,6 +150,7 @@ def test_check_ade_config_uses_the_dataset_class_conventions(tmp_path, capsys):
     assert 'reduce_zero_label True' in out and 'wall' in out      # ADE20K's own class names
 
 
+@pytest.mark.subprocess
 def test_check_cli_exit_status(data):
     """The script itself exits non-zero on a broken set."""
     run = [sys.executable, str(ROOT / 'tools' / 'misc' / 'check_dataset.py')]

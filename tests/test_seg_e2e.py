@@ -4,20 +4,20 @@ ADE20K layout: InLine-PVT Semantic FPN trains a few iterations on the toy set, s
 checkpoint, and tools/test.py reports mIoU. Narrow backbone, 64-pixel crops, 4 iterations.
 (The own-data walkthrough runs as docs/own_data.md writes it in tests/test_readme.py.)
 """
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import subprocess_env
 
 from inline_mm.toydata import segmentation as toy
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 TINY_RUN = """
 crop = (64, 64)
@@ -41,7 +41,7 @@ default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=4))
 
 
 def _run(*args, timeout=300):
-    env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
+    env = subprocess_env()
     proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
     out = proc.stdout + proc.stderr

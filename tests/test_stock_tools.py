@@ -9,15 +9,14 @@ The config is the one those pages train (``mask-rcnn_inline-swin-t_fpn_1x_coco.p
 only with ``--cfg-options``: toy COCO in a temporary folder, 128-pixel images, random backbone
 weights (no download), one epoch of 2 iterations."""
 import json
-import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import free_port, subprocess_env
 
 from inline_mm.toydata.coco import make_coco_toy
 
@@ -27,7 +26,8 @@ README = '\n'.join(p.read_text()
                    for p in [ROOT / 'README.md', *sorted((ROOT / 'docs').glob('*.md'))])
 TIMEOUT = 400
 
-pytestmark = pytest.mark.slow
+# One worker for the module: its tests share two training runs (module fixtures).
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess, pytest.mark.xdist_group('stock_tools')]
 
 
 def readme_line(start: str) -> list:
@@ -51,19 +51,11 @@ def mim() -> str:
 def run(cmd, timeout=TIMEOUT):
     cmd = [str(c) for c in cmd]
     cmd = [sys.executable if c == 'python' else mim() if c == 'mim' else c for c in cmd]
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
-    env['PYTHONPATH'] = str(ROOT) + os.pathsep + env.get('PYTHONPATH', '')
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+    proc = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
                           timeout=timeout)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, f'{" ".join(cmd)}\n{log[-4000:]}'
     return log
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope='module')

@@ -4,7 +4,6 @@ import ast
 import subprocess
 import sys
 import textwrap
-import types
 from pathlib import Path
 
 import pytest
@@ -15,26 +14,6 @@ import inline_mm.timm as inline_timm  # noqa: E402
 from inline_mm.models import FAMILIES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _official_like_file(path, state, ema_state, monkeypatch):
-    """``{'model', 'state_dict_ema', 'config'}`` with a pickled stand-in of the yacs
-    config the official training script stored (timm's weights_only loading refuses it)."""
-    pkg, mod = types.ModuleType('yacs'), types.ModuleType('yacs.config')
-
-    class CfgNode(dict):
-        def __init__(self, init=None):
-            super().__init__(init or {})
-            self.__dict__['__immutable__'] = False
-
-    CfgNode.__module__, CfgNode.__qualname__ = 'yacs.config', 'CfgNode'
-    mod.CfgNode, pkg.config = CfgNode, mod
-    monkeypatch.setitem(sys.modules, 'yacs', pkg)
-    monkeypatch.setitem(sys.modules, 'yacs.config', mod)
-    torch.save({'model': state, 'state_dict_ema': ema_state,
-                'config': CfgNode({'MODEL': CfgNode({'TYPE': 'inline'})})}, path)
-    monkeypatch.delitem(sys.modules, 'yacs')
-    monkeypatch.delitem(sys.modules, 'yacs.config')
 
 
 def test_every_family_and_preset_is_registered():
@@ -90,7 +69,7 @@ def test_feature_info_names_the_module_that_gives_each_output(family_name):
 
 
 @pytest.mark.parametrize('family_name', list(FAMILIES))
-def test_timm_features_equal_openmmlab_backbone(family_name, tmp_path, monkeypatch):
+def test_timm_features_equal_openmmlab_backbone(family_name, tmp_path, save_with_yacs_config):
     from conftest import build_in_each_framework
     family = FAMILIES[family_name]
     preset = next(iter(family.presets))
@@ -99,7 +78,10 @@ def test_timm_features_equal_openmmlab_backbone(family_name, tmp_path, monkeypat
     state = source.state_dict()
     ema = {k: v + 1 if v.is_floating_point() else v for k, v in state.items()}
     path = tmp_path / 'official_like.pth'
-    _official_like_file(path, state, ema, monkeypatch)
+    # (the official training script also pickled its yacs config, which timm's
+    # weights-only loading refuses)
+    save_with_yacs_config(path, {'model': state, 'state_dict_ema': ema},
+                          {'MODEL': {'TYPE': 'inline'}})
 
     model = timm.create_model(inline_timm.model_name(family_name, preset), pretrained=True,
                               features_only=True, pretrained_cfg_overlay=dict(file=str(path)),
@@ -125,6 +107,7 @@ def test_pretrained_without_file_says_what_to_pass():
         timm.create_model('inline_pvt_tiny', pretrained=True, features_only=True)
 
 
+@pytest.mark.subprocess
 def test_timm_entry_points_need_no_openmmlab():
     code = textwrap.dedent('''
         import importlib.abc, sys

@@ -442,6 +442,7 @@ print('path', weights.resolve(sys.argv[1]), flush=True)
 """
 
 
+@pytest.mark.subprocess
 def test_two_processes_download_once_and_never_see_a_partial_file(host, cache, swin_t_bytes):
     host.files['inline_swin_t.pth'] = swin_t_bytes
     host.pace = 2. / (len(swin_t_bytes) / (1 << 16))       # the body takes ~2 s
@@ -498,6 +499,7 @@ def test_cli_list_fetch_path_verify(host, cache, monkeypatch, capsys, swin_t_byt
     assert 'FAIL' in capsys.readouterr().out
 
 
+@pytest.mark.subprocess
 def test_cli_runs_as_a_module(cache):
     out = subprocess.run([sys.executable, '-m', 'inline_mm.weights', 'list'], cwd=ROOT,
                          capture_output=True, text=True, timeout=120,
@@ -542,12 +544,14 @@ def test_progress_on_a_terminal_shows_size_speed_and_time_left(host, tmp_path, m
 
 
 # ------------------------------------------------------------------ end to end
+@pytest.mark.subprocess
 def test_train_with_a_url_in_init_cfg(host, cache, tmp_path):
     """tools/train.py on a shipped UperNet config, shrunk, whose init_cfg is an official-
     style link on the server: the run downloads, verifies and loads it, then trains."""
     from reliability_support import env, run, tiny_config, toy_ade, train_cmd
-    tiny = dict(embed_dims=16, depths=(1, 1, 1, 1), num_heads=(1, 1, 2, 2),
-                stage_types=('inline', 'inline', 'inline', 'softmax'))    # the test body's
+    # the backbone of tiny_config's UperNet (support.shrink_backbone of the shipped one's)
+    tiny = {k: v for k, v in shrink_backbone(dict(type='InLineSwin')).items()
+            if k not in ('type', 'init_cfg')}
     host.files['inline_swin_t.pth'] = official_bytes(**tiny)
     host.links[LINK] = 'inline_swin_t.pth'
     url = f'{host.url}/f/{LINK}/?dl=1'

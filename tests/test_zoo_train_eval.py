@@ -17,7 +17,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from conftest import SEG_SIZE, shrink_detector, shrink_segmentor
+from support import SEG_SIZE, shrink_detector, shrink_segmentor
 from inline_mm.models import FAMILIES
 from inline_mm.toydata import segmentation as toy_seg
 from inline_mm.toydata.coco import DEFAULT_CLASSES, make_coco_toy
@@ -158,6 +158,7 @@ def _metrics(log: str, keys) -> dict:
     return found
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize('path', DISTINCT, ids=[p.name for p in DISTINCT])
 def test_trains_a_step_and_evaluates_through_the_tools(path, coco, ade, tmp_path):
     cfg = _shrunk(path)

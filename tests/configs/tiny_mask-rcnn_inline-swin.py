@@ -1,22 +1,14 @@
-# Body of a test config: appended to `_base_ = ['<a shipped Mask R-CNN + InLine-Swin config>']`
-# by tests/test_reliability_*.py, it shrinks the detector to CPU-test size (16-128
-# channels, one block per stage) on 96x96 toy COCO images, iteration-based, and turns on
+# Body of a test config on the shipped Mask R-CNN + InLine-Swin config shrunk by
+# support.shrink_detector (16-128 channels, one block per stage), written by
+# reliability_support.tiny_config: it trains on 96x96 toy COCO images, iteration-based, with
 # gradient checkpointing and a frozen stem + first stage (what DDP must cope with). Set
 # train_dataloader.dataset.data_root with --cfg-options.
 size = (96, 96)
 classes = ('circle', 'triangle', 'rectangle')
-width = 16
 model = dict(
-    backbone=dict(embed_dims=16, depths=(1, 1, 1, 1), num_heads=(1, 1, 2, 2),
-                  drop_path_rate=0., with_cp=True, frozen_stages=1, init_cfg=None),
-    neck=dict(in_channels=[16, 32, 64, 128], out_channels=width),
-    rpn_head=dict(in_channels=width, feat_channels=width),
-    roi_head=dict(
-        bbox_roi_extractor=dict(out_channels=width),
-        bbox_head=dict(in_channels=width, fc_out_channels=32, num_classes=len(classes)),
-        mask_roi_extractor=dict(out_channels=width),
-        mask_head=dict(in_channels=width, conv_out_channels=width,
-                       num_classes=len(classes))))
+    backbone=dict(drop_path_rate=0., with_cp=True, frozen_stages=1),
+    roi_head=dict(bbox_head=dict(num_classes=len(classes)),
+                  mask_head=dict(num_classes=len(classes))))
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),

@@ -1,16 +1,14 @@
-# Body of a test config: appended to `_base_ = ['<a shipped UperNet + InLine-Swin config>']`
-# by tests/test_reliability_*.py, it shrinks the model to CPU-test size (16-96 channels,
-# one block per stage) and trains on 64x64 toy ADE images without augmentation or
-# dropout, so that runs can be compared number for number. Everything else (SyncBN heads,
+# Body of a test config on the shipped UperNet + InLine-Swin config shrunk by
+# support.shrink_segmentor (16-128 channels, one block per stage, 64x64 inputs), written by
+# reliability_support.tiny_config: it trains on 64x64 toy ADE images without augmentation
+# or dropout, so that runs can be compared number for number. Everything else (SyncBN heads,
 # optimizer type, paramwise settings, runtime) stays as shipped. Set
 # train_dataloader.dataset.data_root with --cfg-options.
 size = (64, 64)
 model = dict(
-    data_preprocessor=dict(size=size),
-    backbone=dict(embed_dims=16, depths=(1, 1, 1, 1), num_heads=(1, 1, 2, 2),
-                  drop_path_rate=0., init_cfg=None),
-    decode_head=dict(in_channels=[16, 32, 64, 128], channels=16, dropout_ratio=0.),
-    auxiliary_head=dict(in_channels=64, channels=8, dropout_ratio=0.))
+    backbone=dict(drop_path_rate=0.),
+    decode_head=dict(dropout_ratio=0.),
+    auxiliary_head=dict(dropout_ratio=0.))
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations'),

@@ -1,0 +1,105 @@
+"""What the tests share that is not a fixture, importable without side effects: by
+conftest.py, by the tests, and by reliability_support.py inside training subprocesses
+(where importing conftest would set the test process up). The one tiny detector and the
+one tiny segmentor of the tests are the shipped configs through :func:`shrink_detector`
+and :func:`shrink_segmentor`."""
+import os
+import socket
+from pathlib import Path
+from typing import Dict
+
+import torch
+
+from inline_mm.models import FAMILIES
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / 'tests'
+
+
+def subprocess_env(**extra: str) -> Dict[str, str]:
+    """The environment of a tool started by a test: one thread per process (the 2 cores are
+    shared by parallel workers), unbuffered logs, this checkout first on PYTHONPATH."""
+    env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONUNBUFFERED='1')
+    env['PYTHONPATH'] = os.pathsep.join([str(ROOT), env.get('PYTHONPATH', '')]).rstrip(os.pathsep)
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (tests running in parallel need their own)."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def shrink_backbone(backbone: dict) -> dict:
+    """A config's backbone made CPU-test sized, in place: the widths of its family's
+    ``smoke`` configuration; a pyramid keeps its stage types (the preset's or the
+    config's) with one block per stage, two (first and last type) in a mixed stage."""
+    family = FAMILIES[backbone['type']]
+    preset = family.presets[backbone.get('arch', 'tiny')]
+    backbone.update({k: v for k, v in family.smoke.items()
+                     if k not in ('depths', 'stage_types', 'drop_path_rate')}, init_cfg=None)
+    types = backbone.get('stage_types') or preset.get('stage_types')
+    if types is not None:
+        backbone['stage_types'] = [t if isinstance(t, str) else (t[0], t[-1]) for t in types]
+        backbone['depths'] = [1 if isinstance(t, str) else 2 for t in backbone['stage_types']]
+    return backbone
+
+
+def out_channels(backbone: dict) -> list:
+    """Output channels of a config's backbone (built on the meta device)."""
+    args = {k: v for k, v in backbone.items() if k not in ('type', 'init_cfg')}
+    with torch.device('meta'):
+        return list(FAMILIES[backbone['type']].cls(**args).out_channels)
+
+
+#: input side of the shrunken segmentors' training batches
+SEG_SIZE = 64
+
+
+def shrink_segmentor(cfg):
+    """A segmentation config's model made CPU-test sized, in place: the backbone as
+    :func:`shrink_backbone`, 16-channel neck and heads, 64-pixel training inputs."""
+    model = cfg.model
+    chans = out_channels(shrink_backbone(model.backbone))
+    model.data_preprocessor.size = (SEG_SIZE, SEG_SIZE)
+    if model.get('neck'):
+        model.neck.update(in_channels=chans, out_channels=16)
+        model.decode_head.update(in_channels=[16] * 4, channels=16)
+    else:
+        model.decode_head.update(in_channels=chans, channels=16)
+    if model.get('auxiliary_head'):      # (after a neck, the heads see the neck's maps)
+        aux_in = 16 if model.get('neck') else chans[model.auxiliary_head.in_index]
+        model.auxiliary_head.update(in_channels=aux_in, channels=8)
+    if model.test_cfg.get('mode') == 'slide':
+        model.test_cfg.update(crop_size=(48, 48), stride=(32, 32))
+    return cfg
+
+
+def shrink_detector(cfg):
+    """A (Cascade) Mask R-CNN config's model made CPU-test sized, in place: the backbone as
+    :func:`shrink_backbone`, a 16-channel neck, RPN and RoI heads (every cascade stage)."""
+    model = cfg.model
+    chans = out_channels(shrink_backbone(model.backbone))
+    model.neck.update(in_channels=chans[-1] if model.neck.type == 'SimpleFPN' else chans,
+                      out_channels=16)
+    model.rpn_head.update(in_channels=16, feat_channels=16)
+    roi = model.roi_head
+    roi.bbox_roi_extractor.out_channels = roi.mask_roi_extractor.out_channels = 16
+    bbox_heads = roi.bbox_head if isinstance(roi.bbox_head, list) else [roi.bbox_head]
+    for head in bbox_heads:     # (conv_out_channels: the cascades' 4-conv heads)
+        head.update(in_channels=16, conv_out_channels=16, fc_out_channels=32)
+    roi.mask_head.update(in_channels=16, conv_out_channels=16, num_convs=1)
+    return cfg
+
+
+def write_tiny_config(config, path: Path) -> Path:
+    """``config`` (a shipped file) with its model shrunk by :func:`shrink_detector` or
+    :func:`shrink_segmentor`, written to ``path``: the ``_base_`` of a test config that a
+    tool runs in seconds on CPU."""
+    from mmengine.config import Config
+    cfg = Config.fromfile(str(config))
+    shrink = shrink_detector if cfg.model.get('roi_head') else shrink_segmentor
+    shrink(cfg).dump(str(path))
+    return path
