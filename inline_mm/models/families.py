@@ -46,9 +46,9 @@ and exports it to ONNX (so write size arithmetic with ``layers.round_up`` /
 ``layers.pad_amount``, not ``-(-h // w)`` / ``-h % p``, which ONNX's truncating integer
 division exports wrongly, and no per-sample Python loops, which a tracer bakes into the
 graph); and ``inline_mm.timm`` registers every preset as ``inline_<family>_<preset>``
-(``tests/test_timm.py``). Family-specific tests (goldens
-against the official code, parameter counts, quirks) go in
-``tests/test_inline_<family>.py``.
+(``tests/test_timm.py``). Goldens against the official code are cases in
+``tests/data/golden/cases.json`` (``tests/test_goldens.py`` runs every case); what is particular
+to one family (parameter counts, quirks) goes in ``tests/test_inline_<family>.py``.
 """
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple

@@ -6,8 +6,8 @@ The goldens are small models with the exact structure of the released variants
 matters, saved in the official checkpoint layout (``{'model': state_dict}``, tensors
 only), together with what the official model computes from them: the tokens leaving
 the last block of every stage (``stage{i}``; every block, ``block{i}``, for InLine-DeiT),
-the final norm where the model has one, and the logits. ``tests/test_inline_*.py``
-hold inline_mm's backbones to these outputs (max relative error 1e-5 in fp32).
+the final norm where the model has one, and the logits. ``tests/test_goldens.py`` (over
+``cases.json``) holds inline_mm's backbones to these outputs (max relative error 1e-5 in fp32).
 
 This is a developer tool, not a CI step: it needs the authors' code, which is not a
 dependency of inline_mm.
