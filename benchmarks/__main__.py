@@ -75,8 +75,8 @@ import torch
 
 from benchmarks.attention import attention_table, run_attention, write_attention_csv
 from benchmarks.backbones import (FULL_SIZES, MODELS, MODES, QUICK_SIZES, Result,
-                                           backbone_tables, build_models, plot_backbones,
-                                           run_backbones, write_backbone_csv)
+                                  backbone_tables, build_models, plot_backbones,
+                                  run_backbones, write_backbone_csv)
 from benchmarks import deit, padding
 from benchmarks.measure import Timer, free_memory, machine_info
 from inline_mm.models import FAMILIES

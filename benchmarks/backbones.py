@@ -142,7 +142,6 @@ class Result:
         return self.size[0] * self.size[1]
 
 
-
 def run_backbones(args, device: torch.device, models: Dict[str, nn.Module]) -> List[Result]:
     """Per mode: (1) in order of size, predict, skip or warm up each model and measure
     its memory; (2) time every (model, size) left in rounds, all of them once per
@@ -322,4 +321,3 @@ def plot_backbones(results: List[Result], path: Path, title: str):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-

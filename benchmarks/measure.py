@@ -104,7 +104,6 @@ def is_oom(err: BaseException) -> bool:
         or "can't allocate memory" in text
 
 
-
 def predict(history: List[Tuple[int, float]], pixels: int) -> Optional[float]:
     """Extrapolate a cost to ``pixels`` from (pixels, cost) at smaller sizes, in
     increasing order of pixels: the growth exponent between the last size and the
@@ -120,7 +119,6 @@ def predict(history: List[Tuple[int, float]], pixels: int) -> Optional[float]:
         p0, c0 = earlier[-1]
         exp = min(2.2, max(1.0, math.log(c1 / c0) / math.log(p1 / p0)))
     return c1 * (pixels / p1) ** exp
-
 
 
 def machine_info() -> dict:

@@ -160,7 +160,7 @@ def test_detection_model_loss_step(path):
     losses = model(**data, mode='loss')
     stages = [f's{i}.' for i in range(cfg.model.roi_head.get('num_stages', 0))] or ['']
     for k in ['loss_rpn_cls'] + [s + k for s in stages for k in ('loss_cls', 'loss_bbox',
-                                                                   'loss_mask')]:
+                                                                 'loss_mask')]:
         assert k in losses, sorted(losses)
     total, _ = model.parse_losses(losses)
     assert torch.isfinite(total)

@@ -144,7 +144,6 @@ def test_only_needed_blocks_run():
     assert calls == [0]
 
 
-
 def test_frozen_stages():
     model = InLineDeiT(**SMALL, frozen_stages=2)
     model.train()
@@ -162,7 +161,6 @@ def test_frozen_stages():
     assert not any(p.requires_grad for p in everything.parameters())
 
 
-
 @pytest.mark.parametrize('kwargs,message', [
     (dict(num_heads=5), 'not divisible by 5 heads'),
     (dict(depth=0), 'depth must be >= 1'),
@@ -172,8 +170,6 @@ def test_frozen_stages():
 def test_invalid_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         InLineDeiT(**kwargs)
-
-
 
 
 def test_converter_drops_the_head_and_is_idempotent(golden):
@@ -230,13 +226,11 @@ def test_wrong_variant_and_family_checkpoints_are_refused(tmp_path, golden):
         load_golden_model(deit_path, pretrain_img_size=288)
 
 
-
 def test_default_init_is_finite_and_random():
     model = InLineDeiT(**SMALL)
     model.init_weights()
     assert model.pos_embed.std() > 0 and model.cls_token.std() > 0
     assert torch.isfinite(torch.cat([p.flatten() for p in model.parameters()])).all()
-
 
 
 def test_flops_count_every_product_of_the_attention():

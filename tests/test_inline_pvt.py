@@ -170,5 +170,3 @@ def test_wrong_variant_checkpoints_are_refused(tmp_path, golden):
                      init_cfg=dict(type='Pretrained', checkpoint=pvt_path))
     with pytest.raises(CheckpointError, match='other shapes.*another variant'):
         wide.init_weights()
-
-

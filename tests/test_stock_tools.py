@@ -74,9 +74,9 @@ def toy(tmp_path_factory):
     # No validation inside training (the test commands evaluate): less to wait for.
     opts = ['val_cfg=None', 'val_dataloader=None', 'val_evaluator=None']
     opts += [f'{split}_dataloader.{key}' for split in ('train', 'test')
-            for key in ('num_workers=0', 'persistent_workers=False', 'batch_size=2',
-                        f'dataset.data_root={root}',
-                        'dataset.metainfo.classes=(circle,triangle,rectangle)')]
+             for key in ('num_workers=0', 'persistent_workers=False', 'batch_size=2',
+                         f'dataset.data_root={root}',
+                         'dataset.metainfo.classes=(circle,triangle,rectangle)')]
     opts += [f'train_dataloader.dataset.pipeline.{train_resize}.scale=(128,128)',
              f'test_dataloader.dataset.pipeline.{test_resize}.scale=(128,128)',
              f'test_evaluator.ann_file={ann}',
