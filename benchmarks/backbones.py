@@ -186,7 +186,8 @@ def run_backbones(args, device: torch.device, models: Dict[str, nn.Module]) -> L
                     continue
                 hist['time'].append((res.pixels, min(probe)))
                 hist['mem'].append((res.pixels, res.peak_bytes))
-                print(f'  {name:14s} {mode:9s} {_size(size):>9s}  warm-up {min(probe) * 1e3:9.1f} ms'
+                print(f'  {name:14s} {mode:9s} {_size(size):>9s}'
+                      f'  warm-up {min(probe) * 1e3:9.1f} ms'
                       f'  peak {res.peak_bytes / 2 ** 20:8.1f} MiB', flush=True)
                 plan.append((res, step))
         print(f'  timing {len(plan)} (model, size) pairs in {args.repeats} interleaved rounds',
@@ -208,7 +209,8 @@ def _size(size):
 
 
 def _report_line(res: Result):
-    print(f'  {res.model:14s} {res.mode:9s} {_size(res.size):>9s}  median {res.median * 1e3:9.1f} ms'
+    print(f'  {res.model:14s} {res.mode:9s} {_size(res.size):>9s}'
+          f'  median {res.median * 1e3:9.1f} ms'
           f'  (min {min(res.times) * 1e3:.1f}, max {max(res.times) * 1e3:.1f}, '
           f'n={len(res.times)})  peak {res.peak_bytes / 2 ** 20:8.1f} MiB', flush=True)
 

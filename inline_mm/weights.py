@@ -1,8 +1,8 @@
 """The official InLine weights by name or URL: downloaded once, verified, cached.
 
 One resolver serves every loader of the project (``init_cfg=dict(type='Pretrained',
-checkpoint=...)``, ``tools/model_converters/convert_checkpoint.py``, :mod:`inline_mm.timm`, this module's
-command line).  A checkpoint reference is one of:
+checkpoint=...)``, ``tools/model_converters/convert_checkpoint.py``, :mod:`inline_mm.timm`, this
+module's command line).  A checkpoint reference is one of:
 
 ``'inline://swin_t'``
     one of the 13 official ImageNet-1K files, by short name (``python -m inline_mm.weights

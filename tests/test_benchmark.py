@@ -32,7 +32,8 @@ def _load_tool():
 @pytest.mark.subprocess
 def test_quick_run_writes_table_csv_and_plot(tmp_path):
     env = subprocess_env()
-    proc = subprocess.run([sys.executable, '-m', 'benchmarks', '--quick', '--out-dir', str(tmp_path)],
+    proc = subprocess.run([sys.executable, '-m', 'benchmarks', '--quick',
+                           '--out-dir', str(tmp_path)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout

@@ -181,8 +181,9 @@ def test_convert_tool_writes_tensors_only_file(tmp_path, golden):
     from inline_mm.models import InLineSwin
     path, _ = golden('inline_swin_tiny_224')
     dst = tmp_path / 'swin.safetensors'
-    out = subprocess.run([sys.executable, str(ROOT / 'tools' / 'model_converters' / 'convert_checkpoint.py'), path,
-                          str(dst)], capture_output=True, text=True)
+    out = subprocess.run([sys.executable,
+                          str(ROOT / 'tools' / 'model_converters' / 'convert_checkpoint.py'),
+                          path, str(dst)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert 'InLineSwin' in out.stdout
     from safetensors.torch import load_file
@@ -196,7 +197,8 @@ def test_convert_tool_writes_tensors_only_file(tmp_path, golden):
 
 @pytest.mark.subprocess
 def test_convert_tool_reports_errors(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / 'tools' / 'model_converters' / 'convert_checkpoint.py'),
+    out = subprocess.run([sys.executable,
+                          str(ROOT / 'tools' / 'model_converters' / 'convert_checkpoint.py'),
                           str(tmp_path / 'missing.pth'), str(tmp_path / 'o.safetensors')],
                          capture_output=True, text=True)
     assert out.returncode != 0 and 'missing.pth' in out.stderr

@@ -1,6 +1,6 @@
-"""inline_mm.analysis and its tool tools/analysis_tools/get_flops.py: what is counted, and agreement with the
-backbone GMACs table of the project's reference notes (shared/reference/ARCHITECTURES.md,
-kept beside the repository, not in it)."""
+"""inline_mm.analysis and its tool tools/analysis_tools/get_flops.py: what is counted, and
+agreement with the backbone GMACs table of the project's reference notes
+(shared/reference/ARCHITECTURES.md, kept beside the repository, not in it)."""
 import json
 import subprocess
 import sys
@@ -61,7 +61,8 @@ def test_flops_backbone_matches_table(config, gmacs):
 @pytest.mark.subprocess
 def test_flops_cli_whole_detector_json():
     out = subprocess.run(
-        [sys.executable, 'tools/analysis_tools/get_flops.py', NANO, '--shape', '128', '160', '--json'],
+        [sys.executable, 'tools/analysis_tools/get_flops.py', NANO, '--shape', '128', '160',
+         '--json'],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -91,6 +92,7 @@ def test_flops_cascade_detector(tmp_path):
 
 @pytest.mark.subprocess
 def test_flops_cli_rejects_bad_shape():
-    out = subprocess.run([sys.executable, 'tools/analysis_tools/get_flops.py', NANO, '--shape', '1', '2', '3'],
+    out = subprocess.run([sys.executable, 'tools/analysis_tools/get_flops.py', NANO,
+                          '--shape', '1', '2', '3'],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and '--shape takes H W' in out.stderr

@@ -21,7 +21,8 @@ def test_import_is_cheap_and_needs_no_compiled_ops():
     code = ('import sys, inline_mm\n'
             'from mmdet.registry import MODELS as D\n'
             'from mmseg.registry import MODELS as S\n'
-            'heavy = [m for m in ("mmcv._ext", "mmdet.models", "mmseg.models") if m in sys.modules]\n'
+            'heavy = [m for m in ("mmcv._ext", "mmdet.models", "mmseg.models") '
+            'if m in sys.modules]\n'
             'print("heavy:", heavy)\n'
             'assert all(n in R.module_dict for R in (D, S) for n in inline_mm.FAMILIES)\n')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
@@ -81,9 +82,10 @@ def test_mmseg_upernet_loss_and_predict(tmp_path):
     from mmseg.utils import register_all_modules
     from mmengine.structures import PixelData
     register_all_modules()
-    cfg = _build(tmp_path,
-                 'mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
-                 SMALL_SWIN, None)
+    cfg = _build(
+        tmp_path,
+        'mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
+        SMALL_SWIN, None)
     cfg.model.decode_head.in_channels = [16, 32, 64, 128]
     cfg.model.decode_head.channels = 32
     cfg.model.auxiliary_head.in_channels = 64
@@ -150,7 +152,6 @@ def _runner(work_dir, max_iters, **kw):
 def test_mmengine_resume_and_load_from_with_safe_loading(tmp_path):
     """torch >= 2.6 loads with weights_only=True; mmengine's own checkpoints (message hub
     history, numpy scalars) must still resume, without turning safe loading off."""
-    import inline_mm  # noqa: F401  (allowlists mmengine's checkpoint types)
     first = _runner(tmp_path, 2)
     first.train()
     ckpt = tmp_path / 'iter_2.pth'
@@ -170,7 +171,6 @@ def test_mmengine_resume_and_load_from_with_safe_loading(tmp_path):
 
 
 def test_safe_loading_is_still_on_for_other_objects(tmp_path):
-    import inline_mm  # noqa: F401
     path = tmp_path / 'evil.pth'
     torch.save({'x': torch.zeros(1), 'obj': copy.copy}, path)   # a callable: must be refused
     with pytest.raises(Exception, match='Weights only load failed'):

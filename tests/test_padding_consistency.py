@@ -56,8 +56,9 @@ def test_padding_consistency_tool(tmp_path):
     out_dir = tmp_path / 'out'
     env = subprocess_env()
     run = subprocess.run(
-        [sys.executable, 'tools/analysis_tools/padding_consistency.py', str(cfg), str(ckpt), '--num-images',
-         '2', '--small-size', '96', '64', '--ap-batches', '2', '--out-dir', str(out_dir)],
+        [sys.executable, 'tools/analysis_tools/padding_consistency.py', str(cfg), str(ckpt),
+         '--num-images', '2', '--small-size', '96', '64', '--ap-batches', '2',
+         '--out-dir', str(out_dir)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-4000:]

@@ -516,7 +516,8 @@ def test_convert_tool_and_timm_take_names(host, cache, monkeypatch, swin_t_bytes
     mirrored(host, monkeypatch, **{'inline_swin_t.pth': swin_t_bytes})
     served = torch.load(io.BytesIO(swin_t_bytes), weights_only=True)['model']
     dst = tmp_path / 'swin_t.safetensors'
-    runpy.run_path(str(ROOT / 'tools/model_converters/convert_checkpoint.py'))['main'](['inline://swin_t', str(dst)])
+    runpy.run_path(str(ROOT / 'tools/model_converters/convert_checkpoint.py'))['main'](
+        ['inline://swin_t', str(dst)])
     converted = load_file(dst)
     assert converted and all(torch.equal(v, served[k]) for k, v in converted.items())
     model = create_backbone('inline_swin_tiny', pretrained=True, file='inline://swin_t',

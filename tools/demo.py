@@ -235,7 +235,8 @@ def main(argv=None):
                                           'coco/segm_mAP_50')}
     result.update(iters=iters, train_min=round(t_train / 60, 2), total_min=round(total / 60, 2),
                   threads=threads, cpus=os.cpu_count(), load_start=load_start,
-                  load_end=load_end, load_1min_during_run=load_run, data_sha256=data_hash, checkpoint=ckpt)
+                  load_end=load_end, load_1min_during_run=load_run, data_sha256=data_hash,
+                  checkpoint=ckpt)
     with open(osp.join(wd, 'demo_result.json'), 'w') as f:
         json.dump(result, f, indent=1)
     banner('done', t0)

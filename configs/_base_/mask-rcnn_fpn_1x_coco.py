@@ -20,7 +20,8 @@ custom_imports = dict(imports=['inline_mm', 'inline_mm.engine.enable'],
 # padding-aware InLine backbones an image gets the same detections alone and batched.
 model = dict(rpn_head=dict(type='PadAwareRPNHead'))
 # Not run by default: decoding COCO's 123k images before training takes ~6 min on one core
-# (~3 ms a JPEG; docs/reliability.md). To refuse missing/truncated/corrupt images before iteration 1:
+# (~3 ms a JPEG; docs/reliability.md). To refuse missing/truncated/corrupt images before
+# iteration 1:
 #   custom_hooks = [dict(type='DatasetCheckHook')]
 
 max_epochs = 12

@@ -4,7 +4,8 @@
 #   <data_root>/meta.json                  {"classes": [...], "palette": [[r, g, b], ...]}
 #   <data_root>/images/{train,val}/*.jpg   (or .png .jpeg .bmp .tif .webp, mixed is fine)
 #   <data_root>/masks/{train,val}/*.png    one class index per pixel (8-bit grey or
-#                                          palette PNG; colour masks: tools/dataset_converters/convert_masks.py)
+#                                          palette PNG; colour masks:
+#                                          tools/dataset_converters/convert_masks.py)
 #
 # Check the data first:  python tools/misc/check_dataset.py --config <this file>
 # Train:                 python tools/train.py <this file>

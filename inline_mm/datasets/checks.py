@@ -419,8 +419,8 @@ def check_pair(img_path: str, mask_path: str, read_labels: bool = True,
         grey = bool((arr[..., 0] == arr[..., 1]).all() and (arr[..., 1] == arr[..., 2]).all())
         how = ('its three channels are equal, a grey index mask saved as RGB: '
                'tools/dataset_converters/convert_masks.py --gray' if grey else
-               'map colours to class indices with tools/dataset_converters/convert_masks.py (palette from '
-               'meta.json)')
+               'map colours to class indices with tools/dataset_converters/convert_masks.py '
+               '(palette from meta.json)')
         problems.append(Problem('rgb-mask', mask_path, f'colour ({mask.mode}) mask; masks must '
                                                        f'hold one class index per pixel: {how}'))
         return PairCheck(problems, None, nbytes)
@@ -461,8 +461,8 @@ def binary_problems(histograms: Dict[str, Dict[int, int]], num_classes: int, ign
     if has_fg or not with_255:
         return []
     fg = '1' if num_classes == 2 else f'1..{num_classes - 1}'
-    fix = ('convert them with tools/dataset_converters/convert_masks.py (meta.json palette [[0,0,0],'
-           '[255,255,255]]) or save the foreground as 1')
+    fix = ('convert them with tools/dataset_converters/convert_masks.py '
+           '(meta.json palette [[0,0,0],[255,255,255]]) or save the foreground as 1')
     return [Problem('binary-0-255', path,
                     f'mask holds only 0 and 255 and no mask of the dataset holds a label {fg}: '
                     f'255 is the ignore index ({ignore_index}) or out of range, so the '

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Parameters and MACs of a config's model at a given input size.
 
-    python tools/analysis_tools/get_flops.py configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py
+    python tools/analysis_tools/get_flops.py \\
+        configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py
     python tools/analysis_tools/get_flops.py CONFIG --shape 512 512 --backbone-only
     python tools/analysis_tools/get_flops.py CONFIG --json          # one JSON object on stdout
 

@@ -1,13 +1,15 @@
 #!/usr/bin/env python
 """Does a Mask R-CNN give an image the same detections alone and batched next to a larger one?
 
-    python tools/analysis_tools/padding_consistency.py CONFIG CHECKPOINT [--num-images N] [--skip-ap]
+    python tools/analysis_tools/padding_consistency.py CONFIG CHECKPOINT \\
+        [--num-images N] [--skip-ap]
     # the demo model:
     python tools/analysis_tools/padding_consistency.py \\
         configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py \\
         work_dirs/demo/iter_600.pth
     # with mmdet's stock RPNHead instead of the configs' PadAwareRPNHead:
-    python tools/analysis_tools/padding_consistency.py CONFIG CHECKPOINT --cfg-options model.rpn_head.type=RPNHead
+    python tools/analysis_tools/padding_consistency.py CONFIG CHECKPOINT \\
+        --cfg-options model.rpn_head.type=RPNHead
 
 mmdet batches images of different sizes by zero-padding them bottom/right (after
 normalisation, to a multiple of 32). Every measurement runs twice, with the backbone's

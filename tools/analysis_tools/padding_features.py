@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How much an image's backbone features depend on its batch mates' padding.
 
-    python tools/analysis_tools/padding_features.py                   # the four tiny presets, both cases
+    python tools/analysis_tools/padding_features.py  # the four tiny presets, both cases
     python tools/analysis_tools/padding_features.py --families InLineSwin --cases small
 
 mmdet and mmseg zero-pad the images of a batch to one size. For each family (the real

@@ -65,7 +65,8 @@ def roi_align_cases(gen: torch.Generator) -> list:
         for sampling_ratio in (0, 2):
             for aligned in (True, False):
                 cases.append(dict(
-                    name=f'roi_{out_size[0]}_s{sampling_ratio}_{"aligned" if aligned else "legacy"}',
+                    name=(f'roi_{out_size[0]}_s{sampling_ratio}_'
+                          f'{"aligned" if aligned else "legacy"}'),
                     feats=feats, rois=rois, output_size=out_size, spatial_scale=0.25,
                     sampling_ratio=sampling_ratio, aligned=aligned,
                     grad_output=torch.randn(len(rois), 8, *out_size, generator=gen)))

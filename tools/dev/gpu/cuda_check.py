@@ -140,7 +140,8 @@ def check_mask_rcnn(device):
                     device, 'mmdet')
 
 
-@check('UperNet AMP step (configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-amp-160k_ade20k-512x512.py)')
+@check('UperNet AMP step '
+       '(configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-amp-160k_ade20k-512x512.py)')
 def check_upernet(device):
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
@@ -154,8 +155,9 @@ def check_upernet(device):
             samples.append(s)
         return dict(inputs=[torch.randint(0, 255, (3, 512, 512), dtype=torch.uint8)
                             for _ in range(2)], data_samples=samples)
-    return amp_step('configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-amp-160k_ade20k-512x512.py',
-                    data, device, 'mmseg')
+    return amp_step(
+        'configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-amp-160k_ade20k-512x512.py',
+        data, device, 'mmseg')
 
 
 @check('python -m benchmarks --quick')
