@@ -198,6 +198,7 @@ CONFIG_UTILS_PROBE = ('import sys\n'
                       "print(u.MODULE2PACKAGE.get('inline_mm'), type(u.__loader__).__name__)\n")
 
 
+@pytest.mark.subprocess
 def test_hook_adds_inline_mm_to_mmengines_config_packages_and_can_be_switched_off():
     """The start-up hook (the .pth the set-up and the wheel put in place) names inline_mm in
     mmengine's table of ``pkg::`` packages as that module loads, leaving its loader as it was;
