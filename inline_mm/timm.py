@@ -464,6 +464,8 @@ def _timm_entry(name: str):
                 kwargs[ours] = kwargs.pop(timm_key)
         checkpoint_key = kwargs.pop('checkpoint_key', None)
         if features_only and feature_cls != 'getter':
+            if drop_rate:
+                kwargs['drop_rate'] = drop_rate     # the backbone's own dropout
             model = create_backbone(name, pretrained=pretrained, file=cfg.file,
                                     checkpoint_key=checkpoint_key, out_indices=out_indices,
                                     **kwargs)

@@ -437,3 +437,22 @@ def test_classifier_takes_a_black_border_for_image():
         assert not torch.allclose(model(x), ref(x))
     assert not model.backbone.pad_aware
     assert timm.create_model('inline_swin_tiny', features_only=True).backbone.pad_aware
+
+
+def test_timm_test_runner_files_our_models_as_timm_does():
+    """tools/dev/run_timm_model_tests.py changes only timm's two selection lists: InLine-DeiT
+    joins timm's ViTs (token outputs), our module the models with forward_intermediates."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        'run_timm_model_tests', ROOT / 'tools/dev/run_timm_model_tests.py')
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    source = "A = 1\nNON_STD_FILTERS = [\n    'vit_*',\n]\nFEAT_INTER_FILTERS = [\n    'deit',\n]\n"
+    namespace = {}
+    exec(runner.patched(source), namespace)
+    assert namespace['NON_STD_FILTERS'] == ['inline_deit_*', 'vit_*']
+    assert namespace['FEAT_INTER_FILTERS'] == ['timm', 'deit']
+    assert {m.split('.')[0] for m in timm.list_models('inline_*')} == set(inline_timm.MODEL_NAMES)
+    assert set(timm.list_models(module='timm')) >= set(inline_timm.MODEL_NAMES)
+    with pytest.raises(SystemExit, match='FEAT_INTER_FILTERS not found'):
+        runner.patched("NON_STD_FILTERS = [\n]\n")
