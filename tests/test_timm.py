@@ -456,3 +456,21 @@ def test_timm_test_runner_files_our_models_as_timm_does():
     assert set(timm.list_models(module='timm')) >= set(inline_timm.MODEL_NAMES)
     with pytest.raises(SystemExit, match='FEAT_INTER_FILTERS not found'):
         runner.patched("NON_STD_FILTERS = [\n]\n")
+
+
+@pytest.mark.parametrize('name', inline_timm.MODEL_NAMES)
+def test_every_released_classifier_runs_at_its_cfg_size(name):
+    """Each released layout builds and classifies; its unpooled map has the cfg's
+    ``pool_size`` and ``num_features`` channels (InLine-DeiT-S/B at 224 instead of
+    288/448, their tables resized, to keep the suite short)."""
+    model = timm.create_model(name).eval()
+    cfg = model.pretrained_cfg
+    size = min(cfg['input_size'][-1], 224)
+    with torch.no_grad():
+        feats = model.forward_features(torch.randn(1, 3, size, size))
+        logits = model.forward_head(feats)
+    assert logits.shape == (1, 1000) and torch.isfinite(logits).all()
+    if cfg['pool_size'] is not None:
+        assert feats.shape == (1, model.num_features, *cfg['pool_size'])
+    else:
+        assert feats.shape == (1, 1 + (size // 16) ** 2, model.num_features)
