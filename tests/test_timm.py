@@ -155,6 +155,8 @@ def test_timm_entry_points_need_no_openmmlab():
                                   **f.smoke)
             outs = m(torch.randn(1, 3, 64, 64))
             assert len(outs) == len(m.feature_info.channels())
+            classifier = timm.create_model(inline_mm.timm.model_name(name, preset), **f.smoke)
+            assert classifier(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
         assert not [m for m in sys.modules if m.split('.')[0] in BLOCKED]
         print('OK')
     ''')
