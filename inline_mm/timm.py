@@ -459,6 +459,12 @@ def _timm_entry(name: str):
               drop_rate: float = 0., feature_cls: Optional[str] = None,
               feature_cfg: Optional[dict] = None, out_indices=None, **kwargs):
         cfg = resolve_pretrained_cfg(name, pretrained_cfg, pretrained_cfg_overlay)
+        if cache_dir is not None:
+            raise ValueError(f'{name}: cache_dir is not used by the InLine models; their files '
+                             'are cached in $INLINE_MM_WEIGHTS (see inline_mm.weights)')
+        # An overlaid url other than the official one is loaded (the official one is the
+        # preset's short name, which the resolver also finds in checkpoints/).
+        file = cfg.file or (cfg.url if cfg.url != default_cfgs[name]['url'] else None)
         for timm_key, ours in _TIMM_TO_BACKBONE.items():
             if timm_key in kwargs:
                 kwargs[ours] = kwargs.pop(timm_key)
@@ -466,7 +472,7 @@ def _timm_entry(name: str):
         if features_only and feature_cls != 'getter':
             if drop_rate:
                 kwargs['drop_rate'] = drop_rate     # the backbone's own dropout
-            model = create_backbone(name, pretrained=pretrained, file=cfg.file,
+            model = create_backbone(name, pretrained=pretrained, file=file,
                                     checkpoint_key=checkpoint_key, out_indices=out_indices,
                                     **kwargs)
         else:
@@ -477,7 +483,7 @@ def _timm_entry(name: str):
                 raise ValueError(f"{name}: feature_cls={feature_cls!r}; the InLine models "
                                  "offer the default (the backbone) and 'getter'")
             model = create_classifier(
-                name, pretrained=pretrained, file=cfg.file, checkpoint_key=checkpoint_key,
+                name, pretrained=pretrained, file=file, checkpoint_key=checkpoint_key,
                 num_classes=cfg.num_classes if num_classes is None else num_classes,
                 global_pool=global_pool, drop_rate=drop_rate, strict=pretrained_strict,
                 **kwargs)

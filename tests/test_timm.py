@@ -280,8 +280,13 @@ def test_pretrained_true_loads_the_released_file_from_the_cache(tmp_path, monkey
         timm.create_model('inline_deit_tiny', pretrained=True, pretrained_cfg_overlay=overlay)
     loose = timm.create_model('inline_deit_tiny', pretrained=True, pretrained_strict=False,
                               pretrained_cfg_overlay=overlay)
+    # a url of the overlay other than the official one is what gets loaded (the resolver
+    # takes URLs and paths alike; a path keeps this test off the network)
+    by_url = timm.create_model('inline_deit_tiny', pretrained=True, pretrained_cfg_overlay=dict(
+        url=str(tmp_path / 'extra.pth')), pretrained_strict=False)
     with torch.no_grad():
         torch.testing.assert_close(loose(x), source(x), rtol=0, atol=0)
+        torch.testing.assert_close(by_url(x), source(x), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize('name', inline_timm.MODEL_NAMES)
@@ -424,6 +429,8 @@ def test_standard_arguments_reach_the_backbone_and_unknown_ones_are_named():
         timm.create_model('inline_swin_tiny', features_only=True, window_sise=7)
     with pytest.raises(TypeError, match='out_indices is for features_only'):
         timm.create_model('inline_swin_tiny', out_indices=(1,))
+    with pytest.raises(ValueError, match=r'cache_dir .*INLINE_MM_WEIGHTS'):
+        timm.create_model('inline_swin_tiny', cache_dir='/tmp/elsewhere')
 
 
 def test_classifier_takes_a_black_border_for_image():
