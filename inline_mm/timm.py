@@ -427,7 +427,10 @@ def create_classifier(name: str, pretrained: bool = False, file: Optional[str] =
         problems = [f'{len(report[k])} {k} ({", ".join(report[k][:4])})'
                     for k in ('missing', 'unexpected') if report[k]]
         head_left = [k for k in report['missing'] if k.startswith('head.')]
-        if num_classes and head_left and len(head_left) == len(report['missing']):
+        # Another number of classes than the official 1000 starts a new head (timm's
+        # behaviour); with 1000, a file without the head is incomplete.
+        if num_classes not in (0, 1000) and head_left \
+                and len(head_left) == len(report['missing']):
             nn.init.trunc_normal_(model.head.weight, std=.02)
             nn.init.zeros_(model.head.bias)
             problems = [] if not report['unexpected'] else problems

@@ -272,6 +272,12 @@ def test_pretrained_true_loads_the_released_file_from_the_cache(tmp_path, monkey
         torch.testing.assert_close(pooled(x), source.forward_head(
             source.forward_features(x), pre_logits=True), rtol=0, atol=0)
 
+    headless = {k: v for k, v in _official_classifier_file(source).items()
+                if not k.startswith('head.')}
+    torch.save({'model': headless}, tmp_path / 'headless.pth')
+    with pytest.raises(RuntimeError, match=r'2 missing \(head\.weight, head\.bias\)'):
+        timm.create_model('inline_deit_tiny', pretrained=True,
+                          pretrained_cfg_overlay=dict(file=str(tmp_path / 'headless.pth')))
     extra = {'model': {**_official_classifier_file(source), 'head_extra.weight': torch.ones(1)}}
     torch.save(extra, tmp_path / 'extra.pth')
     overlay = dict(file=str(tmp_path / 'extra.pth'))
