@@ -54,6 +54,12 @@ COVERED = [
     (r'INLINE_MM_MMCV=full make setup', 'compiles mmcv (15-40 min); not a suite step'),
     (r'bash tools/dev/gpu/(prepare_wheels|cuda_check)\.sh',
      'needs the network (prepare_wheels) or a GPU machine (cuda_check)'),
+    (r'python validate\.py /data/imagenet/val --model inline_\w+ --pretrained',
+     "timm's validation script on ImageNet (not in this project; needs the images and the "
+     'official files); the model, cfg and transform it uses: tests/test_timm.py'),
+    (r'python tools/dev/run_timm_model_tests\.py /path/to/pytorch-image-models',
+     "needs a checkout of timm's repository (its tests are not in the wheel); the runner's "
+     'changes to the file: tests/test_timm.py::test_timm_test_runner_files_our_models_as_timm_does'),
     (r'make env|(\.venv/bin/)?python -m inline_mm\.env',
      'tests/test_foundation.py::test_env_report'),
     (r'mim train',
