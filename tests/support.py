@@ -5,6 +5,8 @@ one tiny segmentor of the tests are the shipped configs through :func:`shrink_de
 and :func:`shrink_segmentor`."""
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict
 
@@ -103,3 +105,58 @@ def write_tiny_config(config, path: Path) -> Path:
     shrink = shrink_detector if cfg.model.get('roi_head') else shrink_segmentor
     shrink(cfg).dump(str(path))
     return path
+
+
+def write_toy_coco_config(config, base: Path, data: Path, size: int, extra: str = '',
+                          classes=None) -> Path:
+    """A child of ``config`` (a shipped detector, shrunk by :func:`write_tiny_config` into
+    ``base``) that trains, validates and tests on the toy COCO set in ``data`` at ``size``
+    px, one batch-2 train and batch-1 test loader without workers; ``classes`` names the
+    set's classes where the model is to predict only those; ``extra`` (config lines: the
+    test's schedule and hooks) is appended. Written to ``base / 'tiny.py'``."""
+    dataset = 'data_root=data_root, '
+    head = f"""
+_base_ = {str(write_tiny_config(config, base / 'tiny_base.py'))!r}
+data_root = {str(data) + '/'!r}
+"""
+    if classes is not None:
+        dataset += 'metainfo=metainfo, '
+        head += f"""metainfo = dict(classes={tuple(classes)!r})
+model = dict(roi_head=dict(bbox_head=dict(num_classes={len(classes)}),
+                           mask_head=dict(num_classes={len(classes)})))
+"""
+    cfg = base / 'tiny.py'
+    cfg.write_text(head + f"""train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='Resize', scale=({size}, {size}), keep_ratio=True),
+    dict(type='PackDetInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=({size}, {size}), keep_ratio=True),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
+                                          'scale_factor')),
+]
+train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                        dataset=dict({dataset}pipeline=train_pipeline))
+val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
+                      dataset=dict({dataset}pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
+test_evaluator = val_evaluator
+log_processor = dict(window_size=1)
+""" + extra)
+    return cfg
+
+
+def run_quick_benchmark(out_dir: Path, *flags: str) -> str:
+    """``python -m benchmarks FLAGS --quick --out-dir OUT_DIR`` as a user runs it; its
+    stdout, after failing the test with the run's last output when it exits non-zero."""
+    proc = subprocess.run([sys.executable, '-m', 'benchmarks', *flags, '--quick', '--out-dir',
+                           str(out_dir)],
+                          capture_output=True, text=True, env=subprocess_env(), cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout

@@ -10,13 +10,11 @@ import csv
 import importlib.util
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from support import subprocess_env
+from support import run_quick_benchmark
 
 from benchmarks import backbones
 from benchmarks.measure import cpu_peak_bytes, predict
@@ -31,12 +29,7 @@ def _load_tool():
 
 @pytest.mark.subprocess
 def test_quick_run_writes_table_csv_and_plot(tmp_path):
-    env = subprocess_env()
-    proc = subprocess.run([sys.executable, '-m', 'benchmarks', '--quick',
-                           '--out-dir', str(tmp_path)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
+    out = run_quick_benchmark(tmp_path)
     for header in ('CPU inference (forward, no_grad)', 'CPU training (forward + backward)',
                    'Swin-T / InLine-Swin-T', 'Swin-T-global / InLine-Swin-T',
                    'PVT-S / InLine-PVT-S', 'CPU attention', 'speed-up reference / production'):

@@ -3,24 +3,14 @@ machine is shared). Every model, mode and size is measured; the speed-up table, 
 attention / linear-layer split and the outputs are written."""
 import csv
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from support import subprocess_env
-
-ROOT = Path(__file__).resolve().parents[1]
+from support import run_quick_benchmark
 
 
 @pytest.mark.subprocess
 def test_quick_run_writes_ratio_table_split_csv_and_plot(tmp_path):
-    env = subprocess_env()
-    proc = subprocess.run([sys.executable, '-m', 'benchmarks', '--deit', '--quick', '--out-dir',
-                           str(tmp_path)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
+    out = run_quick_benchmark(tmp_path, '--deit')
     for header in ('CPU inference (forward, no_grad)', 'CPU training (forward + backward)',
                    'DeiT-T / InLine', 'DeiT-T-sdpa / InLine', 'paper (GPU)',
                    'InLine attention / linear layers =', 'Softmax (SDPA) attention'):

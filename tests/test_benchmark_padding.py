@@ -4,12 +4,10 @@ table and the CSV are written, and the batches are what their conditions say."""
 import csv
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from support import subprocess_env
+from support import run_quick_benchmark
 
 from benchmarks import padding
 from inline_mm.models import FAMILIES
@@ -25,12 +23,7 @@ def _load_tool():
 
 @pytest.mark.subprocess
 def test_quick_run_writes_table_and_csv(tmp_path):
-    env = subprocess_env()
-    proc = subprocess.run([sys.executable, '-m', 'benchmarks', '--padding', '--quick', '--out-dir',
-                           str(tmp_path)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
+    out = run_quick_benchmark(tmp_path, '--padding')
     for header in ('CPU inference (forward, no_grad)', 'CPU training (forward + backward)',
                    'aware/plain', 'plain = pad_aware=False, aware = pad_aware=True'):
         assert header in out, header

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import subprocess_env, write_tiny_config
+from support import subprocess_env, write_tiny_config, write_toy_coco_config
 
 from inline_mm.toydata import segmentation as toy_seg
 from inline_mm.toydata.coco import make_coco_toy
@@ -74,39 +74,11 @@ default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=3))
 def test_mask_rcnn_train_checkpoint_test(tmp_path):
     data = tmp_path / 'coco'
     make_coco_toy(str(data), num_train=4, num_val=2, size=64, max_objects=2, seed=1)
-    root = str(data) + '/'
-    cfg = tmp_path / 'mask_rcnn_deit_toy.py'
-    cfg.write_text(f"""
-_base_ = {str(write_tiny_config(MASK_RCNN, tmp_path / 'tiny_base.py'))!r}
-data_root = {root!r}
-metainfo = dict(classes=('circle', 'triangle', 'rectangle'))
-model = dict(roi_head=dict(bbox_head=dict(num_classes=3), mask_head=dict(num_classes=3)))
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-    dict(type='Resize', scale=(64, 64), keep_ratio=True),
-    dict(type='PackDetInputs'),
-]
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='Resize', scale=(64, 64), keep_ratio=True),
-    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-    dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
-                                          'scale_factor')),
-]
-train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
-                        dataset=dict(data_root=data_root, metainfo=metainfo,
-                                     pipeline=train_pipeline))
-val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
-                      dataset=dict(data_root=data_root, metainfo=metainfo,
-                                   pipeline=test_pipeline))
-test_dataloader = val_dataloader
-val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
-test_evaluator = val_evaluator
+    cfg = write_toy_coco_config(MASK_RCNN, tmp_path, data, 64,
+                                classes=('circle', 'triangle', 'rectangle'), extra='''
 train_cfg = dict(max_epochs=1, val_interval=1)
 default_hooks = dict(logger=dict(interval=1))
-log_processor = dict(window_size=1)
-""")
+''')
     work = tmp_path / 'work'
     log = _run('tools/train.py', cfg, '--work-dir', work)
     assert re.search(r'Epoch\(train\)\s+\[1\]\[2/2\]', log), log[-3000:]

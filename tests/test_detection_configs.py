@@ -187,8 +187,8 @@ def test_detection_model_loss_step(path):
 def test_cascade_config_trains_as_its_mask_rcnn_sibling(path):
     """A Cascade config and the Mask R-CNN config of the same name differ in the RoI heads
     only: backbone, neck, RPN, data, schedule and optimiser are the same recipe (the
-    cascade bases and family files restate it, as mmengine merges no two bases with the
-    same keys; this keeps them in step)."""
+    cascade recipes share configs/_base_/coco_instance_*.py with the Mask R-CNN ones, but
+    each family file lists its own bases; this keeps them in step)."""
     cascade = load(path)
     mask_rcnn = load(str(Path(path).with_name(Path(path).name[len('cascade-'):])))
     for key in ('backbone', 'neck', 'data_preprocessor'):

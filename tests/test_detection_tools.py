@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import NANO_DET
-from support import free_port, subprocess_env, write_tiny_config
+from support import free_port, subprocess_env, write_toy_coco_config
 from inline_mm.toydata.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,34 +30,10 @@ def tiny(tmp_path_factory):
     base = tmp_path_factory.mktemp('det_e2e')
     data = base / 'data'
     make_coco_toy(str(data), num_train=6, num_val=3, size=64, max_objects=2, seed=1)
-    cfg = base / 'tiny.py'
-    cfg.write_text(f"""
-_base_ = {str(write_tiny_config(NANO_DET, base / 'tiny_base.py'))!r}
-data_root = {str(data) + '/'!r}
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-    dict(type='Resize', scale=(64, 64), keep_ratio=True),
-    dict(type='PackDetInputs'),
-]
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='Resize', scale=(64, 64), keep_ratio=True),
-    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-    dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
-                                          'scale_factor')),
-]
-train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
-                        dataset=dict(data_root=data_root, pipeline=train_pipeline))
-val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
-                      dataset=dict(data_root=data_root, pipeline=test_pipeline))
-test_dataloader = val_dataloader
-val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
-test_evaluator = val_evaluator
+    cfg = write_toy_coco_config(NANO_DET, base, data, 64, extra='''
 train_cfg = dict(max_iters=2, val_interval=1000)  # (the loop still validates at its end)
 default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1, max_keep_ckpts=3))
-log_processor = dict(window_size=1)
-""")
+''')
     return dict(base=base, config=str(cfg), data=data)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import NANO_DET
-from support import subprocess_env, write_tiny_config
+from support import subprocess_env, write_toy_coco_config
 from inline_mm.toydata.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,22 +23,7 @@ def tiny_config(base: Path) -> Path:
     """96 px toy images, a 16-wide InLine-Swin Mask R-CNN (the demo's, shrunk)."""
     data = base / 'data'
     make_coco_toy(str(data), num_train=1, num_val=3, size=96, max_objects=2, seed=1)
-    cfg = base / 'tiny.py'
-    cfg.write_text(f"""
-_base_ = {str(write_tiny_config(NANO_DET, base / 'tiny_base.py'))!r}
-data_root = {str(data) + '/'!r}
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='Resize', scale=(96, 96), keep_ratio=True),
-    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-    dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
-                                          'scale_factor')),
-]
-test_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
-                       dataset=dict(data_root=data_root, pipeline=test_pipeline))
-test_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
-""")
-    return cfg
+    return write_toy_coco_config(NANO_DET, base, data, 96)
 
 
 def random_init_checkpoint(cfg_path: Path, out: Path) -> Path:
