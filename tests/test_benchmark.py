@@ -10,7 +10,6 @@ import csv
 import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,9 +17,6 @@ from support import run_quick_benchmark
 
 from benchmarks import backbones
 from benchmarks.measure import cpu_peak_bytes, predict
-
-ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / 'benchmarks' / '__main__.py'
 
 
 def _load_tool():

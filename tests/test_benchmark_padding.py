@@ -4,7 +4,6 @@ table and the CSV are written, and the batches are what their conditions say."""
 import csv
 import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 from support import run_quick_benchmark
@@ -12,9 +11,6 @@ from support import run_quick_benchmark
 from benchmarks import padding
 from inline_mm.models import FAMILIES
 from inline_mm.models.padding import detect_valid_sizes
-
-ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / 'benchmarks' / '__main__.py'
 
 
 def _load_tool():
