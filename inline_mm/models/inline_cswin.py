@@ -16,6 +16,7 @@ from .base import InLineBackbone, check_heads, parse_stage_types
 from .layers import (BlockStage, drop_path_rates, pad_image, round_up, to_nchw, to_tokens,
                      window_merge, window_partition)
 from .padding import NO_PADDING, ValidMap
+from .tracing import fx_leaf
 
 __all__ = ['InLineCSwin', 'LePEStripeAttention', 'convert_cswin_checkpoint', 'ARCH_SETTINGS',
            'OFFICIAL_KEYS']
@@ -157,6 +158,9 @@ def _stripe_branches(dim: int, num_heads: int, split_size: Optional[int], last_s
             for direction in (VERTICAL, HORIZONTAL)]
 
 
+# Under FX the sides are unknown while tracing: the stem's padding is a node (as in layers).
+torch.fx.wrap('pad_image')
+
 #: the attention branches of each block type, each called as ``attend`` in the contract of
 #: :mod:`.attention`
 ATTENTION_TYPES = {INLINE: _inline_branches, SOFTMAX: _stripe_branches}
@@ -189,6 +193,7 @@ class CSwinBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
 
+    @fx_leaf
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
                 valid: ValidMap = NO_PADDING) -> torch.Tensor:
         b, n, c = x.shape

@@ -15,6 +15,7 @@ from .base import InLineBackbone, check_heads, parse_stage_types
 from .layers import (BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, round_up,
                      window_merge, window_partition)
 from .padding import NO_PADDING, ValidMap
+from .tracing import fx_leaf
 
 __all__ = ['InLineSwin', 'WindowAttention', 'convert_swin_checkpoint', 'ARCH_SETTINGS',
            'OFFICIAL_KEYS']
@@ -195,6 +196,7 @@ class PatchMerging(nn.Module):
         self.norm = nn.LayerNorm(4 * dim)
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
 
+    @fx_leaf
     def forward(self, x: torch.Tensor, hw: Tuple[int, int]):
         b, _, c = x.shape
         h, w = hw

@@ -10,6 +10,9 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as cp
 from timm.layers import DropPath, Mlp
 
+from .padding import NO_PADDING
+from .tracing import fx_leaf, is_fx_proxy
+
 __all__ = ['ceil_div', 'round_up', 'pad_amount', 'pad_image', 'to_nchw', 'to_tokens', 'window_partition',
            'window_merge', 'PatchEmbed', 'TransformerBlock', 'run_block', 'BlockStage',
            'drop_path_rates']
@@ -42,12 +45,17 @@ def pad_image(x: torch.Tensor, multiple: int) -> torch.Tensor:
     return x
 
 
+# Under FX the sides are unknown while tracing: the padding is a node run with the graph.
+torch.fx.wrap('pad_image')
+
+
 def to_nchw(x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
     """``(B, H*W, C)`` tokens -> contiguous ``(B, C, H, W)``."""
     # Contiguous, not the channels-last view the transpose gives: mmcv's RoIAlign
     # (CPU and CUDA) indexes its input as dense NCHW and silently reads a strided
     # map wrongly, so a Mask R-CNN on such features cannot learn its RoI heads.
-    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *hw).contiguous()
+    # hw[0], hw[1], not *hw: under FX a leaf's hw is one value that cannot be unpacked.
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], hw[0], hw[1]).contiguous()
 
 
 def to_tokens(x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
@@ -124,7 +132,8 @@ class TransformerBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int], valid) -> torch.Tensor:
+    @fx_leaf
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int], valid=NO_PADDING) -> torch.Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), hw, valid=valid))
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
@@ -135,7 +144,7 @@ def run_block(block: nn.Module, x: torch.Tensor, hw: Tuple[int, int], with_cp: b
     and ``x`` needs a gradient (so frozen or inference passes never recompute).
     ``valid``: the images' regions (:class:`.padding.ValidMap`, ``NO_PADDING`` for
     none)."""
-    if with_cp and x.requires_grad:
+    if with_cp and not is_fx_proxy(x) and x.requires_grad:
         return cp.checkpoint(block, x, hw, valid, use_reentrant=False)
     return block(x, hw, valid)
 
