@@ -37,6 +37,7 @@ def _timed(fn):
 def run(family: str, arch: str, sizes, dynamic, backend: str, repeats: int, smoke: bool,
         device: str, train: bool):
     import torch._dynamo
+    import torch._dynamo.testing
     from inline_mm.models import FAMILIES
     torch._dynamo.reset()
     spec = FAMILIES[family]
