@@ -45,6 +45,7 @@ from .checkpoint import check_layout, identify_family, load_pretrained
 from .inline_function import is_exporting
 from .layers import to_nchw
 from .padding import NO_PADDING, ValidMap, detect_valid_sizes
+from .tracing import is_fx_proxy, refuse_script, size_guard
 
 __all__ = ['InLineBackbone', 'parse_stage_types', 'check_out_indices', 'resolve_arch']
 
@@ -109,6 +110,43 @@ def check_heads(dims: Sequence[int], num_heads: Sequence[int]):
     for i, (d, h) in enumerate(zip(dims, num_heads)):
         if d % h:
             raise ValueError(f'stage {i}: {d} channels are not divisible by {h} heads')
+
+
+def check_input(x: torch.Tensor, name: str, in_channels: Optional[int],
+                min_size: int) -> torch.Tensor:
+    """``x`` if it is a ``(B, in_channels, H, W)`` batch with sides of at least
+    ``min_size`` (``InLineBackbone.check_input``); raises ``ValueError`` otherwise."""
+    if x.dim() != 4:
+        raise ValueError(f'{name} expects a (B, C, H, W) batch, got shape '
+                         f'{tuple(x.shape)}')
+    if in_channels is not None and x.shape[1] != in_channels:
+        raise ValueError(f'{name} was built for {in_channels}-channel '
+                         f'input but got {x.shape[1]} channels: convert grayscale/RGBA images '
+                         "to RGB (LoadImageFromFile(color_type='color') does) or set "
+                         'in_channels')
+    h, w = x.shape[-2:]
+    if min(h, w) < min_size:
+        raise ValueError(f'{name} got a {h}x{w} input (the batch as the data '
+                         'pipeline and batching left it), smaller than its total stride '
+                         f'({min_size}); resize or pad images to at least '
+                         f'{min_size} px per side (a Resize or Pad step). In an '
+                         "mmdet/mmseg pipeline, dict(type='CheckImageSize') after the "
+                         'resize names the image file that is too small')
+    return x
+
+
+def padding_unaware(x: torch.Tensor, valid_sizes) -> torch.Tensor:
+    """``x``, when ``valid_sizes`` is None: the check an FX graph (padding-unaware, as
+    exported graphs) makes of its ``valid_sizes`` input when it runs."""
+    if valid_sizes is not None:
+        raise ValueError('valid_sizes cannot be given to an FX graph of an InLine backbone: '
+                         'it is padding-unaware (pad_aware=False semantics)')
+    return x
+
+
+# Under FX the sizes are not known while tracing: the checks are nodes run with the graph.
+torch.fx.wrap('check_input')
+torch.fx.wrap('padding_unaware')
 
 
 class InLineBackbone(BaseModule):
@@ -202,24 +240,11 @@ class InLineBackbone(BaseModule):
         ``in_channels``)."""
         return tuple(self.dims[i] for i in self.out_indices)
 
-    def check_input(self, x: torch.Tensor):
-        """Refuse input the backbone cannot use, saying what to do about it."""
-        if x.dim() != 4:
-            raise ValueError(f'{type(self).__name__} expects a (B, C, H, W) batch, got shape '
-                             f'{tuple(x.shape)}')
-        if x.shape[1] != getattr(self, 'in_channels', x.shape[1]):
-            raise ValueError(f'{type(self).__name__} was built for {self.in_channels}-channel '
-                             f'input but got {x.shape[1]} channels: convert grayscale/RGBA images '
-                             "to RGB (LoadImageFromFile(color_type='color') does) or set "
-                             'in_channels')
-        h, w = x.shape[-2:]
-        if min(h, w) < self.min_input_size:
-            raise ValueError(f'{type(self).__name__} got a {h}x{w} input (the batch as the data '
-                             'pipeline and batching left it), smaller than its total stride '
-                             f'({self.min_input_size}); resize or pad images to at least '
-                             f'{self.min_input_size} px per side (a Resize or Pad step). In an '
-                             "mmdet/mmseg pipeline, dict(type='CheckImageSize') after the "
-                             'resize names the image file that is too small')
+    def check_input(self, x: torch.Tensor) -> torch.Tensor:
+        """Refuse input the backbone cannot use, saying what to do about it; returns
+        ``x`` (under FX the check is one node of the graph and runs with it)."""
+        return check_input(x, type(self).__name__, getattr(self, 'in_channels', None),
+                           self.min_input_size)
 
     def valid_map(self, x: torch.Tensor, valid_sizes=None) -> Optional[ValidMap]:
         """Each image's region of the padded batch ``x`` (None when every image fills it).
@@ -259,11 +284,22 @@ class InLineBackbone(BaseModule):
         """:meth:`check_input`, then :meth:`valid_map` (:data:`.padding.NO_PADDING`
         for None, the plain path); the input outside the images is set to zero (given
         ``valid_sizes``, it is padding whatever it holds; read from the input it is zero
-        already, and the ``where`` keeps gradients off it)."""
-        self.check_input(x)
+        already, and the ``where`` keeps gradients off it). In a graph being traced or
+        exported, the input's height and width are checked in the graph
+        (:func:`.tracing.size_guard`); under FX the map is ``NO_PADDING``."""
+        x = self.check_input(x)
+        if is_fx_proxy(x):
+            # An FX graph has no input to read the padding from (as exported graphs).
+            return padding_unaware(x, valid_sizes), NO_PADDING
+        if is_exporting():
+            # The graph records this size's windows and padding: it must refuse others.
+            x = size_guard(x)
         valid = self.valid_map(x, valid_sizes)
         valid = NO_PADDING if valid is None else valid
         return valid.zero_image(x), valid
+
+    def __prepare_scriptable__(self):
+        refuse_script(self)
 
     @staticmethod
     def output(norm: nn.Module, x: torch.Tensor, hw: Tuple[int, int],

@@ -13,9 +13,10 @@ from timm.layers import DropPath, Mlp
 
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_stage_types
-from .layers import (BlockStage, drop_path_rates, pad_image, round_up, to_nchw, to_tokens,
-                     window_merge, window_partition)
+from .layers import (BlockStage, drop_path_rates, pad_image, round_up, symbolic, to_nchw,
+                     to_tokens, window_merge, window_partition)
 from .padding import NO_PADDING, ValidMap
+from .tracing import fx_leaf
 
 __all__ = ['InLineCSwin', 'LePEStripeAttention', 'convert_cswin_checkpoint', 'ARCH_SETTINGS',
            'OFFICIAL_KEYS']
@@ -81,10 +82,13 @@ class LePEStripeAttention(nn.Module):
         the length is the map's."""
         h, w = hw
         rh, rw = region or hw
+        s = self.split_size
+        # Branches, not min(s, rw): under torch.compile with symbolic sizes min would make
+        # the stripe a symbolic Min that every later size carries (see InLine-Swin's layout).
         if self.direction == VERTICAL:
-            return h, min(self.split_size, rw)
+            return h, (s if rw > s else rw)
         if self.direction == HORIZONTAL:
-            return min(self.split_size, rh), w
+            return (s if rh > s else rh), w
         return h, w
 
     def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],
@@ -108,8 +112,9 @@ class LePEStripeAttention(nn.Module):
         c = c3 // 3
         heads, d = self.num_heads, c // self.num_heads
         sh, sw = stripe
-        hp, wp = round_up(h, sh), round_up(w, sw)
-        if hp != h or wp != w:
+        hp = h if h <= sh else round_up(h, sh)
+        wp = w if w <= sw else round_up(w, sw)
+        if symbolic(h, w) or hp != h or wp != w:
             # Padding after the projection: padded q/k/v are exact zeros, like the
             # LePE convolution's own zero padding at the map border.
             x = F.pad(x, (0, 0, 0, wp - w, 0, hp - h))
@@ -129,16 +134,16 @@ class LePEStripeAttention(nn.Module):
             # see its first position; its outputs are discarded.
             mask = inside.clone()
             mask[:, :, :, 0] |= ~inside.any(dim=-1)
-        elif hp != h or wp != w:
+        elif symbolic(h, w) or hp != h or wp != w:
             real = torch.zeros(1, hp, wp, 1, dtype=torch.bool, device=x.device)
             real[:, :h, :w] = True
-            mask = window_partition(real, sh, sw).view(-1, 1, 1, nt)    # (nW, 1, 1, N)
+            mask = window_partition(real, sh, sw).view(bw // b, 1, 1, nt)  # (nW, 1, 1, N)
             mask = mask.repeat(b, 1, 1, 1)
         lepe = self.lepe(v_img).reshape(bw, heads, d, nt).transpose(-2, -1)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.attn_drop if self.training else 0.)
         out = (out + lepe.to(out.dtype)).transpose(1, 2).reshape(bw, nt, c)
-        out = window_merge(out, sh, sw, hp, wp)
+        out = window_merge(out, sh, sw, hp, wp, b)
         return out[:, :h, :w]
 
 
@@ -156,6 +161,9 @@ def _stripe_branches(dim: int, num_heads: int, split_size: Optional[int], last_s
     return [LePEStripeAttention(dim // 2, num_heads // 2, direction, split_size, attn_drop)
             for direction in (VERTICAL, HORIZONTAL)]
 
+
+# Under FX the sides are unknown while tracing: the stem's padding is a node (as in layers).
+torch.fx.wrap('pad_image')
 
 #: the attention branches of each block type, each called as ``attend`` in the contract of
 #: :mod:`.attention`
@@ -189,6 +197,7 @@ class CSwinBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
 
+    @fx_leaf
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
                 valid: ValidMap = NO_PADDING) -> torch.Tensor:
         b, n, c = x.shape

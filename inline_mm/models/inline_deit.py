@@ -55,6 +55,10 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_grid: Tuple[int, int],
     return torch.cat([prefix, grid.flatten(2).transpose(1, 2)], dim=1)
 
 
+# Under FX the grid is unknown while tracing: the resize is a node run with the graph.
+torch.fx.wrap('resize_pos_embed')
+
+
 class InLineAttentionWithClsToken(InLineAttention):
     """InLine attention over leading extra tokens plus an ``H x W`` map (InLine-DeiT):
     :class:`InLineAttention` with ``num_prefix_tokens=num_prefix``.

@@ -15,6 +15,7 @@ from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_stage_types
 from .layers import BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, to_nchw
 from .padding import NO_PADDING, ValidMap
+from .tracing import fx_leaf
 
 __all__ = ['InLinePVT', 'PositionEmbedding', 'SpatialReductionAttention',
            'convert_pvt_checkpoint', 'ARCH_SETTINGS', 'OFFICIAL_KEYS']
@@ -68,6 +69,7 @@ class PositionEmbedding(nn.Module):
             pos = pos.flatten(2).transpose(1, 2)
         return pos
 
+    @fx_leaf
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
                 valid: ValidMap = NO_PADDING) -> torch.Tensor:
         """``x + table``; each image of ``valid`` gets the table resized to its own

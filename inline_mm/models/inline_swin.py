@@ -12,9 +12,10 @@ from timm.layers import trunc_normal_
 
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_stage_types
-from .layers import (BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, round_up,
-                     window_merge, window_partition)
+from .layers import (BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, pad_amount,
+                     round_up, symbolic, window_merge, window_partition)
 from .padding import NO_PADDING, ValidMap
+from .tracing import fx_leaf
 
 __all__ = ['InLineSwin', 'WindowAttention', 'convert_swin_checkpoint', 'ARCH_SETTINGS',
            'OFFICIAL_KEYS']
@@ -108,9 +109,14 @@ class WindowAttention(nn.Module):
         size ``hw``: a side that fits in one window is one unshifted window of it."""
         h, w = hw
         ws = self.window_size
-        sh = ws // 2 if self.shift and h > ws else 0
-        sw = ws // 2 if self.shift and w > ws else 0
-        return min(ws, h), min(ws, w), sh, sw
+        # Branches, not min(ws, h): with symbolic sizes (torch.compile dynamic) min would
+        # make the window itself a symbolic Min(7, h), and every size, index and mask
+        # after it an expression that grows until sympy never finishes; a branch is one
+        # guard (h > 7) and leaves the window a constant.
+        wide_h, wide_w = h > ws, w > ws
+        sh = ws // 2 if self.shift and wide_h else 0
+        sw = ws // 2 if self.shift and wide_w else 0
+        return ws if wide_h else h, ws if wide_w else w, sh, sw
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
                 token_mean: Optional[torch.Tensor] = None,
@@ -128,8 +134,12 @@ class WindowAttention(nn.Module):
         ``keys`` ``(B, H, W)`` bool marks the positions that may be attended to."""
         b, h, w, c = x.shape
         wh, ww, sh, sw = layout
-        hp, wp = round_up(h, wh), round_up(w, ww)
-        if hp != h or wp != w:
+        # A side within its window is one window of it (round_up would be the same, but
+        # with symbolic sizes only this form is known to be h without a guard).
+        hp = h if h <= wh else round_up(h, wh)
+        wp = w if w <= ww else round_up(w, ww)
+        dynamic = symbolic(h, w)
+        if dynamic or hp != h or wp != w:
             x = F.pad(x, (0, 0, 0, wp - w, 0, hp - h))
         if sh or sw:
             x = torch.roll(x, shifts=(-sh, -sw), dims=(1, 2))
@@ -140,34 +150,35 @@ class WindowAttention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4)
         attn = (q * self.scale) @ k.transpose(-2, -1)
         attn = attn + self._relative_bias(wh, ww).unsqueeze(0).to(attn.dtype)
-        mask = self._mask(h, w, hp, wp, wh, ww, sh, sw, x.device)
+        mask = self._mask(h, w, hp, wp, wh, ww, sh, sw, x.device, dynamic)
         if keys is not None:
             # Each image's padding is masked like the shift regions (-100).
             keys = F.pad(keys, (0, wp - w, 0, hp - h))
             if sh or sw:
                 keys = torch.roll(keys, shifts=(-sh, -sw), dims=(1, 2))
-            blocked = ~window_partition(keys[..., None], wh, ww).view(b, -1, 1, nt)
+            blocked = ~window_partition(keys[..., None], wh, ww).view(b, bw // b, 1, nt)
             pad_mask = torch.zeros(blocked.shape, device=x.device).masked_fill_(blocked, -100.0)
             mask = pad_mask if mask is None else mask[None] + pad_mask     # (B, nW, N, N)
         elif mask is not None:
             mask = mask[None]
         if mask is not None:
-            nw = mask.shape[1]
-            attn = attn.view(bw // nw, nw, self.num_heads, nt, nt) + mask[:, :, None].to(attn.dtype)
+            nw = (hp // wh) * (wp // ww)
+            attn = attn.view(b, nw, self.num_heads, nt, nt) + mask[:, :, None].to(attn.dtype)
             attn = attn.view(bw, self.num_heads, nt, nt)
         attn = self.attn_drop(attn.softmax(dim=-1))
         out = (attn @ v).transpose(1, 2).reshape(bw, nt, c)
         out = self.proj_drop(self.proj(out))
 
-        out = window_merge(out, wh, ww, hp, wp)
+        out = window_merge(out, wh, ww, hp, wp, b)
         if sh or sw:
             out = torch.roll(out, shifts=(sh, sw), dims=(1, 2))
         return out[:, :h, :w]
 
     @staticmethod
-    def _mask(h, w, hp, wp, wh, ww, sh, sw, device) -> Optional[torch.Tensor]:
-        """``(nW, N, N)`` additive mask (0 / -100, as the official code) or None."""
-        if not (sh or sw or hp != h or wp != w):
+    def _mask(h, w, hp, wp, wh, ww, sh, sw, device, dynamic=False) -> Optional[torch.Tensor]:
+        """``(nW, N, N)`` additive mask (0 / -100, as the official code) or None
+        (``dynamic``: symbolic sizes, always a mask, rather than a guard on padding)."""
+        if not (dynamic or sh or sw or hp != h or wp != w):
             return None
         rows = _region_ids(h, hp, wh, sh, device)
         cols = _region_ids(w, wp, ww, sw, device)
@@ -195,12 +206,13 @@ class PatchMerging(nn.Module):
         self.norm = nn.LayerNorm(4 * dim)
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
 
+    @fx_leaf
     def forward(self, x: torch.Tensor, hw: Tuple[int, int]):
         b, _, c = x.shape
         h, w = hw
         x = x.view(b, h, w, c)
-        if h % 2 or w % 2:
-            x = F.pad(x, (0, 0, 0, w % 2, 0, h % 2))
+        if symbolic(h, w) or h % 2 or w % 2:
+            x = F.pad(x, (0, 0, 0, pad_amount(w, 2), 0, pad_amount(h, 2)))
         x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]], -1)
         hw = (x.shape[1], x.shape[2])
         return self.reduction(self.norm(x.flatten(1, 2))), hw

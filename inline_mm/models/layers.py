@@ -10,9 +10,12 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as cp
 from timm.layers import DropPath, Mlp
 
-__all__ = ['ceil_div', 'round_up', 'pad_amount', 'pad_image', 'to_nchw', 'to_tokens', 'window_partition',
-           'window_merge', 'PatchEmbed', 'TransformerBlock', 'run_block', 'BlockStage',
-           'drop_path_rates']
+from .padding import NO_PADDING
+from .tracing import fx_leaf, is_fx_proxy
+
+__all__ = ['ceil_div', 'round_up', 'pad_amount', 'symbolic', 'pad_image', 'to_nchw', 'to_tokens',
+           'window_partition', 'window_merge', 'PatchEmbed', 'TransformerBlock', 'run_block',
+           'BlockStage', 'drop_path_rates']
 
 
 # Map-size arithmetic is written with non-negative operands only: under tracing the
@@ -30,16 +33,33 @@ def round_up(n: int, multiple: int) -> int:
 
 def pad_amount(n: int, multiple: int) -> int:
     """How much to add to ``n`` to reach a multiple of ``multiple``."""
-    return (multiple - n % multiple) % multiple
+    # round_up(n) - n, not a Mod: with symbolic sizes (torch.compile dynamic) the padded
+    # side n + pad is then round_up(n) itself, and every later size stays one short
+    # expression of the input size instead of growing stage by stage.
+    return round_up(n, multiple) - n
+
+
+def symbolic(*sizes) -> bool:
+    """Whether sizes may be symbolic: under ``torch.compile`` (``sizes`` are documentation;
+    an ``isinstance(h, torch.SymInt)`` test is not seen by dynamo as it runs).
+
+    A test such as ``if h % 4`` on a symbolic size is a guard of the compiled graph:
+    each residue would compile anew. Code that pads or masks "only where needed" does
+    it unconditionally when this is True (padding by 0 is a no-op of the graph)."""
+    return torch.compiler.is_compiling()
 
 
 def pad_image(x: torch.Tensor, multiple: int) -> torch.Tensor:
     """``(B, C, H, W)`` zero-padded at the bottom and right to multiples of ``multiple``
     (itself when they are)."""
     h, w = x.shape[-2:]
-    if h % multiple or w % multiple:
+    if symbolic(h, w) or h % multiple or w % multiple:
         x = F.pad(x, (0, pad_amount(w, multiple), 0, pad_amount(h, multiple)))
     return x
+
+
+# Under FX the sides are unknown while tracing: the padding is a node run with the graph.
+torch.fx.wrap('pad_image')
 
 
 def to_nchw(x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
@@ -47,7 +67,8 @@ def to_nchw(x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
     # Contiguous, not the channels-last view the transpose gives: mmcv's RoIAlign
     # (CPU and CUDA) indexes its input as dense NCHW and silently reads a strided
     # map wrongly, so a Mask R-CNN on such features cannot learn its RoI heads.
-    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *hw).contiguous()
+    # hw[0], hw[1], not *hw: under FX a leaf's hw is one value that cannot be unpacked.
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], hw[0], hw[1]).contiguous()
 
 
 def to_tokens(x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
@@ -59,14 +80,19 @@ def window_partition(x: torch.Tensor, wh: int, ww: int) -> torch.Tensor:
     """``(B, H, W, C)`` -> ``(B * nW, wh * ww, C)``; ``H``, ``W`` multiples of the window."""
     b, h, w, c = x.shape
     x = x.view(b, h // wh, wh, w // ww, ww, c).permute(0, 1, 3, 2, 4, 5)
-    return x.reshape(-1, wh * ww, c)
+    # Sizes spelled out, not -1: with symbolic sizes an inferred -1 is a quotient of
+    # products that no later size simplifies away.
+    return x.reshape(b * (h // wh) * (w // ww), wh * ww, c)
 
 
-def window_merge(x: torch.Tensor, wh: int, ww: int, h: int, w: int) -> torch.Tensor:
-    """Inverse of :func:`window_partition`: ``(B * nW, wh * ww, C)`` -> ``(B, H, W, C)``."""
+def window_merge(x: torch.Tensor, wh: int, ww: int, h: int, w: int,
+                 b: Optional[int] = None) -> torch.Tensor:
+    """Inverse of :func:`window_partition`: ``(B * nW, wh * ww, C)`` -> ``(B, H, W, C)``
+    (``b``: ``B``, inferred when None; give it where sizes may be symbolic)."""
     c = x.shape[-1]
-    x = x.view(-1, h // wh, w // ww, wh, ww, c).permute(0, 1, 3, 2, 4, 5)
-    return x.reshape(-1, h, w, c)
+    b = x.shape[0] // ((h // wh) * (w // ww)) if b is None else b
+    x = x.view(b, h // wh, w // ww, wh, ww, c).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(b, h, w, c)
 
 
 class PatchEmbed(nn.Module):
@@ -124,7 +150,8 @@ class TransformerBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
 
-    def forward(self, x: torch.Tensor, hw: Tuple[int, int], valid) -> torch.Tensor:
+    @fx_leaf
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int], valid=NO_PADDING) -> torch.Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), hw, valid=valid))
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
@@ -135,7 +162,7 @@ def run_block(block: nn.Module, x: torch.Tensor, hw: Tuple[int, int], with_cp: b
     and ``x`` needs a gradient (so frozen or inference passes never recompute).
     ``valid``: the images' regions (:class:`.padding.ValidMap`, ``NO_PADDING`` for
     none)."""
-    if with_cp and x.requires_grad:
+    if with_cp and not is_fx_proxy(x) and x.requires_grad:
         return cp.checkpoint(block, x, hw, valid, use_reentrant=False)
     return block(x, hw, valid)
 

@@ -28,8 +28,6 @@ from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import torch
 
-from .layers import ceil_div
-
 __all__ = ['ValidMap', 'NoPadding', 'NO_PADDING', 'detect_valid_sizes']
 
 Size = Tuple[int, int]
@@ -111,8 +109,9 @@ class ValidMap:
         """The valid regions on a map ``stride`` times smaller (a patch embedding, a
         merge): ``ceil(h / stride)``, as each image alone would be padded and reduced.
         :data:`NO_PADDING` once every image covers the map."""
-        sizes = [(min(ceil_div(h, stride), hw[0]), min(ceil_div(w, stride), hw[1]))
-                 for h, w in self.sizes]
+        # ceil(h / stride), written here: layers.py imports this module.
+        sizes = [(min((h + stride - 1) // stride, hw[0]),
+                  min((w + stride - 1) // stride, hw[1])) for h, w in self.sizes]
         return ValidMap.for_map(hw, sizes, self.device, self.prefix if prefix is None else prefix)
 
     def pooled(self, ratio: int) -> 'ValidMap':

@@ -7,7 +7,9 @@
    which runs the fast attention's CUDA path;
 3. one AMP step (fp16 + GradScaler, mmengine's ``AmpOptimWrapper``) of the shipped Mask R-CNN
    and UperNet AMP configs at real size, losses finite;
-4. ``python -m benchmarks --quick`` on CUDA.
+4. ``python -m benchmarks --quick`` on CUDA;
+5. ``torch.compile`` (Inductor, default options) of InLine-Swin's smoke preset over a stream of
+   three sizes (``benchmarks.compile``): compile time per new size, graphs, error vs eager.
 
 Prints one line per check and a summary; exits non-zero if any check fails.  ``--device cpu``
 runs the same code on CPU (fp32 steps instead of AMP) to check the script itself.
@@ -174,6 +176,19 @@ def check_benchmark(device, out_dir):
     return f'tables above; CSV in {out_dir}'
 
 
+@check('torch.compile of InLine-Swin (smoke) over a stream of sizes (benchmarks.compile)')
+def check_compile(device, out_dir, backend='inductor'):
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.compile import run
+    rows = run('InLineSwin', 'tiny', ['64x96', '72x80', '88x64'], None, backend, 3, True,
+               device, False)
+    worst = max(float(r['max_abs_err']) for r in rows)
+    if worst > 1e-4:
+        raise RuntimeError(f'compiled output differs from eager by {worst:.1e}')
+    return '; '.join(f"{r['size']}: compile {r['compile_s']} s, {r['graphs']} graph(s), "
+                     f"x{r['speedup']}" for r in rows)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cuda', choices=['cuda', 'cpu'])
@@ -190,6 +205,7 @@ def main():
     check_mask_rcnn(args.device)
     check_upernet(args.device)
     check_benchmark(args.device, Path(args.out_dir))
+    check_compile(args.device, Path(args.out_dir))
     failed = [n for n, ok in RESULTS if not ok]
     print(f'{len(RESULTS) - len(failed)} passed, {len(failed)} failed '
           f'({time.perf_counter() - start:.0f} s)')

@@ -1,0 +1,71 @@
+"""Every backbone under ``torch.compile`` serves a stream of sizes: one graph without
+breaks, the same outputs and gradients as eager, and recompiles only where the model
+decides something in Python from the size (docs/export_and_timm.md states the bound).
+
+The graph capture (dynamo, the part that decides graphs, guards and recompiles) runs
+here with ``backend='aot_eager'`` (AOT autograd, forward and backward graphs, no code
+generation: seconds); Inductor's code generation on the same graphs takes minutes per
+size on 2 cores: the opt-in test at the end (``INLINE_MM_INDUCTOR=1``) and
+``python -m benchmarks.compile``.
+"""
+import os
+
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+
+from inline_mm.models import FAMILIES
+
+#: sizes of one stream; for the smoke presets every stage of each is wider than a window
+#: or none is, so InLine-Swin's window layout is the same (see test_recompile_bound)
+STREAM = [(64, 96), (72, 80), (88, 64)]
+
+
+def _smoke(name):
+    torch.manual_seed(0)
+    family = FAMILIES[name]
+    return family.cls(**family.smoke).eval()
+
+
+def _check_close(compiled, model, x):
+    xc = x.clone().requires_grad_()
+    xe = x.clone().requires_grad_()
+    got, ref = compiled(xc), model(xe)
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+    sum(o.square().mean() for o in got).backward()
+    sum(o.square().mean() for o in ref).backward()
+    torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('name, dynamic', [(name, None) for name in FAMILIES] +
+                         [('InLineSwin', True)])
+def test_dynamo_graph_serves_sizes(name, dynamic):
+    torch._dynamo.reset()
+    model = _smoke(name)
+    counts = torch._dynamo.testing.CompileCounterWithBackend('aot_eager')
+    compiled = torch.compile(model, backend=counts, dynamic=dynamic, fullgraph=True)
+    _check_close(compiled, model, torch.randn(2, 3, *STREAM[0]))
+    first = counts.frame_count
+    for size in STREAM[1:]:
+        _check_close(compiled, model, torch.randn(2, 3, *size))
+    # dynamic=True: no recompile; default: one, the dynamic graph for the second size
+    assert counts.frame_count - first <= (0 if dynamic else 1), (first, counts.frame_count)
+
+
+@pytest.mark.skipif(os.environ.get('INLINE_MM_INDUCTOR') != '1',
+                    reason='Inductor compiles take minutes on CPU: INLINE_MM_INDUCTOR=1 runs it')
+def test_inductor_dynamic_swin_two_sizes():
+    """Inductor generates code for the dynamic InLine-Swin graph and reuses it (the
+    graph that never finished compiling before the window sizes became constants)."""
+    torch._dynamo.reset()
+    model = _smoke('InLineSwin')
+    counts = torch._dynamo.testing.CompileCounterWithBackend('inductor')
+    compiled = torch.compile(model, backend=counts, dynamic=True)
+    for size in STREAM[:2]:
+        x = torch.randn(1, 3, *size)
+        with torch.no_grad():
+            for g, r in zip(compiled(x), model(x)):
+                torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+    assert counts.frame_count == 1
