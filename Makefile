@@ -18,10 +18,10 @@ demo: setup
 test: setup
 	$(PY) -m pytest -n $(JOBS) --dist loadgroup $(PYTEST_ARGS) tests
 
-# Models and units in-process, in one process: no test marked subprocess or slow
+# Models and units in-process (on the same xdist workers): no test marked subprocess or slow
 # (tests/conftest.py fails an unmarked test that starts a process).
 test-fast: setup
-	$(PY) -m pytest -m 'not subprocess and not slow' $(PYTEST_ARGS) tests
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not subprocess and not slow" $(PYTEST_ARGS) tests
 
 env: setup
 	$(PY) -m inline_mm.env

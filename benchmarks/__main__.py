@@ -6,7 +6,7 @@
     python -m benchmarks --quick          # CI-sized run of both (seconds)
     python -m benchmarks --deit           # InLine-DeiT-T vs DeiT-T, 224 .. 1536, + split
     python -m benchmarks --padding        # pad_aware=True vs False, 800x1333 and 1024
-    python -m benchmarks.compile          # torch.compile on a stream of sizes (benchmarks/compile.py)
+    python -m benchmarks.compile          # torch.compile on a stream of sizes (compile.py)
 
 InLine (Han et al., "Bridging the Divide: Reconsidering Softmax and Linear
 Attention", NeurIPS 2024, arXiv 2412.06590) attends over the whole feature map at

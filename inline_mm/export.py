@@ -77,7 +77,8 @@ def _example(model: nn.Module, size: Tuple[int, int], batch: int) -> torch.Tenso
     return torch.randn(batch, channels, size[0], size[1], device=p.device, dtype=p.dtype)
 
 
-def trace_backbone(model: nn.Module, size: Tuple[int, int], batch: int = 2) -> torch.jit.ScriptModule:
+def trace_backbone(model: nn.Module, size: Tuple[int, int],
+                   batch: int = 2) -> torch.jit.ScriptModule:
     """``torch.jit.trace`` of ``model`` (in eval mode) for ``size = (H, W)`` input; any
     batch size runs, any other ``H, W`` raises."""
     model = model.eval()

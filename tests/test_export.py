@@ -11,7 +11,8 @@ import torch
 
 from inline_mm.export import SizeLocked, check_onnx, export_onnx, run_onnx, trace_backbone
 from inline_mm.models import FAMILIES
-from inline_mm.models.inline_function import (_depthwise3x3_batched, _inline_traced, _InLineFunction,
+from inline_mm.models.inline_function import (_depthwise3x3_batched, _inline_traced,
+                                              _InLineFunction,
                                               reference_local_residual)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +100,8 @@ def test_export_tool(tmp_path):
     pytest.importorskip('onnxruntime')
     out = tmp_path / 'pvt.onnx'
     proc = subprocess.run(
-        [sys.executable, str(ROOT / 'tools' / 'deployment' / 'export_onnx.py'), '--family', 'InLinePVT',
+        [sys.executable, str(ROOT / 'tools' / 'deployment' / 'export_onnx.py'),
+         '--family', 'InLinePVT',
          '--arch', 'smoke', '--size', '64', '96', '--batches', '1', '2', '--out', str(out)],
         capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -59,7 +59,8 @@ COVERED = [
      'official files); the model, cfg and transform it uses: tests/test_timm.py'),
     (r'python tools/dev/run_timm_model_tests\.py /path/to/pytorch-image-models',
      "needs a checkout of timm's repository (its tests are not in the wheel); the runner's "
-     'changes to the file: tests/test_timm.py::test_timm_test_runner_files_our_models_as_timm_does'),
+     'changes to the file: '
+     'tests/test_timm.py::test_timm_test_runner_files_our_models_as_timm_does'),
     (r'make env|(\.venv/bin/)?python -m inline_mm\.env',
      'tests/test_foundation.py::test_env_report'),
     (r'mim train',
@@ -94,6 +95,10 @@ COVERED = [
     (r'(OMP_NUM_THREADS=1 )?python -m benchmarks( --attention)?',
      'the full benchmark takes 30+ min; the same tool and code path run with --quick in '
      'tests/test_benchmark.py::test_quick_run_writes_table_csv_and_plot'),
+    (r'python -m benchmarks\.compile( .*)?',
+     'a benchmark of compile times (minutes per new size with Inductor); what it times, the '
+     'graph capture over a stream of sizes and its agreement with eager, is '
+     'tests/test_compile.py'),
     (r'python -m benchmarks --deit --quick',
      'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
     (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --deit'

@@ -101,4 +101,3 @@ def test_create_feature_extractor_gives_block_outputs(name):
     assert set(got) == set(blocks)
     for p in blocks:
         torch.testing.assert_close(got[p], eager[p], rtol=0, atol=0)
-

@@ -28,7 +28,8 @@ if register_neck is not None:
 # mmdet's RPN head proposing only from each image's own anchors (configs/_base_ Mask R-CNN)
 register_lazy('mmdet', 'PadAwareRPNHead', 'inline_mm.models.pad_aware_rpn')
 
-__all__ = ['InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT', 'InLineBackbone', 'FAMILIES', 'Family',
+__all__ = ['InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT', 'InLineBackbone', 'FAMILIES',
+           'Family',
            'get_family', 'detect_family', 'convert_official', 'CheckpointError',
            'read_checkpoint', 'load_pretrained', 'save_converted', 'InLineAttention',
            'WindowAttention', 'inline_attention',

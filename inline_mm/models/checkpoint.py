@@ -159,7 +159,8 @@ def read_checkpoint(path: str, allow_pickle: Optional[bool] = None,
             f'{path} contains pickled Python objects that inline_mm will not unpickle '
             f'({", ".join(foreign)}): unpickling can run arbitrary code. If you trust this file, '
             'pass allow_pickle=True in the init_cfg (or set INLINE_MM_ALLOW_PICKLE=1), or '
-            'convert it once with tools/model_converters/convert_checkpoint.py --allow-pickle into a '
+            'convert it once with tools/model_converters/convert_checkpoint.py --allow-pickle '
+            'into a '
             'tensors-only .safetensors file.')
     return _torch_load(path, map_location, weights_only=False, pickle_module=_restricted_pickle)
 
@@ -181,7 +182,8 @@ def _torch_load(path, map_location, weights_only, **kwargs):
 #: what to do about a file that is not (or no longer) a readable checkpoint
 GET_A_CHECKPOINT = ('Point the config at the right file, or download it again: the official '
                     'ImageNet files and their links are listed in checkpoints/README.md; '
-                    'tools/model_converters/convert_checkpoint.py turns a readable checkpoint into a '
+                    'tools/model_converters/convert_checkpoint.py turns a readable checkpoint '
+                    'into a '
                     'tensors-only .safetensors file.')
 
 # torch.save's legacy (non-zip) format begins with a pickled magic number (a LONG1 opcode)

@@ -18,7 +18,8 @@ How to add a family (InLine-DeiT is the example the table was shaped for):
    it implements
    ``_convert_official``, ``_stem_modules`` (modules or parameters, e.g. a class token),
    ``_stage_list`` if its stages are not ``self.stages``, and ``forward(x,
-   valid_sizes=None)``. Blocks take their attention from a table ``ATTENTION_TYPES`` (the call contract is
+   valid_sizes=None)``. Blocks take their attention from a table ``ATTENTION_TYPES`` (the call
+   contract is
    the docstring of ``attention.py``) and run through ``layers.BlockStage`` /
    ``layers.run_block`` for ``with_cp``. Padding awareness (``padding.py``):
    ``forward`` starts with ``self.prepare_input`` (which reads each image's region),

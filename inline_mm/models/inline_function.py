@@ -398,7 +398,8 @@ def local_residual(v_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     """
     b, c = v_img.shape[:2]
     if kernels.shape != (b, c, 3, 3):
-        raise ValueError(f'kernels must be (B, C, 3, 3) = {(b, c, 3, 3)}, got {tuple(kernels.shape)}')
+        raise ValueError(f'kernels must be (B, C, 3, 3) = {(b, c, 3, 3)}, '
+                         f'got {tuple(kernels.shape)}')
     if is_exporting():
         return _depthwise3x3_batched(v_img, kernels.to(v_img.dtype))
     x = v_img.contiguous(memory_format=torch.channels_last)

@@ -100,7 +100,8 @@ class WindowAttention(nn.Module):
         ys, xs = torch.meshgrid(torch.arange(wh, device=dev), torch.arange(ww, device=dev),
                                 indexing='ij')
         ys, xs = ys.flatten(), xs.flatten()
-        index = (ys[:, None] - ys[None, :] + ws - 1) * (2 * ws - 1) + (xs[:, None] - xs[None, :] + ws - 1)
+        index = ((ys[:, None] - ys[None, :] + ws - 1) * (2 * ws - 1)
+                 + (xs[:, None] - xs[None, :] + ws - 1))
         bias = self.relative_position_bias_table[index.flatten()]
         return bias.view(wh * ww, wh * ww, -1).permute(2, 0, 1)          # (heads, N, N)
 

@@ -178,7 +178,6 @@ def check_benchmark(device, out_dir):
 
 @check('torch.compile of InLine-Swin (smoke) over a stream of sizes (benchmarks.compile)')
 def check_compile(device, out_dir, backend='inductor'):
-    sys.path.insert(0, str(ROOT))
     from benchmarks.compile import run
     rows = run('InLineSwin', 'tiny', ['64x96', '72x80', '88x64'], None, backend, 3, True,
                device, False)
