@@ -57,7 +57,7 @@ COVERED = [
     (r'python validate\.py /data/imagenet/val --model inline_\w+ --pretrained',
      "timm's validation script on ImageNet (not in this project; needs the images and the "
      'official files); the model, cfg and transform it uses: tests/test_timm.py'),
-    (r'python tools/dev/run_timm_model_tests\.py /path/to/pytorch-image-models',
+    (r'python tools/dev/run_timm_model_tests\.py /path/to/pytorch-image-models( -k .*)?',
      "needs a checkout of timm's repository (its tests are not in the wheel); the runner's "
      'changes to the file: '
      'tests/test_timm.py::test_timm_test_runner_files_our_models_as_timm_does'),
