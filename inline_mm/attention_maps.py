@@ -1,0 +1,795 @@
+"""Exact attention maps of an InLine block: which keys each query's output is made of.
+
+Readers of the InLine paper (Han et al., "Bridging the Divide: Reconsidering Softmax and
+Linear Attention", NeurIPS 2024, arXiv 2412.06590; LeapLabTHU/InLine issues #2 and #4) ask
+for the maps of its Fig. 1: normalised linear attention gives queries that point the same
+way the same distribution over the keys (it is not injective), InLine's distributions are
+distinct. This module reads one InLine attention call of a built backbone and computes,
+per head, over one image's valid tokens, the weights ``A`` (queries x keys) of:
+
+InLine (what the released blocks compute, their global term)::
+
+    A_ij = (s / n) phi(q_i) . (phi(k_j) - mean_j' phi(k_j')) + 1 / n
+
+  ``s = d ** -0.5``, ``n`` the image's tokens, ``phi`` the block's kernel (identity in the
+  released models). Rows sum to 1 exactly; weights may be negative. ``A @ V`` is the
+  block's global term ``s q_i Cov(K, V) + mean(V)`` (:mod:`.models.inline_function`).
+
+normalised linear attention (the paper's baseline)::
+
+    A_ij = phi(q_i) . phi(k_j) / sum_j' phi(q_i) . phi(k_j')
+
+  with the block's kernel where it has one (``kernel`` other than ``'identity'``, or a
+  block built with ``attention='linear'``, whose own weights these are); with the identity
+  kernel of the released models the baseline needs a non-negative kernel, so ReLU is used
+  and every figure says so. A query whose denominator is 0 (ReLU zeroes all its products)
+  has no distribution: its row is all zero (:attr:`AttentionMaps.undefined` counts them).
+  ``phi(2q) = 2 phi(q)`` for ReLU, so ``q`` and ``2q`` get the same row: the
+  non-injectivity the paper is about.
+
+Softmax (what the same projections would give in a Softmax block)::
+
+    A_ij = softmax_j(s q_i . k_j)
+
+  on the raw projections ``q``, ``k`` (Softmax's ``exp`` is its own kernel).
+
+The local term: the block's 3x3 depthwise kernel predicted from the token mean
+(``attn.predict_kernels``), plus InLine-CSwin's LePE kernel where the block has one (the
+two are one convolution, as :mod:`.models.attention` applies them); per head the mean over
+the head's channels, or the mean over all channels. It is the same for every query of an
+image; taps that fall outside the image read zero padding and are shown blank.
+
+Padding: the weights of image ``b`` of a padded batch run over its own tokens only (the
+``ValidMap`` of the call), so they equal those of the image alone.
+
+InLine-DeiT's class token (``num_prefix_tokens``) is a query and a key like any other
+token: it is counted in ``n``, in the means and in every row. Maps over the patch grid
+show the patch keys only; the weight each query gives the class token is reported beside
+them (:attr:`AttentionMaps.prefix`), so a row's grid plus its prefix weights sum to 1.
+
+Everything is computed in float64 from the block's own float32 projections, for the chosen
+query rows only (``m x n`` per head, not ``n x n``).
+"""
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from .models.attention import InLineAttention
+from .models.padding import NO_PADDING, ValidMap
+
+__all__ = ['AttentionSite', 'AttentionSiteError', 'Capture', 'ImageTokens', 'AttentionMaps',
+           'attention_sites', 'find_attention', 'capture_attention', 'inline_weights',
+           'linear_weights', 'softmax_weights', 'local_kernels', 'head_kernel',
+           'attention_maps', 'map_stride', 'METHODS', 'Preprocess', 'load_image',
+           'prepare_image', 'grid_points', 'point_to_cell', 'build_backbone', 'figure_size',
+           'draw_figure']
+
+#: the weight functions of a map, in the order of the figure's columns
+METHODS = ('inline', 'linear', 'softmax')
+
+_BLOCK = re.compile(r'(?:^|\.)(?:(?P<stage>\d+)\.)?blocks\.(?P<block>\d+)$')
+_BRANCH = re.compile(r'(?:^|\.)attns?(?:\.(?P<branch>\d+))?$')
+
+
+class AttentionSiteError(ValueError):
+    """The chosen stage / block / branch is not an InLine attention of the backbone."""
+
+
+@dataclass(frozen=True)
+class AttentionSite:
+    """One block of a backbone: where it is and what attention it has.
+
+    Attributes:
+        stage (int): Stage index (0 for a plain ViT: InLine-DeiT's blocks are stage 0).
+        block (int): Block index within the stage.
+        path (str): The block's module path.
+        inline (tuple[str]): Module paths of its InLine attentions, one per branch (InLine-
+            CSwin's blocks hold them in ``attns``); empty for a Softmax block.
+    """
+
+    stage: int
+    block: int
+    path: str
+    inline: Tuple[str, ...]
+
+
+def attention_sites(backbone: nn.Module) -> List[AttentionSite]:
+    """Every block of ``backbone`` in module order, found from the module paths
+    (``layers.<i>.blocks.<j>``, ``stages.<i>.blocks.<j>``, ``blocks.<j>``) with the InLine
+    attentions each holds: works for every family and for wrappers (timm's classifier)."""
+    modules = dict(backbone.named_modules())
+    sites = []
+    for path, module in modules.items():
+        m = _BLOCK.search(path)
+        if m is None:
+            continue
+        inline = []
+        for sub, child in module.named_modules():
+            if isinstance(child, InLineAttention) and _BRANCH.search(sub):
+                inline.append(f'{path}.{sub}')
+        sites.append(AttentionSite(int(m['stage'] or 0), int(m['block']), path, tuple(inline)))
+    return sites
+
+
+def _describe(sites: Sequence[AttentionSite]) -> str:
+    pairs = [f'({s.stage}, {s.block})' for s in sites if s.inline]
+    return ', '.join(pairs) if pairs else 'none'
+
+
+def find_attention(backbone: nn.Module, stage: int, block: int,
+                   branch: int = 0) -> Tuple[str, InLineAttention]:
+    """The module path and the :class:`InLineAttention` of block ``block`` of stage
+    ``stage`` (branch ``branch`` of an InLine-CSwin block).
+
+    Raises:
+        AttentionSiteError: no such block, a Softmax block, or no such branch; the message
+            lists the (stage, block) pairs that are InLine.
+    """
+    sites = attention_sites(backbone)
+    if not sites:
+        raise AttentionSiteError(f'{type(backbone).__name__} has no blocks at module paths '
+                                 '*.blocks.<j>: not an InLine backbone')
+    site = next((s for s in sites if (s.stage, s.block) == (stage, block)), None)
+    available = f'InLine (stage, block) pairs: {_describe(sites)}'
+    if site is None:
+        stages = sorted({s.stage for s in sites})
+        raise AttentionSiteError(f'{type(backbone).__name__} has no block {block} in stage '
+                                 f'{stage} (stages {stages}); {available}')
+    if not site.inline:
+        raise AttentionSiteError(f'stage {stage} block {block} ({site.path}) is a Softmax '
+                                 f'block: its attention is not InLine. {available}')
+    if not 0 <= branch < len(site.inline):
+        raise AttentionSiteError(f'stage {stage} block {block} has {len(site.inline)} InLine '
+                                 f'branch(es) (0..{len(site.inline) - 1}), not {branch}')
+    path = site.inline[branch]
+    return path, backbone.get_submodule(path)
+
+
+# --------------------------------------------------------------------------- capture
+class _Captured(Exception):
+    """Stops the forward pass once the chosen call has been read."""
+
+
+@dataclass
+class ImageTokens:
+    """One image's valid tokens of a captured call, per head, in float64.
+
+    Attributes:
+        q, k, v (Tensor): ``(heads, n, d)``: the raw projections (before any kernel),
+            prefix tokens first, then the image's ``h x w`` tokens row-major.
+        grid (tuple[int, int]): ``(h, w)``, the image's region of the map.
+        prefix (int): Tokens before the map (InLine-DeiT's class token).
+        token_mean (Tensor): ``(C,)`` the mean the local kernels are predicted from.
+        index (Tensor): ``(n,)`` these tokens' positions in the call's ``N`` tokens.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    grid: Tuple[int, int]
+    prefix: int
+    token_mean: torch.Tensor
+    index: torch.Tensor
+
+
+@dataclass
+class Capture:
+    """One InLine attention call of a backbone's forward pass (:func:`capture_attention`).
+
+    Attributes:
+        module (InLineAttention): The attention called.
+        path (str): Its module path.
+        stage, block, branch (int): Where it is.
+        qkv (Tensor): ``(B, N, 3C)`` the raw projection output it received (a copy).
+        hw (tuple[int, int]): The map size ``(H, W)``; ``N = prefix + H * W``.
+        token_mean (Tensor): ``(B, C)`` the mean its local kernels were predicted from.
+        valid (ValidMap): Each image's region of the map (``NO_PADDING``: all of it).
+        num_prefix_tokens (int): Tokens before the map (InLine-DeiT's class token).
+        output (Tensor): ``(B, N, C)`` what the call returned (before any projection).
+        input_hw (tuple[int, int]): The backbone input's size.
+    """
+
+    module: InLineAttention
+    path: str
+    stage: int
+    block: int
+    branch: int
+    qkv: torch.Tensor
+    hw: Tuple[int, int]
+    token_mean: torch.Tensor
+    valid: ValidMap
+    num_prefix_tokens: int
+    output: torch.Tensor
+    input_hw: Tuple[int, int]
+
+    @property
+    def num_heads(self) -> int:
+        return self.module.num_heads
+
+    @property
+    def scale(self) -> float:
+        return self.module.scale
+
+    def qkv_heads(self) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``q``, ``k``, ``v`` as ``(B, heads, N, d)`` views of :attr:`qkv`."""
+        b, n, c3 = self.qkv.shape
+        heads = self.num_heads
+        return self.qkv.view(b, n, 3, heads, c3 // 3 // heads).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def grid_of(self, image: int) -> Tuple[int, int]:
+        """Image ``image``'s ``(h, w)`` region of the map."""
+        if not self.valid.is_padded:
+            return tuple(self.hw)
+        return tuple(self.valid.sizes[image])
+
+    def image(self, image: int = 0) -> ImageTokens:
+        """Image ``image``'s valid tokens, per head, in float64."""
+        b = self.qkv.shape[0]
+        if not 0 <= image < b:
+            raise IndexError(f'the captured batch has {b} image(s); image {image} is not one')
+        p = self.num_prefix_tokens
+        h, w = self.grid_of(image)
+        rows = torch.arange(h).view(h, 1) * self.hw[1] + torch.arange(w).view(1, w)
+        index = torch.cat([torch.arange(p), p + rows.flatten()])
+        q, k, v = (t[image][:, index].double() for t in self.qkv_heads())
+        return ImageTokens(q, k, v, (h, w), p, self.token_mean[image].double(), index)
+
+
+def capture_attention(backbone: nn.Module, x: torch.Tensor, stage: int, block: int,
+                      branch: int = 0, valid_sizes=None) -> Capture:
+    """Run ``backbone`` on ``x`` and read the call of the InLine attention of block
+    ``block`` of stage ``stage`` (branch ``branch`` of an InLine-CSwin block).
+
+    The attention's ``_attend(qkv, hw, token_mean, valid, qkv_is_scratch)`` (what its
+    ``forward`` and ``attend`` both call, with the raw projection output) is wrapped for
+    the one call and restored afterwards; the forward pass stops after that call. Runs
+    under ``torch.no_grad()``; ``valid_sizes`` goes to the backbone (each image's ``(h,
+    w)`` in a padded batch; by default the backbone reads the padding from the input).
+    """
+    path, attn = find_attention(backbone, stage, block, branch)
+    window = getattr(attn, 'window_size', None)
+    if window is not None:
+        raise AttentionSiteError(f'{path} attends within {window}x{window} windows '
+                                 "(inline_cfg window_size): its maps are per window; use a "
+                                 'global InLine block (window_size=None)')
+    seen = {}
+    had_own = '_attend' in vars(attn)
+    original = attn._attend
+
+    def reading(qkv, hw, token_mean, valid, qkv_is_scratch):
+        # A copy first: with qkv_is_scratch the call zeroes K and V outside the images in place.
+        seen.update(qkv=qkv.detach().clone(), hw=tuple(int(s) for s in hw),
+                    token_mean=token_mean.detach().clone(),
+                    valid=NO_PADDING if valid is None else valid)
+        out = original(qkv, hw, token_mean, valid, qkv_is_scratch)
+        seen['output'] = out.detach().clone()
+        raise _Captured
+
+    attn._attend = reading
+    try:
+        with torch.no_grad():
+            try:
+                backbone(x) if valid_sizes is None else backbone(x, valid_sizes=valid_sizes)
+            except _Captured:
+                pass
+    finally:
+        if had_own:
+            attn._attend = original
+        else:
+            del attn._attend
+    if not seen:
+        raise RuntimeError(f'{path} was not called by the forward pass (is stage {stage} past '
+                           "the backbone's last output index?)")
+    return Capture(attn, path, stage, block, branch, seen['qkv'], seen['hw'],
+                   seen['token_mean'], seen['valid'], attn.num_prefix_tokens, seen['output'],
+                   tuple(x.shape[-2:]))
+
+
+# --------------------------------------------------------------------------- weights
+def _rows(t: torch.Tensor, queries) -> torch.Tensor:
+    return t if queries is None else t[:, torch.as_tensor(queries, dtype=torch.long)]
+
+
+def inline_weights(q: torch.Tensor, k: torch.Tensor, scale: float, queries=None,
+                   phi: Optional[Callable] = None) -> torch.Tensor:
+    """InLine's weights ``(heads, m, n)``: ``(s / n) phi(q_i) . (phi(k_j) - mean phi(k)) +
+    1 / n`` for the query rows ``queries`` (token indices; None: all) over all ``n``
+    keys of ``q``, ``k`` ``(heads, n, d)``."""
+    if phi is not None:
+        q, k = phi(q), phi(k)
+    n = k.shape[-2]
+    centred = k - k.mean(dim=-2, keepdim=True)
+    return (scale / n) * _rows(q, queries) @ centred.transpose(-2, -1) + 1.0 / n
+
+
+def linear_weights(q: torch.Tensor, k: torch.Tensor, queries=None,
+                   phi: Optional[Callable] = torch.relu) -> torch.Tensor:
+    """Normalised linear attention's weights ``(heads, m, n)``: ``phi(q_i) . phi(k_j) /
+    sum_j' phi(q_i) . phi(k_j')``; a row whose denominator is 0 is all zero (it has no
+    distribution). ``phi=None``: the identity."""
+    if phi is not None:
+        q, k = phi(q), phi(k)
+    scores = _rows(q, queries) @ k.transpose(-2, -1)
+    den = scores.sum(dim=-1, keepdim=True)
+    defined = den != 0
+    return torch.where(defined, scores / torch.where(defined, den, torch.ones_like(den)),
+                       torch.zeros_like(scores))
+
+
+def softmax_weights(q: torch.Tensor, k: torch.Tensor, scale: float, queries=None) -> torch.Tensor:
+    """Softmax attention's weights ``(heads, m, n)``: ``softmax_j(s q_i . k_j)``."""
+    return torch.softmax(scale * _rows(q, queries) @ k.transpose(-2, -1), dim=-1)
+
+
+def local_kernels(attn: InLineAttention, token_mean: torch.Tensor) -> Optional[torch.Tensor]:
+    """The ``(C, 3, 3)`` depthwise kernel of the block's local term for a ``(C,)`` token
+    mean: the predicted kernel (``attn.predict_kernels``) plus the LePE kernel where the
+    block has one (InLine-CSwin); None for a block without a local term."""
+    kernels = None
+    if getattr(attn, 'local_residual', True) and getattr(attn, 'residual', None) is not None:
+        mean = token_mean.to(next(attn.residual.parameters()).dtype).view(1, -1)
+        with torch.no_grad():
+            kernels = attn.predict_kernels(mean)[0].double()
+    lepe = getattr(attn, 'lepe', None)
+    if lepe is not None:
+        lk = lepe.weight.detach().double().view(attn.dim, 3, 3)
+        kernels = lk if kernels is None else kernels + lk
+    return kernels
+
+
+def head_kernel(kernels: torch.Tensor, num_heads: int, head: Optional[int] = None) -> torch.Tensor:
+    """A ``(3, 3)`` view of ``(C, 3, 3)`` kernels: the mean over head ``head``'s channels,
+    or over all channels (None)."""
+    if head is None:
+        return kernels.mean(0)
+    d = kernels.shape[0] // num_heads
+    return kernels[head * d:(head + 1) * d].mean(0)
+
+
+def _kernel_of(attn) -> Tuple[str, Optional[Callable]]:
+    """The block's kernel name and ``phi`` (None for the identity)."""
+    name = getattr(attn, 'kernel', 'identity')
+    phi = getattr(attn, 'phi', None)
+    if name == 'identity' or phi is None:
+        return 'identity', None
+    return name, phi
+
+
+def map_stride(input_hw: Sequence[int], map_hw: Sequence[int]) -> int:
+    """The pixels per token of a map: the power of two ``s`` with ``ceil(input / s)`` equal
+    to the map's size on both sides (the backbones pad to their patch size and halve)."""
+    for s in (2 ** i for i in range(8)):
+        if all(math.ceil(a / s) == b for a, b in zip(input_hw, map_hw)):
+            return s
+    raise ValueError(f'a {tuple(map_hw)} map is not a power-of-two reduction of a '
+                     f'{tuple(input_hw)} input')
+
+
+@dataclass
+class AttentionMaps:
+    """The maps of some queries of one image (:func:`attention_maps`).
+
+    Attributes:
+        queries (list[int]): The query tokens, as indices into the image's tokens (prefix
+            first, then the grid row-major).
+        grid (tuple[int, int]): The image's ``(h, w)`` token grid.
+        stride (int): Input pixels per token.
+        head (int, optional): The head shown; None: the mean over heads.
+        weights (dict[str, Tensor]): Per method of :data:`METHODS`, ``(m, n)`` float64:
+            each query's weights over the image's ``n`` tokens (prefix first).
+        kernel (Tensor, optional): ``(3, 3)`` the local kernel (same for every query);
+            None without a local term.
+        linear_kernel (str): The kernel the linear weights used (``'relu'`` where the block's
+            is the identity).
+        kernel_name (str): The block's own kernel.
+        attention (str): What the block computes (``'inline'`` or ``'linear'``).
+        lepe (bool): Whether :attr:`kernel` includes a LePE kernel.
+        prefix_tokens (int): Tokens before the grid.
+        undefined (int): Linear rows without a distribution (zero denominator).
+        query_scales (list[float]): The factor each query's ``q`` was multiplied by.
+    """
+
+    queries: List[int]
+    grid: Tuple[int, int]
+    stride: int
+    head: Optional[int]
+    weights: Dict[str, torch.Tensor]
+    kernel: Optional[torch.Tensor]
+    linear_kernel: str
+    kernel_name: str
+    attention: str
+    lepe: bool
+    prefix_tokens: int
+    undefined: int = 0
+    query_scales: List[float] = field(default_factory=list)
+
+    def grid_map(self, method: str, row: int) -> torch.Tensor:
+        """``(h, w)``: query ``row``'s weights on the patch keys."""
+        return self.weights[method][row, self.prefix_tokens:].view(*self.grid)
+
+    def prefix(self, method: str, row: int) -> torch.Tensor:
+        """``(prefix_tokens,)``: query ``row``'s weights on the prefix keys (class token)."""
+        return self.weights[method][row, :self.prefix_tokens]
+
+    def query_cell(self, row: int) -> Optional[Tuple[int, int]]:
+        """Query ``row``'s ``(r, c)`` on the grid (None for a prefix token)."""
+        t = self.queries[row] - self.prefix_tokens
+        return None if t < 0 else divmod(t, self.grid[1])
+
+    def spread(self, method: str) -> float:
+        """Mean total-variation distance between the queries' distributions (0: every query
+        gets the same distribution; 1: disjoint), over all pairs of queries."""
+        w = self.weights[method]
+        m = w.shape[0]
+        if m < 2:
+            return 0.0
+        d = 0.5 * (w[:, None] - w[None]).abs().sum(-1)
+        return float(d.sum() / (m * (m - 1)))
+
+
+def attention_maps(capture: Capture, queries: Sequence, image: int = 0,
+                   head: Optional[int] = None,
+                   query_scales: Optional[Sequence[float]] = None) -> AttentionMaps:
+    """InLine, linear and Softmax weights and the local kernel for some queries of image
+    ``image`` of a capture.
+
+    Args:
+        capture (Capture): From :func:`capture_attention`.
+        queries (sequence): Each a grid cell ``(r, c)`` of the image's region, or an int:
+            a token index of the image (``0`` is InLine-DeiT's class token).
+        image (int): Which image of the batch. Default: 0.
+        head (int, optional): One head; None: the mean over heads (rows still sum to 1).
+        query_scales (sequence[float], optional): One factor per query multiplying its raw
+            ``q`` (before any kernel): ``q`` and ``2 q`` get one linear-attention row but
+            two InLine rows, the non-injectivity of the paper. Default: all 1 (the block's
+            own queries).
+    """
+    attn = capture.module
+    tokens = capture.image(image)
+    h, w = tokens.grid
+    p = tokens.prefix
+    n = tokens.q.shape[1]
+    heads = capture.num_heads
+    if head is not None and not 0 <= head < heads:
+        raise ValueError(f'head {head} does not exist: the block has {heads} heads '
+                         f'(0..{heads - 1}); leave it out for the mean over heads')
+    index = []
+    for qy in queries:
+        if isinstance(qy, (tuple, list)):
+            r, c = (int(v) for v in qy)
+            if not (0 <= r < h and 0 <= c < w):
+                raise ValueError(f'query cell {(r, c)} is outside the image\'s {h}x{w} grid')
+            index.append(p + r * w + c)
+        else:
+            if not 0 <= int(qy) < n:
+                raise ValueError(f'query token {qy} is outside the image\'s {n} tokens')
+            index.append(int(qy))
+    q = tokens.q
+    if query_scales is not None:
+        if len(query_scales) != len(index):
+            raise ValueError(f'{len(query_scales)} query scales for {len(index)} queries')
+        # The scaled queries are extra rows of q; keys stay the image's tokens.
+        q = torch.cat([q, q[:, index] * torch.tensor(query_scales, dtype=q.dtype)[:, None]], 1)
+        index_rows = list(range(n, n + len(index)))
+    else:
+        index_rows = index
+    kernel_name, phi = _kernel_of(attn)
+    attention = getattr(attn, 'attention', 'inline')
+    if attention == 'linear' or phi is not None:
+        linear_phi, linear_kernel = phi, kernel_name
+    else:
+        linear_phi, linear_kernel = torch.relu, 'relu'
+    scale = capture.scale
+    # Each function reads the query rows of its first argument against every key.
+    qr, k = q[:, torch.as_tensor(index_rows, dtype=torch.long)], tokens.k
+    raw = dict(inline=inline_weights(qr, k, scale, phi=phi),
+               linear=linear_weights(qr, k, phi=linear_phi),
+               softmax=softmax_weights(qr, k, scale))
+    undefined = int((raw['linear'].abs().sum(-1) == 0).sum())
+    pick = (lambda a: a.mean(0)) if head is None else (lambda a: a[head])
+    weights = {name: pick(a) for name, a in raw.items()}
+    kernels = local_kernels(attn, tokens.token_mean)
+    kernel = None if kernels is None else head_kernel(kernels, heads, head)
+    return AttentionMaps(index, (h, w), map_stride(capture.input_hw, capture.hw), head, weights,
+                         kernel, linear_kernel, kernel_name, attention,
+                         getattr(attn, 'lepe', None) is not None, p, undefined,
+                         list(query_scales) if query_scales is not None else [1.0] * len(index))
+
+
+# --------------------------------------------------------------------------- inputs
+#: ImageNet mean and std (RGB, 0-255): what every shipped config's data preprocessor uses
+IMAGENET_MEAN = (123.675, 116.28, 103.53)
+IMAGENET_STD = (58.395, 57.12, 57.375)
+
+
+@dataclass
+class Preprocess:
+    """How an image becomes the backbone's input, as a config's test pipeline does it.
+
+    Attributes:
+        short_side (int, optional): Resize keeping the aspect so the short side is this.
+        scale (tuple[int, int], optional): mmcv's ``Resize(scale=(a, b), keep_ratio=True)``:
+            the largest size with long side <= max(a, b) and short side <= min(a, b);
+            with ``keep_ratio=False`` exactly ``(w, h) = scale``.
+        keep_ratio (bool): See ``scale``.
+        mean, std (tuple[float]): RGB normalisation (0-255 values).
+        size_divisor (int, optional): Zero-pad bottom/right to a multiple (the batch
+            padding of mmdet's data preprocessor; the padding-aware backbones ignore it).
+    """
+
+    short_side: Optional[int] = None
+    scale: Optional[Tuple[int, int]] = None
+    keep_ratio: bool = True
+    mean: Tuple[float, ...] = IMAGENET_MEAN
+    std: Tuple[float, ...] = IMAGENET_STD
+    size_divisor: Optional[int] = None
+
+    def resized_size(self, hw: Tuple[int, int]) -> Tuple[int, int]:
+        """The ``(h, w)`` an ``hw`` image is resized to."""
+        h, w = hw
+        if self.short_side is not None:
+            f = self.short_side / min(h, w)
+        elif self.scale is not None and not self.keep_ratio:
+            return int(self.scale[1]), int(self.scale[0])
+        elif self.scale is not None:
+            f = min(max(self.scale) / max(h, w), min(self.scale) / min(h, w))
+        else:
+            return h, w
+        return max(1, int(h * f + 0.5)), max(1, int(w * f + 0.5))
+
+    @classmethod
+    def from_config(cls, cfg) -> 'Preprocess':
+        """The ``Resize`` of a config's test pipeline and its data preprocessor's
+        ``mean``, ``std`` and ``pad_size_divisor``."""
+        pipeline = cfg.get('test_pipeline')
+        if pipeline is None:
+            pipeline = cfg.get('test_dataloader', {}).get('dataset', {}).get('pipeline', [])
+        resize = next((t for t in pipeline if t.get('type') == 'Resize'), None)
+        pre = cfg.get('model', {}).get('data_preprocessor') or {}
+        kw = dict(mean=tuple(pre.get('mean', IMAGENET_MEAN)),
+                  std=tuple(pre.get('std', IMAGENET_STD)),
+                  size_divisor=pre.get('pad_size_divisor'))
+        if resize is not None and resize.get('scale') is not None:
+            scale = resize['scale']
+            scale = (scale, scale) if isinstance(scale, int) else tuple(scale)
+            kw.update(scale=scale, keep_ratio=bool(resize.get('keep_ratio', False)))
+        return cls(**kw)
+
+
+def load_image(path: str):
+    """An image file as an ``(H, W, 3)`` uint8 RGB array."""
+    import numpy as np
+    from PIL import Image, UnidentifiedImageError
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'image not found: {path!r}')
+    try:
+        with Image.open(path) as im:
+            return np.asarray(im.convert('RGB'))
+    except (UnidentifiedImageError, OSError) as e:
+        raise ValueError(f'{path!r} is not an image PIL can read ({e})') from None
+
+
+def prepare_image(image, pre: Preprocess) -> Tuple[torch.Tensor, Tuple[int, int]]:
+    """An ``(H, W, 3)`` uint8 image -> the ``(1, 3, H', W')`` normalised, padded input and
+    the resized ``(h, w)`` inside it."""
+    import numpy as np
+    from PIL import Image
+    h, w = pre.resized_size(image.shape[:2])
+    if (h, w) != tuple(image.shape[:2]):
+        image = np.asarray(Image.fromarray(image).resize((w, h), Image.BILINEAR))
+    x = torch.from_numpy(np.array(image)).permute(2, 0, 1).float()
+    x = (x - torch.tensor(pre.mean).view(3, 1, 1)) / torch.tensor(pre.std).view(3, 1, 1)
+    if pre.size_divisor:
+        d = pre.size_divisor
+        x = torch.nn.functional.pad(x, (0, -w % d, 0, -h % d))
+    return x.unsqueeze(0), (h, w)
+
+
+def grid_points(n: int, image_hw: Tuple[int, int]) -> List[Tuple[float, float]]:
+    """``n x n`` evenly spaced ``(x, y)`` points of an image, row by row (cell centres)."""
+    if n < 1:
+        raise ValueError(f'--grid needs N >= 1, got {n}')
+    ih, iw = image_hw
+    return [((j + 0.5) * iw / n, (i + 0.5) * ih / n) for i in range(n) for j in range(n)]
+
+
+def point_to_cell(point: Tuple[float, float], image_hw: Tuple[int, int],
+                  resized_hw: Tuple[int, int], stride: int,
+                  grid: Tuple[int, int]) -> Tuple[int, int]:
+    """The ``(r, c)`` token of a map of ``stride`` pixels per token (on the resized image)
+    that an ``(x, y)`` pixel of the original image falls in."""
+    x, y = point
+    ih, iw = image_hw
+    if not (0 <= x < iw and 0 <= y < ih):
+        raise ValueError(f'point ({x:g}, {y:g}) is outside the {iw}x{ih} image (x in 0..{iw - 1}, '
+                         f'y in 0..{ih - 1})')
+    r = min(int(y * resized_hw[0] / ih // stride), grid[0] - 1)
+    c = min(int(x * resized_hw[1] / iw // stride), grid[1] - 1)
+    return r, c
+
+
+def _family_and_args(name: str, arch: str) -> Tuple[str, dict]:
+    from .models.families import FAMILIES
+    if name in FAMILIES:
+        family = FAMILIES[name]
+        if arch == 'smoke':
+            return name, dict(family.smoke)
+        if arch not in family.presets:
+            raise ValueError(f'{name} has no arch {arch!r}; choose one of '
+                             f'{sorted(family.presets)} or smoke')
+        return name, dict(arch=arch)
+    known = {}
+    for fam, family in FAMILIES.items():
+        stem = 'inline_' + re.sub(r'^InLine', '', fam).lower()
+        for preset in list(family.presets) + ['smoke']:
+            known[f'{stem}_{preset}'] = (fam, preset)
+    if name not in known:
+        raise ValueError(f'unknown backbone {name!r}: give a family ({", ".join(FAMILIES)}) '
+                         'with an arch, or a timm-style name such as '
+                         f'{", ".join(sorted(known)[:4])}, ...')
+    return _family_and_args(*known[name])
+
+
+def build_backbone(config: Optional[str] = None, model: Optional[str] = None,
+                   arch: str = 'tiny', checkpoint: Optional[str] = None,
+                   random_weights: bool = False, seed: int = 0,
+                   cfg_options: Optional[dict] = None):
+    """The backbone to map, in eval mode, and the config (None without one).
+
+    Args:
+        config (str, optional): An mmdet/mmseg config: its ``model.backbone`` is built.
+        model (str, optional): Instead of a config: a family name (``'InLineSwin'``) with
+            ``arch`` (a preset, or ``'smoke'``: the family's tiny test model), or a timm-style
+            name (``'inline_swin_tiny'``).
+        arch (str): See ``model``. Default: ``'tiny'``.
+        checkpoint (str, optional): Weights: an official ImageNet file, an mm checkpoint of a
+            trained detector/segmentor (``state_dict``, ``backbone.`` prefix), a converted
+            file, or ``inline://<name>``; loaded by :func:`.models.load_pretrained`, which
+            refuses a file of another variant. Without it the config's
+            ``init_cfg=dict(type='Pretrained', ...)`` is used.
+        random_weights (bool): Use the default initialisation (seed ``seed``) instead of
+            weights; the maps then show the mechanics only.
+        cfg_options (dict, optional): Merged into the config.
+    """
+    from .models.checkpoint import load_pretrained
+    from .models.families import FAMILIES
+    cfg = None
+    if (config is None) == (model is None):
+        raise ValueError('give either a config file or a backbone name')
+    if config is not None:
+        from mmengine.config import Config
+        if not os.path.isfile(config):
+            raise FileNotFoundError(f'config not found: {config!r}')
+        cfg = Config.fromfile(config)
+        if cfg_options:
+            cfg.merge_from_dict(cfg_options)
+        args = dict(cfg.model.backbone)
+        name = args.pop('type')
+        if name not in FAMILIES:
+            raise ValueError(f'{config}: its backbone {name!r} is not an InLine backbone '
+                             f'({", ".join(FAMILIES)})')
+    else:
+        name, args = _family_and_args(model, arch)
+    init_cfg = args.pop('init_cfg', None)
+    torch.manual_seed(seed)
+    backbone = FAMILIES[name].cls(**args)
+    if checkpoint is not None:
+        load_pretrained(backbone, checkpoint)
+    elif random_weights:
+        backbone.init_weights()
+    elif isinstance(init_cfg, dict) and init_cfg.get('type') == 'Pretrained':
+        load_pretrained(backbone, **{k: v for k, v in init_cfg.items() if k != 'type'})
+    else:
+        raise ValueError('no weights: pass --checkpoint FILE (an official ImageNet file or a '
+                         'trained mm checkpoint), or --random-weights for the mechanics only')
+    return backbone.eval(), cfg
+
+
+# --------------------------------------------------------------------------- figure
+#: pixels of one cell of the figure, and of the title band above the cells
+CELL_PX, TITLE_PX, DPI = 240, 60, 100
+#: the figure's columns
+COLUMNS = ('image', 'inline', 'linear', 'softmax', 'local')
+
+
+def figure_size(rows: int) -> Tuple[int, int]:
+    """``(width, height)`` in pixels of a figure with ``rows`` queries."""
+    return CELL_PX * len(COLUMNS), CELL_PX * rows + TITLE_PX
+
+
+def _label(maps: AttentionMaps, method: str) -> str:
+    if method == 'inline':
+        text = 'InLine' + (' (the block\'s)' if maps.attention == 'inline' else '')
+    elif method == 'linear':
+        text = f'linear, {maps.linear_kernel} kernel'
+        if maps.linear_kernel == 'relu' and maps.kernel_name == 'identity':
+            text = 'linear (ReLU kernel)'
+        if maps.attention == 'linear':
+            text += " (the block's)"
+    else:
+        text = 'Softmax'
+    return text
+
+
+def draw_figure(maps: AttentionMaps, image, points: Sequence[Tuple[float, float]],
+                resized_hw: Tuple[int, int], path: str, title: str = ''):
+    """Write the PNG: one row per query (``points``: its ``(x, y)`` in ``image`` pixels, or
+    None for a class-token query), columns: the image with the query marked, the InLine,
+    linear and Softmax maps over the image, the local 3x3 kernel."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = len(maps.queries)
+    width, height = figure_size(rows)
+    fig = plt.figure(figsize=(width / DPI, height / DPI), dpi=DPI)
+    top = 1 - TITLE_PX / height
+    grid = fig.add_gridspec(rows, len(COLUMNS), left=0.01, right=0.99, bottom=0.01, top=top,
+                            wspace=0.08, hspace=0.32)
+    ih, iw = image.shape[:2]
+    h, w = maps.grid
+    # The grid covers stride-sized cells of the resized image; back in the image's pixels:
+    extent = (0, w * maps.stride * iw / resized_hw[1], h * maps.stride * ih / resized_hw[0], 0)
+    fig.suptitle(title, fontsize=9, y=1 - 0.12 * TITLE_PX / height)
+    for r in range(rows):
+        point = points[r]
+        scale = maps.query_scales[r]
+        for c, column in enumerate(COLUMNS):
+            ax = fig.add_subplot(grid[r, c])
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if column == 'local':
+                _draw_kernel(ax, maps, r, np)
+                continue
+            ax.imshow(image)
+            if column != 'image':
+                m = maps.grid_map(column, r).numpy()
+                ax.imshow(m, extent=extent, cmap='jet', alpha=0.55, interpolation='nearest')
+                text = f'{_label(maps, column)}\n[{m.min():.2g}, {m.max():.2g}]'
+                if maps.prefix_tokens:
+                    text += f' cls {float(maps.prefix(column, r).sum()):.2g}'
+                ax.set_title(text, fontsize=7)
+            else:
+                label = 'class token' if point is None else f'query ({point[0]:g}, {point[1]:g})'
+                if scale != 1:
+                    label += f', q x {scale:g}'
+                ax.set_title(label, fontsize=7)
+            if point is not None:
+                ax.plot([point[0]], [point[1]], marker='*', markersize=11, color='white',
+                        markeredgecolor='black')
+            ax.set_xlim(0, iw)
+            ax.set_ylim(ih, 0)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def _draw_kernel(ax, maps: AttentionMaps, row: int, np):
+    if maps.kernel is None:
+        ax.text(0.5, 0.5, 'no local term', ha='center', va='center', fontsize=8)
+        ax.set_title('local 3x3', fontsize=7)
+        return
+    k = maps.kernel.numpy().copy()
+    cell = maps.query_cell(row)
+    if cell is not None:
+        # Taps past the image read zero padding: blank.
+        for dy in range(3):
+            for dx in range(3):
+                y, x = cell[0] + dy - 1, cell[1] + dx - 1
+                if not (0 <= y < maps.grid[0] and 0 <= x < maps.grid[1]):
+                    k[dy, dx] = np.nan
+    bound = np.nanmax(np.abs(k)) if np.isfinite(k).any() else 1.0
+    ax.imshow(k, cmap='RdBu_r', vmin=-bound, vmax=bound)
+    for dy in range(3):
+        for dx in range(3):
+            if np.isfinite(k[dy, dx]):
+                ax.text(dx, dy, f'{k[dy, dx]:.2g}', ha='center', va='center', fontsize=7)
+    what = 'mean over heads' if maps.head is None else f'head {maps.head}'
+    extra = ' + LePE' if maps.lepe else ''
+    where = 'class token: none' if cell is None else 'same for every query'
+    ax.set_title(f'local 3x3{extra} ({what})\n{where}', fontsize=7)
