@@ -5,7 +5,9 @@ kernel they give the block's whole output. Linear rows sum to 1 and cannot tell 
 Softmax is torch's. An image's weights in a padded batch are those of the image alone;
 InLine-DeiT's class token is a query and a key. The tool writes the figure it says.
 """
+import importlib.util
 import json
+import shlex
 import subprocess
 import sys
 
@@ -259,6 +261,13 @@ def _tool(*args, cwd=ROOT):
                           text=True, env=subprocess_env(), cwd=cwd, timeout=120)
 
 
+def _load_tool():
+    spec = importlib.util.spec_from_file_location('_attention_map_tool', TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.mark.subprocess
 def test_attention_map_tool_writes_the_grid(tmp_path):
     image, out = _image(tmp_path / 'img.png'), tmp_path / 'map.png'
@@ -271,32 +280,101 @@ def test_attention_map_tool_writes_the_grid(tmp_path):
     assert summary['linear_kernel'] == 'relu' and summary['grid'] == [14, 21]
     with Image.open(out) as im:
         assert im.size == figure_size(4) == (1200, 4 * 240 + 60)
-    # a timm-style name with the class token as a query
-    res = _tool('--model', 'inline_deit_smoke', '--random-weights', '--image', image, '--grid', '2',
-                '--cls-query', '--block', '5', '--out', out, '--json')
-    assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout.strip().splitlines()[-1])['module'] == 'blocks.5.attn'
+    # an error: the exit status and the message
+    res = _tool('--model', 'InLineSwin', '--arch', 'smoke', '--random-weights', '--image', image,
+                '--grid', '2', '--stage', '1', '--out', tmp_path / 'softmax.png')
+    assert res.returncode != 0 and 'stage 1 block 0 (layers.1.blocks.0) is a Softmax block' \
+        in res.stderr
+    assert 'InLine (stage, block) pairs: (0, 0), (2, 0)' in res.stderr
+    assert not (tmp_path / 'softmax.png').exists()
+
+
+def test_attention_map_tool_class_token_and_errors_in_process(tmp_path, capsys):
+    tool = _load_tool()
+    image, out = _image(tmp_path / 'img.png'), tmp_path / 'map.png'
+    # a timm-style name, with the class token as a query
+    tool.main(['--model', 'inline_deit_smoke', '--random-weights', '--image', str(image),
+               '--grid', '2', '--cls-query', '--block', '5', '--out', str(out), '--json'])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])['module'] == \
+        'blocks.5.attn'
     with Image.open(out) as im:
         assert im.size == figure_size(5)
 
+    def refused(*args):
+        with pytest.raises(SystemExit) as e:
+            tool.main(['--image', str(image), '--out', str(tmp_path / 'no.png'), *map(str, args)])
+        assert not (tmp_path / 'no.png').exists()
+        return str(e.value)
 
-@pytest.mark.subprocess
-def test_attention_map_tool_refuses_bad_input_clearly(tmp_path):
-    image, out = _image(tmp_path / 'img.png'), tmp_path / 'map.png'
-    base = ['--model', 'InLineSwin', '--arch', 'smoke', '--image', image, '--out', out]
-    res = _tool(*base, '--random-weights', '--points', '10,10', '130,10')
-    assert res.returncode != 0 and 'point (130, 10) is outside the 130x90 image' in res.stderr
-    res = _tool(*base, '--random-weights', '--points', '10,10', '--stage', '1')
-    assert res.returncode != 0 and 'Softmax block' in res.stderr
-    assert 'InLine (stage, block) pairs: (0, 0), (2, 0)' in res.stderr
-    res = _tool(*base[:4], '--image', tmp_path / 'none.png', '--random-weights', '--grid', '2')
-    assert res.returncode != 0 and 'image not found' in res.stderr
+    swin = ['--model', 'InLineSwin', '--arch', 'smoke']
+    assert 'point (130, 10) is outside the 130x90 image' in refused(
+        *swin, '--random-weights', '--points', '10,10', '130,10')
+    assert 'X,Y pairs' in refused(*swin, '--random-weights', '--points', '10')
+    assert 'no weights: pass --checkpoint' in refused(*swin, '--grid', '2')
+    assert 'no class token' in refused(*swin, '--random-weights', '--grid', '2', '--cls-query')
+    assert 'unknown backbone' in refused('--model', 'inline_swin_huge', '--random-weights',
+                                         '--grid', '2')
+    with pytest.raises(SystemExit, match='image not found'):
+        tool.main([*swin, '--image', str(tmp_path / 'none.png'), '--random-weights', '--grid', '2'])
     # a checkpoint of another variant: the loader's error
     torch.manual_seed(0)
     fam = FAMILIES['InLineSwin']
     other = fam.cls(**{**fam.smoke, 'embed_dims': 32, 'num_heads': (2, 4, 8, 16)})
     torch.save({'state_dict': {f'backbone.{k}': v for k, v in other.state_dict().items()}},
                tmp_path / 'other.pth')
-    res = _tool(*base, '--checkpoint', tmp_path / 'other.pth', '--grid', '2')
-    assert res.returncode != 0 and 'does not fit this InLineSwin' in res.stderr
-    assert not out.exists()
+    assert 'does not fit this InLineSwin' in refused(*swin, '--checkpoint', tmp_path / 'other.pth',
+                                                     '--grid', '2')
+    # ... and one of this variant (an mm checkpoint, backbone. prefix) is loaded
+    torch.manual_seed(3)
+    same = fam.cls(**fam.smoke)
+    torch.save({'state_dict': {f'backbone.{k}': v for k, v in same.state_dict().items()}},
+               tmp_path / 'same.pth')
+    tool.main([*swin, '--checkpoint', str(tmp_path / 'same.pth'), '--image', str(image),
+               '--grid', '1', '--out', str(out)])
+    assert 'wrote' in capsys.readouterr().out
+
+
+def _documented(prefix):
+    """The command of docs/attention_maps.md that starts with ``prefix``, as argv."""
+    text = (ROOT / 'docs' / 'attention_maps.md').read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith(prefix))
+    return shlex.split(line)
+
+
+def _replace(argv, option, value):
+    i = argv.index(option)
+    return argv[:i + 1] + [str(value)] + argv[i + 2:]
+
+
+@pytest.mark.subprocess
+def test_attention_map_tool_on_a_config(tmp_path):
+    """The page's command on its config, with random weights in place of the official file:
+    the config's test resize (COCO: short side 800, long side <= 1333) and batch padding."""
+    argv = _documented('python tools/attention_map.py --config')
+    i = argv.index('--checkpoint')
+    argv = argv[:i] + ['--random-weights'] + argv[i + 2:]
+    argv = _replace(argv, '--image', _image(tmp_path / 'demo.png', (240, 320)))
+    argv = _replace(argv, '--out', tmp_path / 'map.png')
+    res = subprocess.run([sys.executable, *argv[1:], '--json'], capture_output=True, text=True,
+                         env=subprocess_env(), cwd=ROOT, timeout=180)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    # 240x320 -> 800x1067 (x 10/3), stage 0 at stride 4: 200 x ceil(1067 / 4) tokens
+    assert summary['arch'] == 'tiny' and summary['grid'] == [200, 267]
+    with Image.open(tmp_path / 'map.png') as im:
+        assert im.size == figure_size(4)
+
+
+@pytest.mark.subprocess
+def test_docs_picture_command(tmp_path):
+    """The command that made docs/images/attention_map.png, as written (output elsewhere):
+    the same figure layout as the shipped picture, small enough to ship."""
+    argv = _replace(_documented('python tools/attention_map.py --model'), '--out',
+                    tmp_path / 'map.png')
+    res = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True,
+                         env=subprocess_env(), cwd=ROOT, timeout=180)
+    assert res.returncode == 0, res.stderr
+    shipped = ROOT / 'docs' / 'images' / 'attention_map.png'
+    with Image.open(tmp_path / 'map.png') as new, Image.open(shipped) as old:
+        assert new.size == old.size == figure_size(4)
+    assert shipped.stat().st_size < 300_000

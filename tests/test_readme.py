@@ -139,6 +139,12 @@ COVERED = [
      r'|python tools/misc/check_dataset\.py .*|python tools/dataset_converters/convert_masks\.py .*'
      r'|(mv|cp|mkdir|sed) .*my_dataset.*|python tools/(train|test)\.py configs/my_dataset.*',
      'tests/test_readme.py::test_finetune_walkthrough_as_written'),
+    (r'python tools/attention_map\.py --config \S+ --checkpoint inline://swin_t .*',
+     'needs the official InLine-Swin-T file (no download here); the same command with '
+     '--random-weights instead: '
+     'tests/test_attention_maps.py::test_attention_map_tool_on_a_config'),
+    (r'python tools/attention_map\.py --model InLineSwin --arch tiny --random-weights .*',
+     'tests/test_attention_maps.py::test_docs_picture_command'),
 ]
 
 _COMMAND = re.compile(r'(\S+=\S+ )*(python|\.venv/bin/python|bash|make|mim|pip|mv|cp|mkdir|sed)'
