@@ -22,8 +22,10 @@ normalised linear attention (the paper's baseline)::
   with the block's kernel where it has one (``kernel`` other than ``'identity'``, or a
   block built with ``attention='linear'``, whose own weights these are); with the identity
   kernel of the released models the baseline needs a non-negative kernel, so ReLU is used
-  and every figure says so. A query whose denominator is 0 (ReLU zeroes all its products)
-  has no distribution: its row is all zero (:attr:`AttentionMaps.undefined` counts them).
+  and every figure says so. The normaliser ``phi(q_i) . mean_j phi(k_j)`` is floored at
+  ``|.| >= 1e-6`` keeping its sign, as the blocks' ``attention='linear'`` does: rows sum to
+  1 except where the floor applies (:attr:`AttentionMaps.floored` counts them); a query
+  whose products are all 0 (ReLU) gets an all-zero row there: it has no distribution.
   ``phi(2q) = 2 phi(q)`` for ReLU, so ``q`` and ``2q`` get the same row: the
   non-injectivity the paper is about.
 
@@ -64,13 +66,15 @@ from .models.padding import NO_PADDING, ValidMap
 
 __all__ = ['AttentionSite', 'AttentionSiteError', 'Capture', 'ImageTokens', 'AttentionMaps',
            'attention_sites', 'find_attention', 'capture_attention', 'inline_weights',
-           'linear_weights', 'softmax_weights', 'local_kernels', 'head_kernel',
-           'attention_maps', 'map_stride', 'METHODS', 'Preprocess', 'load_image',
-           'prepare_image', 'grid_points', 'point_to_cell', 'build_backbone', 'figure_size',
-           'draw_figure']
+           'linear_weights', 'guard_denominator', 'softmax_weights', 'block_weights',
+           'local_kernels', 'head_kernel', 'attention_maps', 'map_stride', 'METHODS',
+           'LINEAR_EPS', 'Preprocess', 'load_image', 'prepare_image', 'grid_points',
+           'point_to_cell', 'build_backbone', 'figure_size', 'draw_figure']
 
 #: the weight functions of a map, in the order of the figure's columns
 METHODS = ('inline', 'linear', 'softmax')
+#: the floor of the linear normaliser ``|phi(q_i) . mean_j phi(k_j)|`` (as the blocks' own)
+LINEAR_EPS = 1e-6
 
 _BLOCK = re.compile(r'(?:^|\.)(?:(?P<stage>\d+)\.)?blocks\.(?P<block>\d+)$')
 _BRANCH = re.compile(r'(?:^|\.)attns?(?:\.(?P<branch>\d+))?$')
@@ -164,7 +168,8 @@ class ImageTokens:
             prefix tokens first, then the image's ``h x w`` tokens row-major.
         grid (tuple[int, int]): ``(h, w)``, the image's region of the map.
         prefix (int): Tokens before the map (InLine-DeiT's class token).
-        token_mean (Tensor): ``(C,)`` the mean the local kernels are predicted from.
+        token_mean (Tensor): ``(C,)`` the mean the local kernels are predicted from (None
+            for a block without the local term).
         index (Tensor): ``(n,)`` these tokens' positions in the call's ``N`` tokens.
     """
 
@@ -187,7 +192,8 @@ class Capture:
         stage, block, branch (int): Where it is.
         qkv (Tensor): ``(B, N, 3C)`` the raw projection output it received (a copy).
         hw (tuple[int, int]): The map size ``(H, W)``; ``N = prefix + H * W``.
-        token_mean (Tensor): ``(B, C)`` the mean its local kernels were predicted from.
+        token_mean (Tensor): ``(B, C)`` the mean its local kernels were predicted from
+            (None for a block without the local term).
         valid (ValidMap): Each image's region of the map (``NO_PADDING``: all of it).
         num_prefix_tokens (int): Tokens before the map (InLine-DeiT's class token).
         output (Tensor): ``(B, N, C)`` what the call returned (before any projection).
@@ -237,7 +243,8 @@ class Capture:
         rows = torch.arange(h).view(h, 1) * self.hw[1] + torch.arange(w).view(1, w)
         index = torch.cat([torch.arange(p), p + rows.flatten()])
         q, k, v = (t[image][:, index].double() for t in self.qkv_heads())
-        return ImageTokens(q, k, v, (h, w), p, self.token_mean[image].double(), index)
+        mean = None if self.token_mean is None else self.token_mean[image].double()
+        return ImageTokens(q, k, v, (h, w), p, mean, index)
 
 
 def capture_attention(backbone: nn.Module, x: torch.Tensor, stage: int, block: int,
@@ -264,7 +271,7 @@ def capture_attention(backbone: nn.Module, x: torch.Tensor, stage: int, block: i
     def reading(qkv, hw, token_mean, valid, qkv_is_scratch):
         # A copy first: with qkv_is_scratch the call zeroes K and V outside the images in place.
         seen.update(qkv=qkv.detach().clone(), hw=tuple(int(s) for s in hw),
-                    token_mean=token_mean.detach().clone(),
+                    token_mean=None if token_mean is None else token_mean.detach().clone(),
                     valid=NO_PADDING if valid is None else valid)
         out = original(qkv, hw, token_mean, valid, qkv_is_scratch)
         seen['output'] = out.detach().clone()
@@ -308,17 +315,23 @@ def inline_weights(q: torch.Tensor, k: torch.Tensor, scale: float, queries=None,
 
 
 def linear_weights(q: torch.Tensor, k: torch.Tensor, queries=None,
-                   phi: Optional[Callable] = torch.relu) -> torch.Tensor:
+                   phi: Optional[Callable] = torch.relu, eps: float = LINEAR_EPS) -> torch.Tensor:
     """Normalised linear attention's weights ``(heads, m, n)``: ``phi(q_i) . phi(k_j) /
-    sum_j' phi(q_i) . phi(k_j')``; a row whose denominator is 0 is all zero (it has no
-    distribution). ``phi=None``: the identity."""
+    (n guard(phi(q_i) . mean_j' phi(k_j')))``, ``guard`` the sign-keeping floor at ``eps``
+    (:func:`guard_denominator`); without the floor the rows sum to 1. ``phi=None``: the
+    identity."""
     if phi is not None:
         q, k = phi(q), phi(k)
     scores = _rows(q, queries) @ k.transpose(-2, -1)
-    den = scores.sum(dim=-1, keepdim=True)
-    defined = den != 0
-    return torch.where(defined, scores / torch.where(defined, den, torch.ones_like(den)),
-                       torch.zeros_like(scores))
+    n = k.shape[-2]
+    return scores / (n * guard_denominator(scores.mean(dim=-1, keepdim=True), eps))
+
+
+def guard_denominator(den: torch.Tensor, eps: float = LINEAR_EPS) -> torch.Tensor:
+    """``sign(den) * max(|den|, eps)`` with ``sign(0) = +1``: the floor the blocks'
+    linear attention puts on its normaliser (the same rule as theirs)."""
+    floor = den.abs().clamp_min(eps)
+    return torch.where(den < 0, -floor, floor)
 
 
 def softmax_weights(q: torch.Tensor, k: torch.Tensor, scale: float, queries=None) -> torch.Tensor:
@@ -326,12 +339,26 @@ def softmax_weights(q: torch.Tensor, k: torch.Tensor, scale: float, queries=None
     return torch.softmax(scale * _rows(q, queries) @ k.transpose(-2, -1), dim=-1)
 
 
+def block_weights(capture: Capture, image: int = 0, queries=None) -> torch.Tensor:
+    """``(heads, m, n)``: the weights the block itself applies to V in its global term, for
+    image ``image``'s query rows ``queries`` (None: all) over its tokens: InLine's, or
+    with ``attention='linear'`` the linear ones, on the block's kernel phi."""
+    attn = capture.module
+    tokens = capture.image(image)
+    _, phi = _kernel_of(attn)
+    if getattr(attn, 'attention', 'inline') == 'linear':
+        return linear_weights(tokens.q, tokens.k, queries, phi)
+    return inline_weights(tokens.q, tokens.k, capture.scale, queries, phi)
+
+
 def local_kernels(attn: InLineAttention, token_mean: torch.Tensor) -> Optional[torch.Tensor]:
     """The ``(C, 3, 3)`` depthwise kernel of the block's local term for a ``(C,)`` token
-    mean: the predicted kernel (``attn.predict_kernels``) plus the LePE kernel where the
-    block has one (InLine-CSwin); None for a block without a local term."""
+    mean (None where the block predicts none): the predicted kernel
+    (``attn.predict_kernels``) plus the LePE kernel where the block has one (InLine-CSwin);
+    None for a block without a local term."""
     kernels = None
-    if getattr(attn, 'local_residual', True) and getattr(attn, 'residual', None) is not None:
+    if getattr(attn, 'local_residual', True) and getattr(attn, 'residual', None) is not None \
+            and token_mean is not None:
         mean = token_mean.to(next(attn.residual.parameters()).dtype).view(1, -1)
         with torch.no_grad():
             kernels = attn.predict_kernels(mean)[0].double()
@@ -390,7 +417,8 @@ class AttentionMaps:
         attention (str): What the block computes (``'inline'`` or ``'linear'``).
         lepe (bool): Whether :attr:`kernel` includes a LePE kernel.
         prefix_tokens (int): Tokens before the grid.
-        undefined (int): Linear rows without a distribution (zero denominator).
+        floored (int): Linear rows whose normaliser the floor changed (they do not sum
+            to 1; all-zero rows among them have no distribution).
         query_scales (list[float]): The factor each query's ``q`` was multiplied by.
     """
 
@@ -405,7 +433,7 @@ class AttentionMaps:
     attention: str
     lepe: bool
     prefix_tokens: int
-    undefined: int = 0
+    floored: int = 0
     query_scales: List[float] = field(default_factory=list)
 
     def grid_map(self, method: str, row: int) -> torch.Tensor:
@@ -490,14 +518,17 @@ def attention_maps(capture: Capture, queries: Sequence, image: int = 0,
     raw = dict(inline=inline_weights(qr, k, scale, phi=phi),
                linear=linear_weights(qr, k, phi=linear_phi),
                softmax=softmax_weights(qr, k, scale))
-    undefined = int((raw['linear'].abs().sum(-1) == 0).sum())
+    lq = qr if linear_phi is None else linear_phi(qr)
+    lk = k if linear_phi is None else linear_phi(k)
+    floored = int(((lq @ lk.mean(dim=-2, keepdim=True).transpose(-2, -1)).abs()
+                   < LINEAR_EPS).sum())
     pick = (lambda a: a.mean(0)) if head is None else (lambda a: a[head])
     weights = {name: pick(a) for name, a in raw.items()}
     kernels = local_kernels(attn, tokens.token_mean)
     kernel = None if kernels is None else head_kernel(kernels, heads, head)
     return AttentionMaps(index, (h, w), map_stride(capture.input_hw, capture.hw), head, weights,
                          kernel, linear_kernel, kernel_name, attention,
-                         getattr(attn, 'lepe', None) is not None, p, undefined,
+                         getattr(attn, 'lepe', None) is not None, p, floored,
                          list(query_scales) if query_scales is not None else [1.0] * len(index))
 
 

@@ -6,6 +6,7 @@ Softmax is torch's. An image's weights in a padded batch are those of the image 
 InLine-DeiT's class token is a query and a key. The tool writes the figure it says.
 """
 import importlib.util
+import inspect
 import json
 import shlex
 import subprocess
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from conftest import rel_err
-from inline_mm.attention_maps import (AttentionSiteError, Preprocess, attention_maps,
+from inline_mm.attention_maps import (AttentionSiteError, Preprocess, attention_maps, block_weights,
                                       attention_sites, capture_attention, figure_size,
                                       find_attention, grid_points, head_kernel, inline_weights,
                                       linear_weights, local_kernels, map_stride, point_to_cell,
@@ -64,6 +65,8 @@ def local_term(cap, tokens):
     c = attn.dim
     v_img = tokens.v[:, p:].transpose(0, 1).reshape(h, w, c).permute(2, 0, 1)[None]
     kernels = local_kernels(attn, tokens.token_mean)
+    if kernels is None:
+        return torch.zeros(h * w, c, dtype=torch.float64)
     out = F.conv2d(v_img, kernels.view(c, 1, 3, 3), padding=1, groups=c)
     if attn.lepe is not None:
         out = out + attn.lepe.bias.double().view(1, c, 1, 1)
@@ -113,6 +116,47 @@ def test_weights_of_an_image_in_a_padded_batch_are_those_of_the_image_alone(name
     whole = (w_b['inline'] @ tok_b.v).transpose(0, 1).reshape(len(tok_b.index), -1)
     whole[tok_b.prefix:] += local_term(padded, tok_b)
     assert rel_err(whole, padded.output[1, tok_b.index].double()) < TOL
+
+
+#: the paper's switches (inline_cfg of issue #25) whose blocks' outputs the weights must give
+SWITCHES = [dict(kernel='relu'), dict(kernel='exp'), dict(attention='linear', kernel='relu'),
+            dict(attention='linear', kernel='leakyrelu'), dict(local_residual=False)]
+
+
+@pytest.mark.parametrize('switches', SWITCHES, ids=lambda d: ','.join(f'{k}={v}' for k, v in
+                                                                      d.items()))
+@pytest.mark.parametrize('name', ['InLineSwin', 'InLineCSwin', 'InLineDeiT'])
+def test_a_switched_block_output_is_its_weights_and_kernel(name, switches):
+    """With a kernel phi, linear attention or no local term, the block's weights
+    (block_weights) @ V plus the local kernel's term are its output, image by image of a
+    padded batch (CSwin: LePE; DeiT: the class token)."""
+    family = FAMILIES[name]
+    if 'inline_cfg' not in inspect.signature(family.cls).parameters:
+        pytest.skip('the backbones take no inline_cfg yet (the switches of issue #25)')
+    torch.manual_seed(0)
+    model = family.cls(**family.smoke, inline_cfg=switches).eval()
+    batch = torch.randn(2, 3, 64, 96)
+    batch[1, :, 40:], batch[1, :, :, 70:] = 0, 0
+    cap = capture_attention(model, batch, *first_inline(model))
+    assert cap.module.attention == switches.get('attention', 'inline')
+    for image in (0, 1):
+        tokens = cap.image(image)
+        weights = block_weights(cap, image)
+        if cap.module.attention == 'inline':
+            assert (weights.sum(-1) - 1).abs().max() < TOL
+        whole = (weights @ tokens.v).transpose(0, 1).reshape(len(tokens.index), -1)
+        whole[tokens.prefix:] += local_term(cap, tokens)
+        assert rel_err(whole, cap.output[image, tokens.index].double()) < TOL, image
+
+
+def test_a_windowed_block_is_refused():
+    family = FAMILIES['InLineSwin']
+    if 'inline_cfg' not in inspect.signature(family.cls).parameters:
+        pytest.skip('the backbones take no inline_cfg yet (the switches of issue #25)')
+    model = family.cls(**family.smoke, inline_cfg=dict(window_size=4)).eval()
+    with pytest.raises(AttentionSiteError, match='4x4 windows'):
+        capture_attention(model, torch.randn(1, 3, 64, 64), 0, 0)
+    assert '_attend' not in vars(find_attention(model, 0, 0)[1])
 
 
 def test_linear_rows_sum_to_one_and_cannot_tell_q_from_2q():

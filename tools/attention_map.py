@@ -110,7 +110,7 @@ def main(argv=None):
     draw_figure(maps, image, rows, resized, args.out, title)
     summary = dict(out=args.out, backbone=name, arch=backbone.arch_name, module=cap.path,
                    grid=list(maps.grid), stride=maps.stride, queries=len(maps.queries),
-                   linear_kernel=maps.linear_kernel, undefined_linear_rows=maps.undefined,
+                   linear_kernel=maps.linear_kernel, floored_linear_rows=maps.floored,
                    spread={m: maps.spread(m) for m in ('inline', 'linear', 'softmax')})
     print(json.dumps(summary) if args.json else f'wrote {args.out}: {len(rows)} queries, '
           f'{maps.grid[0]}x{maps.grid[1]} tokens of {cap.path}')
