@@ -255,8 +255,9 @@ def capture_attention(backbone: nn.Module, x: torch.Tensor, stage: int, block: i
     The attention's ``_attend(qkv, hw, token_mean, valid, qkv_is_scratch)`` (what its
     ``forward`` and ``attend`` both call, with the raw projection output) is wrapped for
     the one call and restored afterwards; the forward pass stops after that call. Runs
-    under ``torch.no_grad()``; ``valid_sizes`` goes to the backbone (each image's ``(h,
-    w)`` in a padded batch; by default the backbone reads the padding from the input).
+    under ``torch.no_grad()`` in the model's current mode (``eval()`` it first: dropout).
+    ``valid_sizes`` goes to the backbone (each image's ``(h, w)`` in a padded batch; by
+    default the backbone reads the padding from the input).
     """
     path, attn = find_attention(backbone, stage, block, branch)
     window = getattr(attn, 'window_size', None)
@@ -290,8 +291,9 @@ def capture_attention(backbone: nn.Module, x: torch.Tensor, stage: int, block: i
         else:
             del attn._attend
     if not seen:
-        raise RuntimeError(f'{path} was not called by the forward pass (is stage {stage} past '
-                           "the backbone's last output index?)")
+        raise AttentionSiteError(f'{path} was not called by the forward pass: the backbone '
+                                 'stops after its last output (out_indices); build it with '
+                                 'out_indices reaching this block')
     return Capture(attn, path, stage, block, branch, seen['qkv'], seen['hw'],
                    seen['token_mean'], seen['valid'], attn.num_prefix_tokens, seen['output'],
                    tuple(x.shape[-2:]))

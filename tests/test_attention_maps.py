@@ -239,6 +239,10 @@ def test_deit_class_token_is_a_query_and_a_key():
     model = build('InLineDeiT')
     cap = capture_attention(model, torch.randn(1, 3, 64, 96), 0, 3)
     assert cap.num_prefix_tokens == 1 and cap.hw == (4, 6) and cap.path == 'blocks.3.attn'
+    family = FAMILIES['InLineDeiT']
+    short = family.cls(**{**family.smoke, 'out_indices': (2,)}).eval()
+    with pytest.raises(AttentionSiteError, match='was not called.*out_indices'):
+        capture_attention(short, torch.randn(1, 3, 64, 96), 0, 3)    # it stops at block 2
     maps = attention_maps(cap, [0, (1, 2)])                 # the class token, a patch
     assert maps.query_cell(0) is None and maps.query_cell(1) == (1, 2)
     assert maps.stride == 16
@@ -355,6 +359,8 @@ def test_attention_map_tool_class_token_and_errors_in_process(tmp_path, capsys):
         *swin, '--random-weights', '--points', '10,10', '130,10')
     assert 'X,Y pairs' in refused(*swin, '--random-weights', '--points', '10')
     assert 'no weights: pass --checkpoint' in refused(*swin, '--grid', '2')
+    assert 'exclude each other' in refused(*swin, '--grid', '2', '--random-weights',
+                                           '--checkpoint', tmp_path / 'any.pth')
     assert 'no class token' in refused(*swin, '--random-weights', '--grid', '2', '--cls-query')
     assert 'unknown backbone' in refused('--model', 'inline_swin_huge', '--random-weights',
                                          '--grid', '2')

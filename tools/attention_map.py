@@ -71,6 +71,8 @@ def parse_point(text):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.checkpoint and args.random_weights:
+        sys.exit('attention_map: error: --checkpoint and --random-weights exclude each other')
     try:
         image = load_image(args.image)
         ih, iw = image.shape[:2]
