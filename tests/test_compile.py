@@ -69,3 +69,63 @@ def test_inductor_dynamic_swin_two_sizes():
             for g, r in zip(compiled(x), model(x)):
                 torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
     assert counts.frame_count == 1
+
+
+class _TinyNet:
+    """A model the Runner trains: a linear layer and a LayerNorm (one param group each
+    under ``paramwise_cfg``, as every shipped config has)."""
+
+    @staticmethod
+    def build():
+        from mmengine.model import BaseModel
+
+        class Net(BaseModel):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(4, 4)
+                self.norm = torch.nn.LayerNorm(4)
+
+            def forward(self, inputs, data_samples=None, mode='tensor'):
+                out = self.norm(self.fc(torch.stack(inputs)))
+                return dict(loss=out.square().mean()) if mode == 'loss' else out
+
+        return Net()
+
+
+def test_runner_compile_trains_with_paramwise_groups(tmp_path):
+    """``compile=`` in a config compiles the Runner's ``train_step``, optimiser step
+    included: with mmengine's ConfigDict parameter groups Dynamo stops at the step
+    (inline_mm.engine.compiling makes them plain dicts first). A real Mask R-CNN run with
+    Inductor: docs/export_and_timm.md."""
+    from mmengine.config import ConfigDict
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.runner import Runner
+
+    import inline_mm.engine
+    from inline_mm.engine.compiling import plain_param_groups
+    inline_mm.engine.install()
+
+    optim_cfg = ConfigDict(type='OptimWrapper',
+                           optimizer=dict(type='AdamW', lr=1e-2, weight_decay=0.05),
+                           paramwise_cfg=dict(norm_decay_mult=0.))
+    probe = build_optim_wrapper(_TinyNet.build(), optim_cfg)
+    assert any(type(g) is not dict for g in probe.optimizer.param_groups)  # what needs it
+    before = [dict(g) for g in probe.optimizer.param_groups]
+    assert plain_param_groups(probe) == len(before)
+    assert all(type(g) is dict for g in probe.optimizer.param_groups)
+    assert [g.keys() for g in probe.optimizer.param_groups] == [g.keys() for g in before]
+    assert plain_param_groups(probe) == 0
+
+    torch._dynamo.reset()
+    model = _TinyNet.build()
+    start = [p.detach().clone() for p in model.parameters()]
+    data = [dict(inputs=torch.randn(4)) for _ in range(8)]
+    runner = Runner(
+        model=model, work_dir=str(tmp_path), optim_wrapper=optim_cfg,
+        train_dataloader=dict(dataset=data, sampler=dict(type='DefaultSampler', shuffle=False),
+                              batch_size=4, collate_fn=dict(type='pseudo_collate')),
+        train_cfg=dict(by_epoch=False, max_iters=2), cfg=dict(compile=dict(backend='eager')),
+        default_hooks=dict(checkpoint=None, logger=None), default_scope='mmengine')
+    runner.train()
+    assert all(type(g) is dict for g in runner.optim_wrapper.optimizer.param_groups)
+    assert any(not torch.equal(a, b) for a, b in zip(start, model.parameters()))

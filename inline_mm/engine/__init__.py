@@ -21,7 +21,10 @@ changes for runs that work:
   is no checkpoint is named for what it is (an HTML page, an image, a file cut short),
   not met with torch's advice to load it with ``weights_only=False`` (:mod:`.loading`);
 - ``Runner.build_dataloader`` says why a dataset came out empty and refuses COCO classes
-  that name no category of the training file (:mod:`.data_checks`).
+  that name no category of the training file (:mod:`.data_checks`);
+- ``compile=True``: the optimiser's parameter groups are plain dicts when the Runner
+  compiles ``train_step``, as Dynamo needs them to trace the optimiser step
+  (:mod:`.compiling`).
 
 Who switches them on: ``tools/train.py`` and ``tools/test.py`` call :func:`install`;
 the shipped configs list ``'inline_mm.engine.enable'`` in ``custom_imports``, so
@@ -35,7 +38,7 @@ import os
 import sys
 import warnings
 
-from . import checkpointing, data_checks, distributed, loading
+from . import checkpointing, compiling, data_checks, distributed, loading
 from .data_checks import DatasetCheckHook, check_coco
 from .nonfinite import NonFiniteCheckHook, NonFiniteLossError
 from .transforms import CheckImageSize, CheckSegLabels, CheckSegMapSize
@@ -55,6 +58,7 @@ BEHAVIOURS = {
     'safe_checkpoints': (checkpointing.install, checkpointing.installed),
     'checkpoint_file_messages': (loading.install, loading.installed),
     'empty_dataset_messages': (data_checks.install, data_checks.installed),
+    'compile_param_groups': (compiling.install, compiling.installed),
 }
 
 

@@ -1,0 +1,28 @@
+"""python -m benchmarks.deploy: the CI-sized run of the ONNX Runtime comparison, in-process
+(no timing is asserted: the machine is shared). Every model is exported the same way, runs in
+ONNX Runtime to the eager result, and is timed in interleaved rounds in both runtimes."""
+import csv
+import json
+
+import pytest
+
+from benchmarks import deploy
+
+
+# (machine_info asks `uname -p` for the processor)
+@pytest.mark.subprocess
+def test_quick_run_exports_checks_times_and_writes(tmp_path, capsys):
+    times, errors = deploy.main(['--quick', '--models', 'InLine-Swin-T', 'Swin-T',
+                                 '--out-dir', str(tmp_path)])
+    assert set(errors) == {'InLine-Swin-T', 'Swin-T'}
+    assert all(e < 1e-4 for e in errors.values()), errors      # ORT computes what eager does
+    out = capsys.readouterr().out
+    assert '| InLine-Swin-T / Swin-T | onnxruntime |' in out
+    assert '| InLine-Swin-T / Swin-T | eager |' in out
+    with open(tmp_path / 'deploy.csv') as f:
+        rows = list(csv.DictReader(f))
+    assert {(r['model'], r['runtime'], r['round']) for r in rows} == {
+        (m, rt, str(i)) for m in errors for rt in ('onnxruntime', 'eager') for i in range(2)}
+    assert all(float(r['seconds']) > 0 for r in rows)
+    meta = json.loads((tmp_path / 'meta.json').read_text())
+    assert meta['size'] == [96, 128] and meta['rounds'] == 2 and meta['onnxruntime']
