@@ -2,7 +2,7 @@
 """Deployment: ONNX Runtime latency of the InLine backbones against mmdet's Softmax
 backbones of the same layout, every model exported the same way (a benchmark, not a test).
 
-    python -m benchmarks.deploy                       # 800x1333, InLine-Swin-T/Swin-T, InLine-PVT-S/PVT-S
+    python -m benchmarks.deploy              # 800x1333: InLine-Swin-T, Swin-T, InLine-PVT-S, PVT-S
     python -m benchmarks.deploy --size 512 --rounds 5
     python -m benchmarks.deploy --quick               # CI-sized: 96x128, 2 rounds
 
