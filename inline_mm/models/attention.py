@@ -158,11 +158,6 @@ class InLineAttention(nn.Module):
         self.proj = nn.Linear(dim, dim) if proj else None
         self.proj_drop = nn.Dropout(proj_drop)
 
-    @property
-    def switched(self) -> bool:
-        """Whether any switch differs from the released model."""
-        return any(getattr(self, k) != v for k, v in INLINE_OPTIONS.items())
-
     def extra_repr(self) -> str:
         prefix = f', num_prefix_tokens={self.num_prefix_tokens}' if self.num_prefix_tokens else ''
         switches = ''.join(f', {k}={getattr(self, k)!r}' for k, v in INLINE_OPTIONS.items()
