@@ -19,6 +19,10 @@ The contract (written here once; the family files refer to it):
 * a family maps its block types (:data:`INLINE`, :data:`SOFTMAX`) to classes in a
   table named ``ATTENTION_TYPES``.
 
+InLine attentions carry the paper's switches (:data:`INLINE_OPTIONS`: ``attention``,
+``kernel``, ``local_residual``, ``window_size``), set per stage by a backbone's
+``inline_cfg`` (:func:`.base.parse_inline_cfg`); the defaults are the released model.
+
 The formula itself, with its kernels and references, is :mod:`.inline_function`.
 """
 from typing import Any, Dict, Optional, Tuple

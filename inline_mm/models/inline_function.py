@@ -55,6 +55,10 @@ Implementation notes (why it looks the way it does):
   ``qkv`` is its own scratch projection output (:func:`inline_qkv`), in ``qkv`` in
   place: ``masked_fill_`` on memory in use is cheaper than a fresh buffer's page
   faults, and ``torch.where`` (a full copy) cost ~7% of InLine-PVT-T inference.
+* The paper's switches (a kernel phi, linear attention, windows; :func:`switched_qkv`)
+  are plain batched tensor operations: ablations, not the released models' hot path.
+  InLine attention with another kernel still runs the fast kernel, on
+  ``phi(q), phi(k), v`` (:class:`.attention.InLineAttention`).
 * The ``d x d`` statistics are reduced in fp32 even under autocast: their sum runs
   over every token of a high-resolution map, and a bounded mean (rather than a raw
   sum) in fp32 is what keeps fp16/bf16 from overflowing.  Token-wise products stay
