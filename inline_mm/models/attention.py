@@ -19,25 +19,74 @@ The contract (written here once; the family files refer to it):
 * a family maps its block types (:data:`INLINE`, :data:`SOFTMAX`) to classes in a
   table named ``ATTENTION_TYPES``.
 
+InLine attentions carry the paper's switches (:data:`INLINE_OPTIONS`: ``attention``,
+``kernel``, ``local_residual``, ``window_size``), set per stage by a backbone's
+``inline_cfg`` (:func:`.base.parse_inline_cfg`); the defaults are the released model.
+
 The formula itself, with its kernels and references, is :mod:`.inline_function`.
 """
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
-from .inline_function import inline_qkv
+from .inline_function import KERNELS, apply_kernel, inline_qkv, switched_qkv
+from .layers import round_up, symbolic, window_merge, window_partition
 from .padding import NO_PADDING, ValidMap
 
-__all__ = ['INLINE', 'SOFTMAX', 'InLineAttention']
+__all__ = ['INLINE', 'SOFTMAX', 'InLineAttention', 'INLINE_OPTIONS', 'check_inline_options']
 
 #: the two block types of ``stage_types``
 INLINE, SOFTMAX = 'inline', 'softmax'
 
+#: the paper's switches of an InLine block and their defaults (the released models); a
+#: backbone's ``inline_cfg`` sets them (see :func:`check_inline_options`)
+INLINE_OPTIONS: Dict[str, Any] = dict(attention='inline', kernel='identity',
+                                      local_residual=True, window_size=None)
+_ATTENTIONS = ('inline', 'linear')
+
+
+def check_inline_options(options: Optional[dict], where: str = 'inline_cfg',
+                         window: bool = True) -> Dict[str, Any]:
+    """``options`` (a dict of the switches, or None) checked and completed with the
+    defaults of :data:`INLINE_OPTIONS`; ``ValueError`` naming the allowed keys or values
+    otherwise (``where``: how the message names the dict; ``window``: whether
+    ``window_size`` may be set, InLine-Swin only)."""
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise ValueError(f'{where} must be a dict of {"/".join(INLINE_OPTIONS)} (or None), '
+                         f'got {type(options).__name__} {options!r}')
+    unknown = sorted(set(options) - set(INLINE_OPTIONS))
+    if unknown:
+        raise ValueError(f'{where}: unknown key(s) {", ".join(map(repr, unknown))}; allowed: '
+                         f'{", ".join(INLINE_OPTIONS)}')
+    out = dict(INLINE_OPTIONS, **options)
+    if out['attention'] not in _ATTENTIONS:
+        raise ValueError(f"{where}: attention={out['attention']!r}; allowed: "
+                         f'{", ".join(map(repr, _ATTENTIONS))}')
+    if out['kernel'] not in KERNELS:
+        raise ValueError(f"{where}: kernel={out['kernel']!r}; allowed: "
+                         f'{", ".join(map(repr, KERNELS))}')
+    if not isinstance(out['local_residual'], bool):
+        raise ValueError(f"{where}: local_residual={out['local_residual']!r}; allowed: "
+                         'True, False')
+    ws = out['window_size']
+    if ws is not None:
+        if not window:
+            raise ValueError(f'{where}: window_size={ws!r}: windowed InLine blocks are an '
+                             'InLine-Swin ablation; this family\'s InLine blocks are global '
+                             '(allowed: None)')
+        if isinstance(ws, bool) or not isinstance(ws, int) or ws < 1:
+            raise ValueError(f'{where}: window_size={ws!r}; allowed: None (global) or an '
+                             'int >= 1 (the window side in tokens)')
+    return out
+
 
 class InLineAttention(nn.Module):
     """InLine attention over a whole ``H x W`` token map (Han et al., NeurIPS 2024,
-    arXiv 2412.06590).
+    arXiv 2412.06590), with the paper's switches.
 
     Parameter names follow the official code (``qkv``, ``proj``, ``residual.{0,2}``;
     optional ``lepe`` for InLine-CSwin's locally enhanced positional term).
@@ -55,25 +104,59 @@ class InLineAttention(nn.Module):
         attn_drop (float): Dropout on the attention output before the projection.
             Default: 0.
         proj_drop (float): Dropout after the projection. Default: 0.
+        attention (str): ``'inline'`` (the released model) or ``'linear'``: normalised
+            linear attention ``phi(q_i) S / (phi(q_i) . z)``, ``S = mean_j phi(k_j)^T
+            v_j``, ``z = mean_j phi(k_j)``, its normaliser floored sign-preservingly at
+            ``|den| >= 1e-6`` (:func:`.inline_function.guard_denominator`). Same
+            parameters. Default: ``'inline'``.
+        kernel (str): phi applied to q and k after the projection (official
+            ``kernel_func``): ``'identity'``, ``'relu'``, ``'leakyrelu'`` (slope 0.01) or
+            ``'exp'`` (``exp(0.2 x)``). Default: ``'identity'``.
+        local_residual (bool): The predicted 3x3 local term; False builds no
+            ``residual`` (the LePE term of ``lepe`` stays: it is CSwin's positional
+            term). Default: True.
+        window_size (int, optional): Attend within non-overlapping windows of this side
+            (no shift; a map side that fits in one window is one window of it; other
+            sides are padded to a multiple, the padding outside every statistic), each
+            window its own token set: means, statistics, the token mean the local
+            kernels are predicted from, and the local term (zero padding at the window
+            border). None: global. Default: None.
+
+    The defaults are the released model, computed by the hand-written kernel of
+    :mod:`.inline_function`; other kernels with InLine attention go through it too (on
+    ``phi(q), phi(k), v``), linear attention and windows through
+    :func:`.inline_function.switched_qkv`.
     """
 
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, proj: bool = True,
                  lepe: bool = False, num_prefix_tokens: int = 0, attn_drop: float = 0.,
-                 proj_drop: float = 0.):
+                 proj_drop: float = 0., attention: str = 'inline', kernel: str = 'identity',
+                 local_residual: bool = True, window_size: Optional[int] = None):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f'dim ({dim}) must be divisible by num_heads ({num_heads})')
+        options = check_inline_options(
+            dict(attention=attention, kernel=kernel, local_residual=local_residual,
+                 window_size=window_size), where=type(self).__name__)
+        if window_size is not None and num_prefix_tokens:
+            raise ValueError('window_size cannot be combined with num_prefix_tokens: a prefix '
+                             'token (a class token) belongs to no window')
         self.dim = dim
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.scale = self.head_dim ** -0.5
         self.num_prefix_tokens = num_prefix_tokens
+        self.attention = options['attention']
+        self.kernel = options['kernel']
+        self.local_residual = options['local_residual']
+        self.window_size = options['window_size']
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias) if proj else None
         # Predicts a 3x3 depthwise kernel per channel from the token mean.
         self.residual = nn.Sequential(
             nn.Conv1d(dim, dim, kernel_size=1, groups=num_heads),
             nn.GELU(),
-            nn.Conv1d(dim, dim * 9, kernel_size=1, groups=num_heads))
+            nn.Conv1d(dim, dim * 9, kernel_size=1, groups=num_heads)) \
+            if self.local_residual else None
         self.lepe = nn.Conv2d(dim, dim, 3, padding=1, groups=dim) if lepe else None
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim) if proj else None
@@ -81,10 +164,19 @@ class InLineAttention(nn.Module):
 
     def extra_repr(self) -> str:
         prefix = f', num_prefix_tokens={self.num_prefix_tokens}' if self.num_prefix_tokens else ''
-        return f'dim={self.dim}, num_heads={self.num_heads}{prefix}'
+        switches = ''.join(f', {k}={getattr(self, k)!r}' for k, v in INLINE_OPTIONS.items()
+                           if getattr(self, k) != v)
+        return f'dim={self.dim}, num_heads={self.num_heads}{prefix}{switches}'
+
+    def phi(self, t: torch.Tensor) -> torch.Tensor:
+        """The kernel applied to queries and keys (the identity returns ``t``)."""
+        return apply_kernel(self.kernel, t)
 
     def predict_kernels(self, token_mean: torch.Tensor) -> torch.Tensor:
         """``(B, C)`` token mean -> ``(B, C, 3, 3)`` depthwise kernels."""
+        if self.residual is None:
+            raise RuntimeError('this InLineAttention has no local residual '
+                               '(local_residual=False): there are no kernels to predict')
         b = token_mean.shape[0]
         return self.residual(token_mean.unsqueeze(-1)).reshape(b, self.dim, 3, 3)
 
@@ -96,43 +188,142 @@ class InLineAttention(nn.Module):
 
         Args:
             qkv (Tensor): ``(B, N, 3C)`` queries, keys, values (in that order along
-                the last axis, heads contiguous within each),
+                the last axis, heads contiguous within each, before the kernel phi),
                 ``N = num_prefix_tokens + H * W``. Not written.
             hw (tuple[int, int]): The map size.
             token_mean (Tensor): ``(B, C)`` mean the local kernels are predicted from
-                (required here: it cannot be recovered from ``qkv``).
+                (required with the local residual: it cannot be recovered from
+                ``qkv``); with ``window_size``, ``(B, nW, C)``, each window's mean
+                (windows row-major, :meth:`window_means`).
             valid (ValidMap): Each image's region of a padded batch (see the module
                 docstring); the caller takes ``token_mean`` over it too.
         """
         return self._attend(qkv, hw, token_mean, valid, qkv_is_scratch=False)
 
     def _attend(self, qkv, hw, token_mean, valid, qkv_is_scratch: bool) -> torch.Tensor:
-        if token_mean is None:
+        if token_mean is None and self.local_residual:
             raise ValueError(f'{type(self).__name__}.attend needs the (B, C) token mean the '
                              'local kernels are predicted from')
         if qkv.shape[-1] != 3 * self.dim:
             raise ValueError(f'qkv has {qkv.shape[-1]} channels, expected 3 * {self.dim}')
-        kernels = self.predict_kernels(token_mean)
+        if self.window_size is not None:
+            return self.attn_drop(self._attend_windows(qkv, hw, token_mean, valid))
+        b = qkv.shape[0]
+        kernels = self.predict_kernels(token_mean) if self.local_residual else None
         bias = None
         if self.lepe is not None:
             # conv(V, k_pred) + conv(V, k_lepe) + b is one convolution with k_pred + k_lepe.
-            kernels = kernels + self.lepe.weight.view(1, self.dim, 3, 3)
+            lepe = self.lepe.weight.view(1, self.dim, 3, 3)
+            kernels = lepe.expand(b, -1, -1, -1) if kernels is None else kernels + lepe
             bias = self.lepe.bias
-        out = inline_qkv(qkv, self.num_heads, hw, self.scale, kernels, bias,
-                         self.num_prefix_tokens, valid, qkv_is_scratch)
+        if self.attention == 'linear':
+            out = switched_qkv(qkv, self.num_heads, hw, self.scale, kernels, bias,
+                               self.num_prefix_tokens, valid.mask, valid.counts,
+                               self.attention, self.kernel)
+        else:
+            if self.kernel != 'identity':
+                c = self.dim
+                # A new projection output of phi(q), phi(k), v: the caller's stays as it
+                # was, and K and V outside the images are zeroed after phi in this one.
+                qkv = torch.cat([self.phi(qkv[..., :2 * c]), qkv[..., 2 * c:]], dim=-1)
+                qkv_is_scratch = True
+                # phi(q) outside an image may be inf (exp): its outputs must stay finite.
+                qkv = valid.zero_(qkv)
+            out = inline_qkv(qkv, self.num_heads, hw, self.scale, kernels, bias,
+                             self.num_prefix_tokens, valid, qkv_is_scratch)
         return self.attn_drop(out)
+
+    # ------------------------------------------------------------------ windows
+    def window_layout(self, hw: Tuple[int, int]) -> Tuple[int, int, int, int]:
+        """Window ``(wh, ww)`` and padded map ``(hp, wp)`` for an ``hw`` map: a side that
+        fits in one window is one window of it (as InLine-Swin's softmax windows)."""
+        h, w = hw
+        ws = self.window_size
+        # Branches, not min(ws, h): see WindowAttention.layout (symbolic sizes).
+        wh = ws if h > ws else h
+        ww = ws if w > ws else w
+        hp = h if h <= wh else round_up(h, wh)
+        wp = w if w <= ww else round_up(w, ww)
+        return wh, ww, hp, wp
+
+    def _window_tokens(self, b: int, hw: Tuple[int, int], valid: ValidMap, device
+                       ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """``(B * nW, wh * ww)`` bool mask of the tokens inside each window's image
+        region (its top-left part inside the image and the map) and their ``(B * nW,)``
+        counts, or ``(None, None)`` when every window is wholly inside."""
+        h, w = hw
+        wh, ww, hp, wp = self.window_layout(hw)
+        if valid.is_padded:
+            pix = F.pad(valid.pixels, (0, wp - w, 0, hp - h))
+        elif symbolic(h, w) or hp != h or wp != w:
+            rows = torch.arange(hp, device=device) < h
+            cols = torch.arange(wp, device=device) < w
+            pix = (rows[:, None] & cols[None, :]).expand(b, hp, wp)
+        else:
+            return None, None
+        mask = window_partition(pix[..., None], wh, ww).squeeze(-1)         # (B*nW, N)
+        return mask, mask.sum(dim=-1, dtype=torch.float32)
+
+    def _partition(self, t: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+        """``(B, H*W, C')`` -> ``(B * nW, wh * ww, C')``, zero-padded to whole windows."""
+        b, _, c = t.shape
+        h, w = hw
+        wh, ww, hp, wp = self.window_layout(hw)
+        t = t.reshape(b, h, w, c)
+        if symbolic(h, w) or hp != h or wp != w:
+            t = F.pad(t, (0, 0, 0, wp - w, 0, hp - h))
+        return window_partition(t, wh, ww)
+
+    def window_means(self, x: torch.Tensor, hw: Tuple[int, int],
+                     valid: ValidMap = NO_PADDING) -> torch.Tensor:
+        """``(B, H*W, C)`` -> ``(B, nW, C)``: each window's mean over its tokens inside
+        the image (a window wholly outside gets 0), in fp32 like :meth:`ValidMap.mean`."""
+        b = x.shape[0]
+        mask, counts = self._window_tokens(b, hw, valid, x.device)
+        windows = self._partition(x, hw).float()                           # (B*nW, N, C)
+        if mask is None:
+            means = windows.mean(dim=1)
+        else:
+            windows = torch.where(mask[..., None], windows, windows.new_zeros(()))
+            means = windows.sum(dim=1) / counts.clamp_min(1)[:, None]
+        return means.to(x.dtype).reshape(b, -1, x.shape[-1])
+
+    def _attend_windows(self, qkv, hw, token_mean, valid) -> torch.Tensor:
+        b, n, c3 = qkv.shape
+        h, w = hw
+        wh, ww, hp, wp = self.window_layout(hw)
+        nw = (hp // wh) * (wp // ww)
+        kernels = None
+        if self.local_residual:
+            if token_mean.dim() != 3 or token_mean.shape[1] != nw:
+                raise ValueError(f'with window_size={self.window_size} the token mean is each '
+                                 f'window\'s: expected (B, {nw}, C) for a {h}x{w} map, got '
+                                 f'{tuple(token_mean.shape)} (InLineAttention.window_means)')
+            kernels = self.predict_kernels(token_mean.reshape(b * nw, self.dim))
+        bias = None
+        if self.lepe is not None:
+            lepe = self.lepe.weight.view(1, self.dim, 3, 3)
+            kernels = lepe.expand(b * nw, -1, -1, -1) if kernels is None else kernels + lepe
+            bias = self.lepe.bias
+        mask, counts = self._window_tokens(b, hw, valid, qkv.device)
+        out = switched_qkv(self._partition(qkv, hw), self.num_heads, (wh, ww), self.scale,
+                           kernels, bias, 0, mask, counts, self.attention, self.kernel)
+        out = window_merge(out, wh, ww, hp, wp, b)
+        return out[:, :h, :w].reshape(b, n, self.dim)
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
                 token_mean: Optional[torch.Tensor] = None,
                 valid: ValidMap = NO_PADDING) -> torch.Tensor:
         """The call of the module docstring; ``token_mean`` defaults to the mean of
         ``x`` over each image's tokens (prefix included; InLine-CSwin passes the block
-        input's mean to :meth:`attend` instead)."""
+        input's mean to :meth:`attend` instead), with ``window_size`` to each window's
+        (:meth:`window_means`)."""
         if self.qkv is None:
             raise RuntimeError('InLineAttention(proj=False) has no projections: call '
                                'attend(qkv, hw, token_mean) with the block\'s qkv')
-        if token_mean is None:
-            token_mean = valid.mean(x)
+        if token_mean is None and self.local_residual:
+            token_mean = valid.mean(x) if self.window_size is None \
+                else self.window_means(x, hw, valid)
         # The projection output is this call's own: the formula may zero it in place.
         out = self._attend(self.qkv(x), hw, token_mean, valid, qkv_is_scratch=True)
         return self.proj_drop(self.proj(out))

@@ -40,14 +40,15 @@ except ModuleNotFoundError as e:  # timm-only installs (inline_mm.timm) have no 
                                "dict(type='Pretrained', checkpoint=...) or None is supported")
 from timm.layers import trunc_normal_
 
-from .attention import INLINE, SOFTMAX
+from .attention import INLINE, INLINE_OPTIONS, SOFTMAX, check_inline_options
 from .checkpoint import check_layout, identify_family, load_pretrained
 from .inline_function import is_exporting
 from .layers import to_nchw
 from .padding import NO_PADDING, ValidMap, detect_valid_sizes
 from .tracing import is_fx_proxy, refuse_script, size_guard
 
-__all__ = ['InLineBackbone', 'parse_stage_types', 'check_out_indices', 'resolve_arch']
+__all__ = ['InLineBackbone', 'parse_stage_types', 'parse_inline_cfg', 'check_out_indices',
+           'resolve_arch']
 
 _TYPE_ALIASES = {'inline': INLINE, 'i': INLINE, 'softmax': SOFTMAX, 's': SOFTMAX}
 
@@ -75,6 +76,54 @@ def parse_stage_types(stage_types: Sequence, depths: Sequence[int]) -> List[List
             raise ValueError(f'stage_types[{i}]: unknown attention type {e.args[0]!r}; use '
                              f"'inline' or 'softmax'") from None
     return expanded
+
+
+def parse_inline_cfg(inline_cfg, block_types: Sequence[Sequence[str]], name: str,
+                     window: bool = False) -> List[Dict]:
+    """A backbone's ``inline_cfg`` -> the switches of each stage's InLine blocks: one dict
+    per stage with the keys that differ from :data:`.attention.INLINE_OPTIONS` (the
+    ``InLineAttention`` arguments; ``{}`` for the released model).
+
+    Args:
+        inline_cfg (dict | Sequence | None): None or ``{}``: the released model; a dict:
+            the same switches for every InLine block; a sequence: one entry (dict or
+            None) per stage, where a stage without InLine blocks takes only None/``{}``.
+        block_types (Sequence[Sequence[str]]): Each stage's block types
+            (:func:`parse_stage_types`).
+        name (str): The backbone (for messages).
+        window (bool): Whether ``window_size`` may be set (InLine-Swin).
+    """
+    n = len(block_types)
+    has_inline = [INLINE in types for types in block_types]
+    if inline_cfg is None or (isinstance(inline_cfg, dict) and not inline_cfg):
+        return [{} for _ in range(n)]
+    if isinstance(inline_cfg, dict):
+        entries = [inline_cfg] * n
+        options = check_inline_options(inline_cfg, f'{name} inline_cfg', window)
+        if options != INLINE_OPTIONS and not any(has_inline):
+            raise ValueError(f'{name} inline_cfg={dict(inline_cfg)!r} sets InLine switches, but '
+                             'no stage has an InLine block (stage_types)')
+    elif isinstance(inline_cfg, (list, tuple)):
+        entries = list(inline_cfg)
+        if len(entries) != n:
+            raise ValueError(f'{name} inline_cfg has {len(entries)} entries but there are {n} '
+                             'stages: give one entry (dict or None) per stage, or one dict for '
+                             'every InLine block')
+    else:
+        raise ValueError(f'{name} inline_cfg must be a dict, a sequence with one dict or None '
+                         f'per stage, or None; got {type(inline_cfg).__name__} {inline_cfg!r}')
+    out = []
+    for i, entry in enumerate(entries):
+        where = f'{name} inline_cfg' if isinstance(inline_cfg, dict) else \
+            f'{name} inline_cfg[{i}]'
+        options = check_inline_options(entry, where, window)
+        changed = {k: v for k, v in options.items() if v != INLINE_OPTIONS[k]}
+        if changed and not has_inline[i] and not isinstance(inline_cfg, dict):
+            raise ValueError(f'{where} = {dict(entry)!r}, but stage {i} has no InLine block '
+                             f'(its blocks: {", ".join(block_types[i])}); give None or {{}} '
+                             'for it')
+        out.append(changed if has_inline[i] else {})
+    return out
 
 
 def resolve_arch(name: str, presets: dict, arch: str, **overrides) -> dict:

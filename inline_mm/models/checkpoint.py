@@ -395,16 +395,32 @@ def load_pretrained(model: torch.nn.Module, checkpoint: str, prefix: Optional[st
     expected = [k for k in own if k not in fresh]
     found = sum(k in state for k in expected)
     if found < min_match * len(expected):
+        absent = [k for k in expected if k not in state]
+        if absent and all(re.search(_RESIDUAL_KEY, k) for k in absent):
+            cause = ('All that is missing is the predicted local term (residual.*): it is '
+                     'probably a checkpoint of a model built with '
+                     "inline_cfg=dict(local_residual=False); build this one so too.")
+        else:
+            cause = 'It is probably a checkpoint of another model.'
         raise CheckpointError(
             f'{checkpoint} provides only {found} of the {len(expected)} tensors of this {name} '
             f'({model.arch_name}) (needs {min_match:.0%}); first unknown keys: '
-            f'{unexpected[:5]}. It is probably a checkpoint of another model.')
+            f'{unexpected[:5]}. {cause}')
     model.load_state_dict(state, strict=False)
     source = checkpoint if path == checkpoint else f'{checkpoint} ({path})'
+    # A model without the local term (inline_cfg local_residual=False) leaves the
+    # checkpoint's residual.* unused: say so rather than leave it a bare count.
+    unused_local = sum(bool(re.search(_RESIDUAL_KEY, k)) for k in unexpected)
+    why = f'; {unused_local} of them the local term this model does not have' \
+        if unused_local else ''
     print_log(f'{name}: loaded {len(matched)} tensors from {source}; '
               f'{len(missing)} missing ({_short(missing)}), '
-              f'{len(unexpected)} ignored ({_short(unexpected)})', logger='current')
+              f'{len(unexpected)} ignored ({_short(unexpected)}{why})', logger='current')
     return dict(matched=matched, missing=missing, unexpected=unexpected)
+
+
+#: the parameters of InLine's predicted local term (absent with ``local_residual=False``)
+_RESIDUAL_KEY = r'\.residual\.\d+\.(weight|bias)$'
 
 
 def _short(keys, n=4):

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from timm.layers import DropPath, Mlp
 
 from .attention import INLINE, SOFTMAX, InLineAttention
-from .base import InLineBackbone, check_heads, parse_stage_types
+from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
 from .layers import (BlockStage, drop_path_rates, pad_image, round_up, symbolic, to_nchw,
                      to_tokens, window_merge, window_partition)
 from .padding import NO_PADDING, ValidMap
@@ -148,9 +148,11 @@ class LePEStripeAttention(nn.Module):
 
 
 def _inline_branches(dim: int, num_heads: int, split_size: Optional[int], last_stage: bool,
-                     attn_drop: float) -> List[nn.Module]:
-    """One global InLine branch with LePE (the block owns qkv and the projection)."""
-    return [InLineAttention(dim, num_heads, proj=False, lepe=True, attn_drop=attn_drop)]
+                     attn_drop: float, **inline_options) -> List[nn.Module]:
+    """One global InLine branch with LePE (the block owns qkv and the projection);
+    ``inline_options``: the paper's switches (``InLineAttention``)."""
+    return [InLineAttention(dim, num_heads, proj=False, lepe=True, attn_drop=attn_drop,
+                            **inline_options)]
 
 
 def _stripe_branches(dim: int, num_heads: int, split_size: Optional[int], last_stage: bool,
@@ -178,19 +180,24 @@ class CSwinBlock(nn.Module):
     predicted from the block input's token mean (before ``norm1``, as in the
     official code) and which adds the LePE term. ``'softmax'`` blocks have two
     stripe branches (vertical and horizontal, half the channels and heads each),
-    or, in the last stage, one global branch.
+    or, in the last stage, one global branch. ``inline_options`` (the paper's switches,
+    ``InLineAttention``) go to the InLine branch; with ``local_residual=False`` its LePE
+    term stays (CSwin's positional term, in the softmax blocks too).
     """
 
     def __init__(self, dim: int, num_heads: int, attn_type: str, split_size: int,
                  last_stage: bool, mlp_ratio: float, qkv_bias: bool, drop: float,
-                 attn_drop: float, drop_path: float):
+                 attn_drop: float, drop_path: float, inline_options: Optional[dict] = None):
         super().__init__()
         self.attn_type = attn_type
         self.norm1 = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attns = nn.ModuleList(ATTENTION_TYPES[attn_type](dim, num_heads, split_size,
-                                                              last_stage, attn_drop))
+                                                              last_stage, attn_drop,
+                                                              **(inline_options or {})))
         self.branch_dims = [a.dim for a in self.attns]
+        # Only the predicted local kernels read the block input's mean.
+        self._needs_mean = getattr(self.attns[0], 'local_residual', True)
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(drop)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
@@ -202,7 +209,8 @@ class CSwinBlock(nn.Module):
                 valid: ValidMap = NO_PADDING) -> torch.Tensor:
         b, n, c = x.shape
         qkv = self.qkv(self.norm1(x)).view(b, n, 3, c).split(self.branch_dims, dim=-1)
-        means = valid.mean(x).split(self.branch_dims, dim=-1)
+        means = valid.mean(x).split(self.branch_dims, dim=-1) if self._needs_mean \
+            else [None] * len(self.attns)
         y = [attn.attend(part.reshape(b, n, -1), hw, mean, valid)
              for attn, part, mean in zip(self.attns, qkv, means)]
         y = y[0] if len(y) == 1 else torch.cat(y, dim=-1)
@@ -295,6 +303,13 @@ class InLineCSwin(InLineBackbone):
         pad_aware (bool): Treat the zero padding of a batch as absent: every image
             gets the features it gets alone (see ``InLineBackbone.valid_map``).
             False computes over the whole padded map. Default: True.
+        inline_cfg (dict | Sequence, optional): The paper's switches of the InLine
+            blocks (``attention``, ``kernel``, ``local_residual``; see
+            ``InLineAttention`` and docs/backbones.md): one dict for every InLine block,
+            or one entry (dict or None) per stage. ``local_residual=False`` keeps the
+            LePE term (CSwin's positional term, which the softmax blocks have too);
+            ``window_size`` is InLine-Swin's only (ValueError here). None: the released
+            model. Default: None.
         init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
             Default: None.
 
@@ -316,7 +331,9 @@ class InLineCSwin(InLineBackbone):
                  mlp_ratio: float = 4., qkv_bias: bool = True, drop_rate: float = 0.,
                  attn_drop_rate: float = 0., drop_path_rate: float = 0.2,
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
-                 with_cp: bool = False, pad_aware: bool = True, init_cfg: Optional[dict] = None):
+                 with_cp: bool = False, pad_aware: bool = True,
+                 inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
+                 init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
                                 stage_types=stage_types)
         embed_dims = cfg['embed_dims']
@@ -340,6 +357,8 @@ class InLineCSwin(InLineBackbone):
             if i < n - 1 and SOFTMAX in block_types[i] and h % 2:
                 raise ValueError(f'stage {i}: softmax blocks split the heads between two '
                                  f'stripe branches, so num_heads must be even (got {h})')
+        #: each stage's InLine switches (keys that differ from the released model)
+        self.inline_options = parse_inline_cfg(inline_cfg, block_types, type(self).__name__)
         self.min_input_size = 2 ** (n + 1)
 
         self.stem = ConvStem(in_channels, embed_dims)
@@ -349,7 +368,8 @@ class InLineCSwin(InLineBackbone):
             last = i == n - 1
             blocks = [CSwinBlock(dims[i], num_heads[i], block_types[i][j],
                                  None if last else split_sizes[i], last, mlp_ratio, qkv_bias,
-                                 drop_rate, attn_drop_rate, dpr[i][j])
+                                 drop_rate, attn_drop_rate, dpr[i][j],
+                                 self.inline_options[i] if block_types[i][j] == INLINE else None)
                       for j in range(depth)]
             merge = ConvMerge(dims[i - 1], dims[i]) if i else None
             self.stages.append(CSwinStage(merge, blocks))

@@ -3,7 +3,7 @@
 The family's presets, official-key pattern and converter live here, next to the model.
 """
 from collections import OrderedDict
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from timm.layers import trunc_normal_
 
 from .attention import INLINE, InLineAttention
-from .base import InLineBackbone
+from .base import InLineBackbone, parse_inline_cfg
 from .checkpoint import CheckpointError
 from .layers import PatchEmbed, TransformerBlock, drop_path_rates, run_block, to_nchw
 from .padding import ValidMap
@@ -78,12 +78,14 @@ class InLineAttentionWithClsToken(InLineAttention):
         attn_drop (float): Dropout on the attention output before the projection.
             Default: 0.
         proj_drop (float): Dropout after the projection. Default: 0.
+        **inline_options: The paper's switches (``attention``, ``kernel``,
+            ``local_residual``) of :class:`InLineAttention`.
     """
 
     def __init__(self, dim: int, num_heads: int, num_prefix: int = 1, qkv_bias: bool = True,
-                 attn_drop: float = 0., proj_drop: float = 0.):
+                 attn_drop: float = 0., proj_drop: float = 0., **inline_options):
         super().__init__(dim, num_heads, qkv_bias=qkv_bias, num_prefix_tokens=num_prefix,
-                         attn_drop=attn_drop, proj_drop=proj_drop)
+                         attn_drop=attn_drop, proj_drop=proj_drop, **inline_options)
 
 
 class InLineDeiT(InLineBackbone):
@@ -136,6 +138,11 @@ class InLineDeiT(InLineBackbone):
             gets the features it gets alone, position table included (resized to
             each image's own grid; see ``InLineBackbone.valid_map``). False computes
             over the whole padded map. Default: True.
+        inline_cfg (dict | Sequence, optional): The paper's switches of the blocks
+            (``attention``, ``kernel``, ``local_residual``; see ``InLineAttention`` and
+            docs/backbones.md): one dict for every block, or one entry (dict or None)
+            per block (the "stages" of this family). ``window_size`` is InLine-Swin's
+            only (ValueError here). None: the released model. Default: None.
         init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
             Default: None.
 
@@ -158,6 +165,7 @@ class InLineDeiT(InLineBackbone):
                  drop_path_rate: float = 0.1, out_indices: Sequence[int] = (2, 5, 8, 11),
                  final_norm: bool = True, frozen_stages: int = -1, with_cp: bool = False,
                  pad_aware: bool = True,
+                 inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
                  init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depth=depth, num_heads=num_heads,
                                 pretrain_img_size=pretrain_img_size)
@@ -180,6 +188,9 @@ class InLineDeiT(InLineBackbone):
         self.min_input_size = patch_size
         self.final_norm = final_norm
         self.pos_grid = (pretrain_img_size // patch_size,) * 2
+        #: each block's InLine switches (keys that differ from the released model)
+        self.inline_options = parse_inline_cfg(inline_cfg, [[INLINE]] * depth,
+                                               type(self).__name__)
 
         # Official names: patch_embed.proj, cls_token, pos_embed, blocks.{i}, norm.
         self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size, norm=False)
@@ -191,7 +202,8 @@ class InLineDeiT(InLineBackbone):
         # The official InLineBlock: a pre-norm block with InLine attention.
         self.blocks = nn.ModuleList(
             TransformerBlock(embed_dims, num_heads, INLINE, InLineAttentionWithClsToken,
-                             mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], NORM_EPS)
+                             mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], NORM_EPS,
+                             self.inline_options[i])
             for i in range(depth))
         if final_norm:
             self.norm = nn.LayerNorm(embed_dims, eps=NORM_EPS)

@@ -55,6 +55,10 @@ Implementation notes (why it looks the way it does):
   ``qkv`` is its own scratch projection output (:func:`inline_qkv`), in ``qkv`` in
   place: ``masked_fill_`` on memory in use is cheaper than a fresh buffer's page
   faults, and ``torch.where`` (a full copy) cost ~7% of InLine-PVT-T inference.
+* The paper's switches (a kernel phi, linear attention, windows; :func:`switched_qkv`)
+  are plain batched tensor operations: ablations, not the released models' hot path.
+  InLine attention with another kernel still runs the fast kernel, on
+  ``phi(q), phi(k), v`` (:class:`.attention.InLineAttention`).
 * The ``d x d`` statistics are reduced in fp32 even under autocast: their sum runs
   over every token of a high-resolution map, and a bounded mean (rather than a raw
   sum) in fp32 is what keeps fp16/bf16 from overflowing.  Token-wise products stay
@@ -67,7 +71,8 @@ import torch.nn.functional as F
 
 from .padding import NO_PADDING, ValidMap
 
-__all__ = ['inline_qkv', 'inline_attention', 'local_residual', 'is_exporting',
+__all__ = ['inline_qkv', 'inline_attention', 'local_residual', 'is_exporting', 'KERNELS',
+           'LINEAR_EPS', 'apply_kernel', 'guard_denominator', 'switched_qkv',
            'reference_inline_attention', 'reference_local_residual', 'reference_attention']
 
 _F32 = torch.float32
@@ -406,6 +411,128 @@ def local_residual(v_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     kernels = kernels.to(x.dtype).unsqueeze(2)
     out = torch.cat([F.conv2d(x[i:i + 1], kernels[i], padding=1, groups=c) for i in range(b)])
     return out.contiguous()
+
+
+# --------------------------------------------------------------------------- switches
+# The paper's ablations (the kernel phi, linear instead of InLine attention, windows):
+# plain differentiable ops, one batched form for eager, torch.compile, tracing and
+# export alike. The released models never come here: their identity-kernel InLine
+# attention is the hand-written kernel above.
+
+def _exp_kernel(t: torch.Tensor) -> torch.Tensor:
+    # The official ``exp_kernel(x, t=0.2)``: exp(0.2 x).
+    return (t * 0.2).exp()
+
+
+def _leakyrelu_kernel(t: torch.Tensor) -> torch.Tensor:
+    # The official ``nn.LeakyReLU()``: negative slope 0.01.
+    return F.leaky_relu(t, 0.01)
+
+
+#: the kernels phi of the official ``kernel_func`` (inline_swin.py), applied to queries and
+#: keys after the qkv projection; None: the identity
+KERNELS = {'identity': None, 'relu': F.relu, 'leakyrelu': _leakyrelu_kernel, 'exp': _exp_kernel}
+
+#: the floor of the linear attention's normaliser (:func:`guard_denominator`)
+LINEAR_EPS = 1e-6
+
+
+def _hi(t: torch.Tensor) -> torch.Tensor:
+    """fp16/bf16 -> fp32 for the statistics; fp32 and fp64 as they are."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def apply_kernel(kernel: str, t: torch.Tensor) -> torch.Tensor:
+    """``phi(t)`` for a name of :data:`KERNELS` (the identity returns ``t`` itself)."""
+    phi = KERNELS[kernel]
+    return t if phi is None else phi(t)
+
+
+def guard_denominator(den: torch.Tensor, eps: float = LINEAR_EPS) -> torch.Tensor:
+    """``sign(den) * max(|den|, eps)`` with ``sign(0) = +1``: the linear attention's
+    normaliser ``phi(q_i) . mean_j phi(k_j)`` kept away from 0 without changing its sign.
+
+    With the identity or LeakyReLU kernel the normaliser can be 0 or negative, with ReLU
+    exactly 0 (a query or all keys in the negative half-space); a plain ``+ eps`` would
+    not stop a negative one from crossing 0. Where the floor applies the gradient
+    through the normaliser is 0 (as with any clamp); the numerator still has its own.
+    """
+    floor = den.abs().clamp_min(eps)
+    return torch.where(den < 0, -floor, floor)
+
+
+def switched_qkv(qkv: torch.Tensor, num_heads: int, hw: Tuple[int, int], scale: float,
+                 kernels: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+                 num_prefix_tokens: int = 0, mask: Optional[torch.Tensor] = None,
+                 counts: Optional[torch.Tensor] = None, attention: str = 'inline',
+                 kernel: str = 'identity', eps: float = LINEAR_EPS) -> torch.Tensor:
+    """InLine or linear attention with a kernel phi, local term included, from a
+    projection's ``qkv`` output, in plain differentiable ops.
+
+    With ``q' = phi(q)``, ``k' = phi(k)`` per head (``n``: the tokens of a sample)::
+
+        inline:  out_i = s q'_i Cov(K', V) + mean(V)                  (InLine, eq. 5)
+        linear:  out_i = q'_i S / guard(q'_i . z),  S = K'^T V / n,  z = mean(K')
+
+    (the ``1 / n`` of ``S`` and ``z`` cancels; it keeps both bounded), then the local
+    term ``DWConv3x3(V; kernels) + bias`` on the ``H x W`` map, zero padding 1.
+    ``guard`` is :func:`guard_denominator` with ``eps``.
+
+    Args:
+        qkv (Tensor): ``(B, N, 3C)``, as :func:`inline_qkv` (not written). ``B`` may be
+            a batch of windows.
+        num_heads, hw, scale, kernels, bias, num_prefix_tokens: As :func:`inline_qkv`.
+        mask (Tensor, optional): ``(B, N)`` bool, the tokens each sample's statistics
+            run over (a padded image's own, a window's part of it); q, k and v outside
+            are set to 0 after phi (``exp(0) = 1`` would count otherwise), so the local
+            term sees zeros there. None: all.
+        counts (Tensor, optional): ``(B,)`` the tokens of ``mask`` per sample, float. A
+            sample without tokens (a window wholly outside its image) divides by 1:
+            its outputs are finite and meaningless (callers ignore them).
+        attention (str): ``'inline'`` or ``'linear'``.
+        kernel (str): A name of :data:`KERNELS`.
+        eps (float): The normaliser's floor (``'linear'`` only). Default: 1e-6.
+
+    Returns:
+        Tensor: ``(B, N, C)``, before any output projection.
+    """
+    b, n, c3 = qkv.shape
+    (h, w), p = hw, num_prefix_tokens
+    if p + h * w != n:
+        raise ValueError(f'{n} tokens are not {p} prefix token(s) plus a {h}x{w} map')
+    if attention not in ('inline', 'linear'):
+        raise ValueError(f"attention must be 'inline' or 'linear', got {attention!r}")
+    c = c3 // 3
+    heads, d = num_heads, c // num_heads
+    q, k, v = qkv.reshape(b, n, 3, heads, d).permute(2, 0, 3, 1, 4)      # (B, heads, N, d)
+    q, k = apply_kernel(kernel, q), apply_kernel(kernel, k)
+    if mask is not None:
+        # where, not a product: phi of a finite value outside may be inf (exp).
+        keep, zero = mask.view(b, 1, n, 1), qkv.new_zeros(())
+        q, k, v = torch.where(keep, q, zero), torch.where(keep, k, zero), torch.where(keep, v, zero)
+    with _autocast_off(qkv):
+        kf, vf = _hi(k), _hi(v)
+        per = n if counts is None else counts.clamp_min(1).view(b, 1, 1, 1)
+        k_mean = kf.sum(dim=2, keepdim=True) / per                       # (B, heads, 1, d)
+        kv = kf.transpose(-2, -1) @ vf / per                              # (B, heads, d, d)
+        if attention == 'inline':
+            v_mean = vf.sum(dim=2, keepdim=True) / per
+            m = ((kv - k_mean.transpose(-2, -1) @ v_mean) * scale).to(q.dtype)
+            out = q @ m + v_mean.to(q.dtype)
+        else:
+            den = guard_denominator(_hi(q) @ k_mean.transpose(-2, -1), eps)   # (B, heads, N, 1)
+            out = ((q @ kv.to(q.dtype)) / den).to(q.dtype)
+        out = out.transpose(1, 2).reshape(b, n, c)
+        if kernels is None:
+            return out
+        x_img = _conv_cl(v[:, :, p:].transpose(1, 2).reshape(b, h, w, c))
+        local = _depthwise3x3_batched(x_img, kernels.to(out.dtype).reshape(b, c, 3, 3))
+        local = local.permute(0, 2, 3, 1).reshape(b, n - p, c)
+        if bias is not None:
+            local = local + bias.to(local.dtype)
+        if p:
+            return torch.cat([out[:, :p], out[:, p:] + local], dim=1)
+        return out + local
 
 
 # --------------------------------------------------------------------------- reference

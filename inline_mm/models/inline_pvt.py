@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from timm.layers import trunc_normal_
 
 from .attention import INLINE, SOFTMAX, InLineAttention
-from .base import InLineBackbone, check_heads, parse_stage_types
+from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
 from .layers import BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, to_nchw
 from .padding import NO_PADDING, ValidMap
 from .tracing import fx_leaf
@@ -205,6 +205,11 @@ class InLinePVT(InLineBackbone):
             gets the features it gets alone, position tables included (resized to
             each image's own map; see ``InLineBackbone.valid_map``). False computes
             over the whole padded map. Default: True.
+        inline_cfg (dict | Sequence, optional): The paper's switches of the InLine
+            blocks (``attention``, ``kernel``, ``local_residual``; see
+            ``InLineAttention`` and docs/backbones.md): one dict for every InLine block,
+            or one entry (dict or None) per stage. ``window_size`` is InLine-Swin's
+            only (ValueError here). None: the released model. Default: None.
         init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
             Default: None.
 
@@ -228,7 +233,9 @@ class InLinePVT(InLineBackbone):
                  patch_size: int = 4, pretrain_img_size: int = 224, qkv_bias: bool = True,
                  drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.1,
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
-                 with_cp: bool = False, pad_aware: bool = True, init_cfg: Optional[dict] = None):
+                 with_cp: bool = False, pad_aware: bool = True,
+                 inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
+                 init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
                                 mlp_ratios=mlp_ratios, stage_types=stage_types)
         embed_dims = cfg['embed_dims']
@@ -249,6 +256,8 @@ class InLinePVT(InLineBackbone):
                          in_channels, pad_aware, init_cfg)
         block_types = parse_stage_types(stage_types, depths)
         check_heads(embed_dims, num_heads)
+        #: each stage's InLine switches (keys that differ from the released model)
+        self.inline_options = parse_inline_cfg(inline_cfg, block_types, type(self).__name__)
         self.min_input_size = patch_size * 2 ** (n - 1)
 
         dpr = drop_path_rates(drop_path_rate, depths)
@@ -259,7 +268,7 @@ class InLinePVT(InLineBackbone):
             blocks = [TransformerBlock(
                 embed_dims[i], num_heads[i], t, ATTENTION_TYPES[t], mlp_ratios[i], qkv_bias,
                 drop_rate, attn_drop_rate, dpr[i][j], BLOCK_NORM_EPS,
-                dict(sr_ratio=sr_ratios[i]) if t == SOFTMAX else None)
+                dict(sr_ratio=sr_ratios[i]) if t == SOFTMAX else self.inline_options[i])
                 for j, t in enumerate(block_types[i])]
             self.stages.append(PVTStage(
                 PatchEmbed(in_channels if i == 0 else embed_dims[i - 1], embed_dims[i], stride),

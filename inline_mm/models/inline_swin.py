@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from timm.layers import trunc_normal_
 
 from .attention import INLINE, SOFTMAX, InLineAttention
-from .base import InLineBackbone, check_heads, parse_stage_types
+from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
 from .layers import (BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, pad_amount,
                      round_up, symbolic, window_merge, window_partition)
 from .padding import NO_PADDING, ValidMap
@@ -269,6 +269,12 @@ class InLineSwin(InLineBackbone):
         pad_aware (bool): Treat the zero padding of a batch as absent: every image
             gets the features it gets alone (see ``InLineBackbone.valid_map``).
             False computes over the whole padded map. Default: True.
+        inline_cfg (dict | Sequence, optional): The paper's switches of the InLine
+            blocks (``attention``, ``kernel``, ``local_residual``, ``window_size``; see
+            ``InLineAttention`` and docs/backbones.md): one dict for every InLine block,
+            or one entry (dict or None) per stage. ``window_size`` (InLine-Swin only):
+            the InLine blocks attend within non-overlapping windows of that side, no
+            shift. None: the released model. Default: None.
         init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
             Default: None.
 
@@ -290,7 +296,9 @@ class InLineSwin(InLineBackbone):
                  mlp_ratio: float = 4., qkv_bias: bool = True, drop_rate: float = 0.,
                  attn_drop_rate: float = 0., drop_path_rate: float = 0.2,
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
-                 with_cp: bool = False, pad_aware: bool = True, init_cfg: Optional[dict] = None):
+                 with_cp: bool = False, pad_aware: bool = True,
+                 inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
+                 init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
                                 stage_types=stage_types)
         embed_dims = cfg['embed_dims']
@@ -305,6 +313,9 @@ class InLineSwin(InLineBackbone):
                          pad_aware, init_cfg)
         block_types = parse_stage_types(stage_types, depths)
         check_heads(dims, num_heads)
+        #: each stage's InLine switches (keys that differ from the released model)
+        self.inline_options = parse_inline_cfg(inline_cfg, block_types, type(self).__name__,
+                                               window=True)
 
         self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size)
         self.drop_after_pos = nn.Dropout(drop_rate)
@@ -316,7 +327,7 @@ class InLineSwin(InLineBackbone):
                 dims[i], num_heads[i], t, ATTENTION_TYPES[t], mlp_ratio, qkv_bias, drop_rate,
                 attn_drop_rate, dpr[i][j],
                 attn_options=dict(window_size=window_size, shift=j % 2 == 1) if t == SOFTMAX
-                else None)
+                else self.inline_options[i])
                 for j, t in enumerate(block_types[i])]
             down = PatchMerging(dims[i]) if i < len(depths) - 1 else None
             self.layers.append(SwinStage(blocks, down))
