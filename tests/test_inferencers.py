@@ -53,9 +53,17 @@ def _distinct(paths):
     return kept
 
 
-SEG = _distinct(sorted(p for p in CONFIGS.glob('*/*.py') if p.parent.name != '_base_'
-                       if 'ade20k' in p.name or p.parent.name == 'custom'))
-DET = _distinct(sorted(CONFIGS.glob('inline_*/*mask-rcnn_*.py')))  # Mask R-CNN and Cascade
+# The ablations (configs/ablations/) change only the backbone's attention switches: two stand
+# for them here (linear attention; windowed InLine), each forward is trained in
+# tests/test_ablation_configs.py.
+ABLATIONS = CONFIGS / 'ablations'
+SEG = _distinct(sorted(p for p in CONFIGS.glob('*/*.py')
+                       if p.parent.name not in ('_base_', 'ablations')
+                       if 'ade20k' in p.name or p.parent.name == 'custom')
+                + [ABLATIONS / 'inline-swin-t-linear-relu-nolocal-in1k-pre_upernet_8xb2-160k_'
+                   'ade20k-512x512.py'])
+DET = _distinct(sorted(CONFIGS.glob('inline_*/*mask-rcnn_*.py'))  # Mask R-CNN and Cascade
+                + [ABLATIONS / 'mask-rcnn_inline-swin-t-inline-win7_fpn_1x_coco.py'])
 
 
 def _ids(paths):
@@ -71,6 +79,7 @@ def test_the_matrix_covers_every_family_and_both_kinds():
     assert any('cswin' in p.name for p in DET)
     assert any(p.name.startswith('cascade-') for p in DET)
     assert any('cswin' in p.name for p in SEG)
+    assert sum(p.parent == ABLATIONS for p in SEG + DET) == 2
 
 
 @pytest.fixture(scope='module')
