@@ -64,7 +64,10 @@ def test_a_short_child_that_changes_only_the_switches(path):
     task, tag = _task(path)
     text = path.read_text()
     assert f"_base_ = '../inline_swin/{MAIN[task].name}'" in text
-    assert 'do not compare' in text and 'init_cfg=None' in text    # says what it starts from
+    header = ' '.join(line[2:] for line in text.splitlines() if line.startswith('# '))
+    # says what it starts from, and that its numbers are not the paper's
+    assert "Starts from InLine-Swin-T's ImageNet-1K file" in header
+    assert 'do not compare' in header and 'init_cfg=None' in header
     cfg, main = _parse(path), _parse(MAIN[task])
     assert cfg.model.backbone.inline_cfg == EXPECTED[tag]
     model = cfg.model.to_dict()
@@ -125,6 +128,7 @@ def test_ablation_trains_a_step(path):
         assert attn.kernel == switches.get('kernel', 'identity')
         assert attn.local_residual == switches.get('local_residual', True)
         assert (getattr(attn, 'residual', None) is not None) == attn.local_residual
+        assert attn.window_size == switches.get('window_size')
     optim = build_optim_wrapper(model, cfg.optim_wrapper)
     before = [p.detach().clone() for p in model.backbone.parameters()]
     log = model.train_step(batch, optim)
