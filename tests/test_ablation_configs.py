@@ -17,7 +17,8 @@ from support import SEG_SIZE, shrink_detector, shrink_segmentor
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / 'configs' / 'ablations'
 MAIN = {'det': ROOT / 'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py',
-        'seg': ROOT / 'configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'}
+        'seg': ROOT / 'configs/inline_swin/'
+                      'inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'}
 NAME = {'det': re.compile(r'^mask-rcnn_inline-swin-t-(?P<tag>[\w-]+)_fpn_1x_coco\.py$'),
         'seg': re.compile(r'^inline-swin-t-(?P<tag>[\w-]+)-in1k-pre_upernet_8xb2-160k_'
                           r'ade20k-512x512\.py$')}
