@@ -95,6 +95,9 @@ COVERED = [
     (r'(OMP_NUM_THREADS=1 )?python -m benchmarks( --attention)?',
      'the full benchmark takes 30+ min; the same tool and code path run with --quick in '
      'tests/test_benchmark.py::test_quick_run_writes_table_csv_and_plot'),
+    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks\.deploy( .*)?',
+     'tests/test_benchmark_deploy.py::test_quick_run_exports_checks_times_and_writes (the '
+     'full-size runs: docs/performance.md, by hand)'),
     (r'python -m benchmarks\.compile( .*)?',
      'a benchmark of compile times (minutes per new size with Inductor); what it times, the '
      'graph capture over a stream of sizes and its agreement with eager, is '
