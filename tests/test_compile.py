@@ -54,6 +54,26 @@ def test_dynamo_graph_serves_sizes(name, dynamic):
     assert counts.frame_count - first <= (0 if dynamic else 1), (first, counts.frame_count)
 
 
+@pytest.mark.parametrize('name', ['InLineSwin', 'InLineCSwin'])
+def test_a_side_that_fills_its_windows_exactly_reuses_the_graph(name):
+    """A windowed side that is a multiple of the window (no padding, so the crop after
+    the windows is a no-op) must not guard the graph: at detection sizes it is a side in
+    every few (InLine-Swin-T at 736x1344 recompiled on it). Smoke presets: the stride-8
+    map of 64x112 is 8x14 (InLine-Swin's window 7), the stride-16 stripes of CSwin alike."""
+    torch._dynamo.reset()
+    model = _smoke(name)
+    counts = torch._dynamo.testing.CompileCounterWithBackend('aot_eager')
+    compiled = torch.compile(model, backend=counts, dynamic=True, fullgraph=True)
+    frames = []
+    with torch.no_grad():
+        for size in [(64, 96), (64, 112), (80, 104)]:
+            x = torch.randn(1, 3, *size)
+            for g, r in zip(compiled(x), model(x)):
+                torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+            frames.append(counts.frame_count)
+    assert frames == frames[:1] * 3, frames      # compiled at the first size only
+
+
 @pytest.mark.skipif(os.environ.get('INLINE_MM_INDUCTOR') != '1',
                     reason='Inductor compiles take minutes on CPU: INLINE_MM_INDUCTOR=1 runs it')
 def test_inductor_dynamic_swin_two_sizes():

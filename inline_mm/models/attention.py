@@ -32,7 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .inline_function import KERNELS, apply_kernel, inline_qkv, switched_qkv
-from .layers import round_up, symbolic, window_merge, window_partition
+from .layers import crop, round_up, symbolic, window_merge, window_partition
 from .padding import NO_PADDING, ValidMap
 
 __all__ = ['INLINE', 'SOFTMAX', 'InLineAttention', 'INLINE_OPTIONS', 'check_inline_options']
@@ -309,7 +309,7 @@ class InLineAttention(nn.Module):
         out = switched_qkv(self._partition(qkv, hw), self.num_heads, (wh, ww), self.scale,
                            kernels, bias, 0, mask, counts, self.attention, self.kernel)
         out = window_merge(out, wh, ww, hp, wp, b)
-        return out[:, :h, :w].reshape(b, n, self.dim)
+        return crop(out, h, w).reshape(b, n, self.dim)
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
                 token_mean: Optional[torch.Tensor] = None,

@@ -13,7 +13,7 @@ from timm.layers import DropPath, Mlp
 
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
-from .layers import (BlockStage, drop_path_rates, pad_image, round_up, symbolic, to_nchw,
+from .layers import (BlockStage, crop, drop_path_rates, pad_image, round_up, symbolic, to_nchw,
                      to_tokens, window_merge, window_partition)
 from .padding import NO_PADDING, ValidMap
 from .tracing import fx_leaf
@@ -135,8 +135,10 @@ class LePEStripeAttention(nn.Module):
             mask = inside.clone()
             mask[:, :, :, 0] |= ~inside.any(dim=-1)
         elif symbolic(h, w) or hp != h or wp != w:
-            real = torch.zeros(1, hp, wp, 1, dtype=torch.bool, device=x.device)
-            real[:, :h, :w] = True
+            # Built by comparison, not by writing into a slice: a slice view of the padded
+            # map would have its contiguity guarded (whether the side is a multiple).
+            real = ((torch.arange(hp, device=x.device) < h)[:, None]
+                    & (torch.arange(wp, device=x.device) < w)[None, :]).view(1, hp, wp, 1)
             mask = window_partition(real, sh, sw).view(bw // b, 1, 1, nt)  # (nW, 1, 1, N)
             mask = mask.repeat(b, 1, 1, 1)
         lepe = self.lepe(v_img).reshape(bw, heads, d, nt).transpose(-2, -1)
@@ -144,7 +146,7 @@ class LePEStripeAttention(nn.Module):
             q, k, v, attn_mask=mask, dropout_p=self.attn_drop if self.training else 0.)
         out = (out + lepe.to(out.dtype)).transpose(1, 2).reshape(bw, nt, c)
         out = window_merge(out, sh, sw, hp, wp, b)
-        return out[:, :h, :w]
+        return crop(out, h, w)
 
 
 def _inline_branches(dim: int, num_heads: int, split_size: Optional[int], last_stage: bool,

@@ -12,8 +12,8 @@ from timm.layers import trunc_normal_
 
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
-from .layers import (BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, pad_amount,
-                     round_up, symbolic, window_merge, window_partition)
+from .layers import (BlockStage, PatchEmbed, TransformerBlock, crop, drop_path_rates,
+                     pad_amount, round_up, symbolic, window_merge, window_partition)
 from .padding import NO_PADDING, ValidMap
 from .tracing import fx_leaf
 
@@ -173,7 +173,7 @@ class WindowAttention(nn.Module):
         out = window_merge(out, wh, ww, hp, wp, b)
         if sh or sw:
             out = torch.roll(out, shifts=(sh, sw), dims=(1, 2))
-        return out[:, :h, :w]
+        return crop(out, h, w)
 
     @staticmethod
     def _mask(h, w, hp, wp, wh, ww, sh, sw, device, dynamic=False) -> Optional[torch.Tensor]:

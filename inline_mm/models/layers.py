@@ -49,6 +49,17 @@ def symbolic(*sizes) -> bool:
     return torch.compiler.is_compiling()
 
 
+def crop(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """``x[:, :h, :w]`` of a padded ``(B, Hp, Wp, C)`` map. Under ``torch.compile`` a
+    contiguous copy: a later ``reshape`` of the crop would otherwise guard on whether it
+    is a no-op (``Wp == w``, a side that is a multiple of the window), and every size on
+    the other side of that guard would compile anew."""
+    if symbolic(h, w):
+        # A copy op: a view would have its contiguity decided, i.e. guarded, at once.
+        return torch.slice_copy(torch.slice_copy(x, 1, 0, h), 2, 0, w)
+    return x[:, :h, :w]
+
+
 def pad_image(x: torch.Tensor, multiple: int) -> torch.Tensor:
     """``(B, C, H, W)`` zero-padded at the bottom and right to multiples of ``multiple``
     (itself when they are)."""
