@@ -1,15 +1,21 @@
 # Every target sets up .venv first (idempotent; nothing is compiled: mmcv-lite + torchvision ops).
 # INLINE_MM_MMCV=full make setup builds compiled mmcv instead (see docs/get_started.md).
-PY := .venv/bin/python
+# INLINE_MM_STACK=onedl: every target below uses .venv-onedl instead (the onedl forks).
+PY := $(if $(filter onedl,$(INLINE_MM_STACK)),.venv-onedl,.venv)/bin/python
 PYTEST_ARGS ?=
 # `make test` runs on pytest-xdist workers, one per core up to 2 (JOBS=1: one process);
 # each worker's torch threads follow (tests/conftest.py).
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 2 ? n : 2 )))
 
-.PHONY: setup demo test test-fast env clean-venv
+# The second supported stack, the onedl forks (docs/get_started.md, "The onedl stack"), lives in
+# .venv-onedl beside .venv; `make test-onedl` runs the tests that touch the stack there.
+PY_ONEDL := .venv-onedl/bin/python
+ONEDL_TESTS := $(shell cat tests/onedl_subset.txt 2>/dev/null)
+
+.PHONY: setup demo test test-fast env clean-venv setup-onedl test-onedl env-onedl
 
 setup:
-	@bash tools/dev/setup_env.sh
+	@bash tools/dev/setup_env.sh   # INLINE_MM_STACK=onedl: .venv-onedl (the onedl forks)
 
 demo: setup
 	$(PY) tools/demo.py
@@ -26,5 +32,14 @@ test-fast: setup
 env: setup
 	$(PY) -m inline_mm.env
 
+setup-onedl:
+	@INLINE_MM_STACK=onedl bash tools/dev/setup_env.sh
+
+test-onedl: setup-onedl
+	$(PY_ONEDL) -m pytest -n $(JOBS) --dist loadgroup $(PYTEST_ARGS) $(ONEDL_TESTS)
+
+env-onedl: setup-onedl
+	$(PY_ONEDL) -m inline_mm.env
+
 clean-venv:
-	rm -rf .venv
+	rm -rf .venv .venv-onedl

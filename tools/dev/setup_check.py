@@ -27,8 +27,8 @@ def check_one_owner():
     """Each OpenMMLab import name belongs to one distribution: two (mmcv-lite's dependency
     `mmengine` beside onedl-mmengine) would leave one's files over the other's."""
     owners = md.packages_distributions()
-    clashes = {name: sorted(set(owners.get(name, []))) for name in ('mmengine', 'mmcv', 'mmdet',
-                                                                     'mmseg')}
+    names = ('mmengine', 'mmcv', 'mmdet', 'mmseg')
+    clashes = {name: sorted(set(owners.get(name, []))) for name in names}
     clashes = {k: v for k, v in clashes.items() if len(v) > 1}
     if clashes:
         raise RuntimeError('; '.join(f'{k}/ is installed by {" and ".join(v)}'
@@ -71,7 +71,8 @@ def check_inline_mm():
 
 def main() -> int:
     failed = 0
-    for check in (check_setuptools, check_one_owner, check_base_configs, check_mmcv_ops, check_inline_mm):
+    for check in (check_setuptools, check_one_owner, check_base_configs, check_mmcv_ops,
+                  check_inline_mm):
         try:
             print(f'  ok   {check.__name__[6:]}: {check()}')
         except Exception as e:  # report every failure, then exit non-zero
