@@ -72,6 +72,10 @@ COVERED = [
      'tests/test_timm.py::test_timm_test_runner_files_our_models_as_timm_does'),
     (r'make env|(\.venv/bin/)?python -m inline_mm\.env',
      'tests/test_foundation.py::test_env_report'),
+    (r'mim train onedl-mmdetection CONFIG',
+     'on the onedl stack tests/test_stock_tools.py runs the documented `mim train mmdet` '
+     'lines with the codebase onedl-mim resolves, onedl-mmdetection: '
+     'tests/test_stock_tools.py::test_mim_test'),
     (r'mim train',
      'a prose mention of the mim lines below: tests/test_stock_tools.py::test_mim_test'),
     (r'pip install onnx onnxruntime',

@@ -237,7 +237,15 @@ fi
 # openmim (`mim train/test`): its dependency chain opendatalab -> openxlab pins setuptools~=60.2,
 # which would break torch and mmengine; mim runs without them, so install it without its
 # declared dependencies and add the ones it imports.
-"${CPIP[@]}" --no-deps openmim
+# On the onedl stack its own fork, onedl-mim (openmim looks the codebases up by the upstream
+# distribution names and offers to install upstream mmdet); both own `mim/`.
+if [[ "$STACK" == onedl ]]; then
+    "$PY" -m pip uninstall -y -q openmim 2>/dev/null || true
+    "${CPIP[@]}" --no-deps onedl-mim==0.5.1
+else
+    "$PY" -m pip uninstall -y -q onedl-mim 2>/dev/null || true
+    "${CPIP[@]}" --no-deps openmim
+fi
 "${CPIP[@]}" click colorama model-index pandas requests rich tabulate
 # The import hook that backs mmcv's compiled entry points with torchvision on mmcv-lite
 # (harmless with a compiled mmcv: it only answers when no `mmcv._ext` exists) and lets configs
