@@ -89,6 +89,10 @@ def needed_strict():
                                         'weights_only=False')
         finally:
             os.remove(path)
+            # onedl-mmengine's loader leaves its allowlist context by *removing* the types it
+            # names from torch's global allowlist, ours among them: put them back
+            from inline_mm.compat import allow_mmengine_checkpoints
+            allow_mmengine_checkpoints()
     return _strict_needed
 
 
