@@ -72,6 +72,10 @@ COVERED = [
      'tests/test_timm.py::test_timm_test_runner_files_our_models_as_timm_does'),
     (r'make env|(\.venv/bin/)?python -m inline_mm\.env',
      'tests/test_foundation.py::test_env_report'),
+    (r'mim train inline_mm',
+     'the onedl stack section says it fails with onedl-mim; tests/test_wheel.py checks that '
+     'and the way round it: tests/test_wheel.py::'
+     'test_installed_wheel_trains_the_toy_config_from_a_user_folder'),
     (r'mim train onedl-mmdetection CONFIG',
      'on the onedl stack tests/test_stock_tools.py runs the documented `mim train mmdet` '
      'lines with the codebase onedl-mim resolves, onedl-mmdetection: '
