@@ -1,6 +1,6 @@
-# Every target sets up .venv first (idempotent; nothing is compiled: mmcv-lite + torchvision ops).
+# Every target sets up .venv first (idempotent; nothing is compiled: mmcv-lite + torchvision ops);
+# with INLINE_MM_STACK=onedl, .venv-onedl (the onedl forks, onedl-mmcv without ops) instead.
 # INLINE_MM_MMCV=full make setup builds compiled mmcv instead (see docs/get_started.md).
-# INLINE_MM_STACK=onedl: every target below uses .venv-onedl instead (the onedl forks).
 PY := $(if $(filter onedl,$(INLINE_MM_STACK)),.venv-onedl,.venv)/bin/python
 PYTEST_ARGS ?=
 # `make test` runs on pytest-xdist workers, one per core up to 2 (JOBS=1: one process);

@@ -96,7 +96,7 @@ def describe_mmcv_ops() -> str:
         import torchvision
         return (f'torchvision {torchvision.__version__} via inline_mm (mmcv without compiled '
                 'ops): nms, '
-                'roi_align; every other compiled op raises (INLINE_MM_MMCV=full make setup)')
+                'roi_align; every other compiled op raises (compiled mmcv: docs/get_started.md)')
     return (f'compiled mmcv (compiler {get_compiler_version()}, '
             f'CUDA {get_compiling_cuda_version()})')
 
