@@ -1,15 +1,24 @@
-# Every target sets up .venv first (idempotent; nothing is compiled: mmcv-lite + torchvision ops).
+# Every target sets up .venv first (idempotent; nothing is compiled: mmcv-lite + torchvision ops);
+# with INLINE_MM_STACK=onedl, .venv-onedl (the onedl forks, onedl-mmcv without ops) instead.
 # INLINE_MM_MMCV=full make setup builds compiled mmcv instead (see docs/get_started.md).
-PY := .venv/bin/python
+PY := $(if $(filter onedl,$(INLINE_MM_STACK)),.venv-onedl,.venv)/bin/python
 PYTEST_ARGS ?=
 # `make test` runs on pytest-xdist workers, one per core up to 2 (JOBS=1: one process);
 # each worker's torch threads follow (tests/conftest.py).
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 2 ? n : 2 )))
 
-.PHONY: setup demo test test-fast env clean-venv
+# The second supported stack, the onedl forks (docs/get_started.md, "The onedl stack"), lives in
+# .venv-onedl beside .venv; `make test-onedl` runs the tests that touch the stack there.
+# The subset (tests/onedl_subset.txt, read by pytest's @file): registration, every shipped config
+# resolving, a loss step of Mask R-CNN and Cascade Mask R-CNN, train/test of UperNet (seg_e2e),
+# Mask R-CNN (detection_tools, the stock tools and mim), the inferencers of Mask R-CNN, Cascade,
+# UperNet and Semantic FPN, checkpoint save/resume/safe loading, CPU DDP, the ops fallback.
+PY_ONEDL := .venv-onedl/bin/python
+
+.PHONY: setup demo test test-fast env clean-venv setup-onedl test-onedl env-onedl
 
 setup:
-	@bash tools/dev/setup_env.sh
+	@bash tools/dev/setup_env.sh   # INLINE_MM_STACK=onedl: .venv-onedl (the onedl forks)
 
 demo: setup
 	$(PY) tools/demo.py
@@ -26,5 +35,14 @@ test-fast: setup
 env: setup
 	$(PY) -m inline_mm.env
 
+setup-onedl:
+	@INLINE_MM_STACK=onedl bash tools/dev/setup_env.sh
+
+test-onedl: setup-onedl
+	$(PY_ONEDL) -m pytest -n $(JOBS) --dist loadgroup $(PYTEST_ARGS) @tests/onedl_subset.txt
+
+env-onedl: setup-onedl
+	$(PY_ONEDL) -m inline_mm.env
+
 clean-venv:
-	rm -rf .venv
+	rm -rf .venv .venv-onedl

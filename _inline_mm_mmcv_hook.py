@@ -6,7 +6,12 @@
    ``mmdet::`` ones, to ``<inline_mm>/.mim/configs/path``.  mmengine accepts ``pkg::`` only for
    the packages of ``mmengine.config.utils.MODULE2PACKAGE``, a fixed table of OpenMMLab projects;
    right after mmengine has imported that module, the hook adds ``'inline_mm': 'inline_mm'`` to
-   it, and nothing else.  Off: ``INLINE_MM_CONFIG_BASES=0`` (then name the base by its path).
+   it.  Off: ``INLINE_MM_CONFIG_BASES=0`` (then name the base by its path).  In the same
+   place, where a table entry names a distribution that is not installed although its import
+   name is (``mmseg`` -> ``mmsegmentation`` with the onedl fork ``onedl-mmsegmentation``), the
+   entry is re-pointed at the import name so that ``mmseg::`` bases resolve
+   (:func:`_repoint_scopes`; upstream mmsegmentation needs nothing).  Off:
+   ``INLINE_MM_SCOPE_FIX=0``.
 
 Why at interpreter start: ``from mmdet.apis import ...``, ``import mmseg.utils`` and the stock
 tools import ``mmcv.ops`` (which imports ``mmcv._ext``), and a config names its bases, before any
@@ -71,8 +76,51 @@ class _AfterExec(importlib.abc.Loader):
         self.then(module)
 
 
+#: config scopes whose ``MODULE2PACKAGE`` entry this process re-pointed at the import name
+#: (:func:`_repoint_scopes`); ``python -m inline_mm.env`` reports them
+REPOINTED_SCOPES = {}
+
+
+def _distribution_exists(name):
+    from importlib.metadata import PackageNotFoundError, distribution
+    try:
+        distribution(name)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def _repoint_scopes(table):
+    """``mmseg::`` bases where mmseg comes from another distribution than ``mmsegmentation``.
+
+    mmengine (upstream 0.10.7 and onedl-mmengine 0.10.12 alike) resolves ``scope::path`` by
+    looking up ``MODULE2PACKAGE[scope]`` as a *distribution* name, then as a module name:
+    ``mmseg`` -> ``mmsegmentation``.  The onedl fork is the distribution
+    ``onedl-mmsegmentation`` with the import name ``mmseg``, so both look-ups fail ("mmsegmentation
+    is not installed") and no ``mmseg::`` base resolves.  Feature check, per scope: the
+    table's name is neither an installed distribution nor an importable module, while the scope
+    itself is importable -> the entry becomes the import name (mmengine's fallback then finds
+    the package by ``find_spec``).  Where the named distribution is installed (upstream
+    mmsegmentation 1.2.2) nothing changes.  ``mmdet`` needs nothing: its entry is its import name.
+    """
+    for scope, package in list(table.items()):
+        if scope == package or scope == 'inline_mm':
+            continue
+        try:
+            if importlib.util.find_spec(scope) is None:
+                continue                    # that project is not here at all
+            if importlib.util.find_spec(package) is not None or _distribution_exists(package):
+                continue                    # mmengine's own look-up works
+        except (ImportError, ValueError):
+            continue
+        table[scope] = scope
+        REPOINTED_SCOPES[scope] = package
+
+
 def _register_config_scope(module):
     module.MODULE2PACKAGE.setdefault('inline_mm', 'inline_mm')
+    if os.environ.get('INLINE_MM_SCOPE_FIX', '1') != '0':
+        _repoint_scopes(module.MODULE2PACKAGE)
 
 
 class ConfigScopeFinder(importlib.abc.MetaPathFinder):

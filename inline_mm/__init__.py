@@ -50,9 +50,32 @@ def _have_mmengine() -> bool:
     return True
 
 
+def _require_mmcv():
+    """mmdet or mmseg installed without any importable mmcv: say what to install.
+
+    Upstream mmdet 3.3 / mmseg 1.2 import mmcv in their ``__init__``, so registering the
+    backbones already reports it (``models.registry``); onedl-mmdetection 3.5 and
+    onedl-mmsegmentation 1.4 do not, and the first mmcv import would be one of ours.
+    """
+    import importlib.util
+    try:
+        import mmcv  # noqa: F401
+    except ModuleNotFoundError as e:
+        if (e.name or '').split('.')[0] != 'mmcv':
+            raise
+        from .models.registry import MMCV_HINT
+        for framework in ('mmdet', 'mmseg'):
+            if importlib.util.find_spec(framework) is not None:
+                raise ImportError(
+                    f'{framework} is installed but mmcv is not importable ({e}). {MMCV_HINT} '
+                    'On the onedl stack: `MMCV_WITH_OPS=0 pip install onedl-mmcv==2.3.6` '
+                    '(`INLINE_MM_STACK=onedl make setup` does it).') from e
+
+
 # Without mmengine (a timm-only install: ``inline_mm.timm``) there is nothing to
 # register into and no mmengine checkpoint to allow; the backbones still import.
 if _have_mmengine():
+    _require_mmcv()
     from . import datasets  # noqa: F401,E402  (registers SegFolderDataset, PaletteIoUMetric)
     from . import engine  # noqa: E402  (registers the opt-in hooks; patches nothing)
 

@@ -61,10 +61,18 @@ MMENGINE_CHECKPOINT_GLOBALS = None
 
 
 def allow_mmengine_checkpoints():
-    """Add mmengine's checkpoint types to torch's ``weights_only`` allowlist (idempotent)."""
+    """Add mmengine's checkpoint types to torch's ``weights_only`` allowlist (idempotent).
+
+    Needed wherever torch has the allowlist (torch >= 2.4; it refuses by default from 2.6) and
+    mmengine's loader calls ``torch.load`` without naming these types: upstream mmengine 0.10.7
+    names none; onedl-mmengine 0.10.12 names its own inside a ``safe_globals`` context, whose
+    exit *removes* those types from torch's global allowlist again (ours included), and
+    which allows a general ``getattr``.  Each call therefore adds the types again (a set
+    insertion); :func:`inline_mm.engine.loading.install_strict` calls it before every load.
+    """
     global MMENGINE_CHECKPOINT_GLOBALS
     if MMENGINE_CHECKPOINT_GLOBALS is None:
         MMENGINE_CHECKPOINT_GLOBALS = _numpy_globals() + _mmengine_globals()
-        if hasattr(torch.serialization, 'add_safe_globals'):
-            torch.serialization.add_safe_globals(MMENGINE_CHECKPOINT_GLOBALS)
+    if hasattr(torch.serialization, 'add_safe_globals'):
+        torch.serialization.add_safe_globals(MMENGINE_CHECKPOINT_GLOBALS)
     return MMENGINE_CHECKPOINT_GLOBALS

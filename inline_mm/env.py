@@ -12,6 +12,74 @@ def _dist_version(name: str) -> str:
         return 'unknown'
 
 
+#: the OpenMMLab stacks the project tests, by the distributions that provide mmengine, mmdet
+#: and mmseg (reporting only: every patch is decided by a feature check, never by these names)
+STACKS = {
+    'upstream': ('mmengine', 'mmdet', 'mmsegmentation'),
+    'onedl': ('onedl-mmengine', 'onedl-mmdetection', 'onedl-mmsegmentation'),
+}
+
+
+def stack_name() -> str:
+    """'upstream', 'onedl', or what a mixture / neither holds (from the installed metadata)."""
+    found = {}
+    for stack, dists in STACKS.items():
+        for dist in dists:
+            if _dist_version(dist) != 'unknown':
+                found[dist] = stack
+    stacks = set(found.values())
+    if len(stacks) == 1 and len(found) == 3:
+        return stacks.pop()
+    if not found:
+        return 'none (no mmengine / mmdet / mmsegmentation distribution of either stack)'
+    return 'mixed: ' + ', '.join(f'{d} {_dist_version(d)}' for d in found)
+
+
+def describe_patches() -> dict:
+    """Each of inline_mm's replacements of mmengine/mmcv behaviour: whether the installed
+    stack needs it (its feature check) and whether it is active in this process."""
+    out = {}
+    try:
+        import _inline_mm_mmcv_hook as hook
+    except ImportError:
+        hook = None
+    try:
+        import mmengine.config.utils  # noqa: F401  (the hook re-points scopes on this import)
+        if hook is None:
+            out['mmseg:: bases'] = 'off (the import hook is not installed)'
+        elif hook.REPOINTED_SCOPES:
+            out['mmseg:: bases'] = 'on: ' + ', '.join(
+                f'{k} -> import name (distribution {v!r} not installed)'
+                for k, v in hook.REPOINTED_SCOPES.items())
+        else:
+            out['mmseg:: bases'] = "off: mmengine's own look-up finds every installed scope"
+    except Exception as e:
+        out['mmseg:: bases'] = f'unknown ({type(e).__name__}: {e})'
+    backend = hook.backend() if hook is not None else 'compiled'
+    out['mmcv._ext fallback'] = ('on: no compiled mmcv._ext' if backend == 'fallback'
+                                 else f'off: mmcv._ext is {backend}')
+    try:
+        import torch
+        from inline_mm import compat
+        if hasattr(torch.serialization, 'add_safe_globals'):
+            out['checkpoint allowlist'] = (
+                f'on: {len(compat.allow_mmengine_checkpoints())} mmengine/numpy types on '
+                "torch's weights_only allowlist")
+        else:
+            out['checkpoint allowlist'] = 'off: this torch has no weights_only allowlist'
+    except Exception as e:
+        out['checkpoint allowlist'] = f'unknown ({type(e).__name__}: {e})'
+    try:
+        from inline_mm import engine
+        for name in engine.BEHAVIOURS:
+            need, why = engine.needed(name)
+            out[name] = (f'needed ({why}); inline_mm.engine.install() switches it on' if need
+                         else f'not needed ({why}); left to mmengine')
+    except Exception as e:
+        out['engine'] = f'unknown ({type(e).__name__}: {e})'
+    return out
+
+
 def describe_mmcv_ops() -> str:
     """Which implementation answers mmcv's compiled entry points in this environment."""
     try:
@@ -26,14 +94,16 @@ def describe_mmcv_ops() -> str:
         backend = 'compiled'
     if backend == 'fallback':
         import torchvision
-        return (f'torchvision {torchvision.__version__} via inline_mm (mmcv-lite): nms, '
-                'roi_align; every other compiled op raises (INLINE_MM_MMCV=full make setup)')
+        return (f'torchvision {torchvision.__version__} via inline_mm (mmcv without compiled '
+                'ops): nms, '
+                'roi_align; every other compiled op raises (compiled mmcv: docs/get_started.md)')
     return (f'compiled mmcv (compiler {get_compiler_version()}, '
             f'CUDA {get_compiling_cuda_version()})')
 
 
 def collect_env() -> dict:
-    info = {'Python': sys.version.replace('\n', ' '), 'Platform': platform.platform()}
+    info = {'Python': sys.version.replace('\n', ' '), 'Platform': platform.platform(),
+            'OpenMMLab stack': stack_name()}
     try:
         import torch
         info['torch'] = torch.__version__
@@ -73,6 +143,9 @@ def collect_env() -> dict:
 def main():
     for k, v in collect_env().items():
         print(f'{k:>16}: {v}')
+    print('inline_mm patches (each decided by a feature check of the installed stack):')
+    for k, v in describe_patches().items():
+        print(f'  {k:>26}: {v}')
 
 
 if __name__ == '__main__':

@@ -33,7 +33,8 @@ FALLBACK_NAME = 'inline_mm torchvision fallback'
 COMPILED_HINT = ("mmcv's compiled build is needed for it: run `INLINE_MM_MMCV=full make setup` "
                  "(builds mmcv 2.1.0 with its C++/CUDA ops, ~15 min on 2 cores) or install a "
                  "compiled mmcv 2.1.x into this environment (docs/get_started.md, "
-                 "'Compiled mmcv')")
+                 "'Compiled mmcv'; on the onedl stack onedl-mmcv built with its ops, "
+                 "'The onedl stack')")
 
 
 class MissingCompiledOpError(NotImplementedError):
@@ -49,7 +50,7 @@ def _record(name: str) -> None:
 
 def _unsupported(op: str, what: str):
     raise MissingCompiledOpError(
-        f'mmcv op `{op}` with {what} is not provided by {FALLBACK_NAME} (mmcv-lite has no '
+        f'mmcv op `{op}` with {what} is not provided by {FALLBACK_NAME} (this mmcv has no '
         f'compiled ops and torchvision has no equivalent); {COMPILED_HINT}.')
 
 
@@ -124,7 +125,8 @@ def _missing_op(name: str):
         _record(name)
         raise MissingCompiledOpError(
             f'mmcv op `{name}` needs mmcv\'s compiled extension, which this environment does '
-            f'not have: mmcv-lite is installed and {FALLBACK_NAME} provides only nms, '
+            f'not have: it has no compiled ops (mmcv-lite, or onedl-mmcv built with '
+            f'MMCV_WITH_OPS=0) and {FALLBACK_NAME} provides only nms, '
             f'roi_align_forward and roi_align_backward. {COMPILED_HINT}.')
     op.__name__ = op.__qualname__ = name
     return op

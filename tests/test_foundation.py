@@ -36,9 +36,17 @@ def test_env_report():
     for name in ('Python', 'torch', 'mmcv ops', 'mmengine', 'mmdet', 'mmseg', 'timm', 'numpy'):
         assert f'{name}:' in out
     # which implementation backs mmcv's ops: mmcv-lite + torchvision (default) or compiled mmcv
-    assert ('mmcv ops: torchvision' in out and 'via inline_mm (mmcv-lite)' in out) or \
-        'mmcv ops: compiled mmcv' in out
+    assert ('mmcv ops: torchvision' in out and 'via inline_mm (mmcv without compiled ops)' in out) \
+        or 'mmcv ops: compiled mmcv' in out
     assert 'registered: InLineSwin' in out
+    # the stack, and the patches its feature checks switch on (measured: upstream mmengine
+    # 0.10.7 keeps torch's refusal and finds mmsegmentation; onedl 0.10.12 does neither)
+    stack = out.split('OpenMMLab stack:')[1].split()[0]
+    assert stack in ('upstream', 'onedl'), out
+    assert ('mmseg:: bases: on' in out) == (stack == 'onedl'), out
+    assert ('strict_checkpoint_loading: needed' in out) == (stack == 'onedl'), out
+    for always in ('cpu_distributed: needed', 'safe_checkpoints: needed'):
+        assert always in out, out
 
 
 def _build(tmp_path, base, backbone, neck_in):

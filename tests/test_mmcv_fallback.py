@@ -151,7 +151,8 @@ def test_hook_wires_stock_entry_points_before_inline_mm_is_imported():
             "print(_inline_mm_mmcv_hook.backend(), 'torchvision.ops' in sys.modules)\n")
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split()[0] == 'fallback'
+    # the last line: onedl-mmdetection logs 'Could not import OneDL ...' to stdout first
+    assert proc.stdout.splitlines()[-1].split()[0] == 'fallback', proc.stdout
 
 
 @pytest.mark.subprocess
@@ -225,3 +226,28 @@ def test_config_scope_finder_answers_for_one_module_only(monkeypatch):
                         lambda name, *a: None if name == 'inline_mm' else find_spec(name, *a))
     assert finder.find_spec(_inline_mm_mmcv_hook.CONFIG_UTILS,
                             mmengine.config.__path__) is None          # inline_mm gone
+
+
+def test_scope_table_repointed_only_where_mmengines_lookup_fails(monkeypatch):
+    """The ``mmseg::`` fix of the hook: an entry naming a distribution that is neither
+    installed nor importable, for a scope that is importable, becomes the import name; every
+    other entry stays (onedl-mmsegmentation provides ``mmseg`` without ``mmsegmentation``)."""
+    monkeypatch.setattr(_inline_mm_mmcv_hook, 'REPOINTED_SCOPES', {})
+    table = {'mmseg': 'no-such-distribution-here', 'mmdet': 'mmdet',
+             'no_such_scope_here': 'no-such-distribution-either', 'torch': 'numpy',
+             'inline_mm': 'inline_mm'}
+    _inline_mm_mmcv_hook._repoint_scopes(table)
+    assert table == {'mmseg': 'mmseg', 'mmdet': 'mmdet',
+                     'no_such_scope_here': 'no-such-distribution-either', 'torch': 'numpy',
+                     'inline_mm': 'inline_mm'}
+    assert _inline_mm_mmcv_hook.REPOINTED_SCOPES == {'mmseg': 'no-such-distribution-here'}
+    # the real table: re-pointed exactly when mmengine's own look-up cannot find mmseg
+    import importlib.metadata as md
+
+    from mmengine.config.utils import MODULE2PACKAGE
+    try:
+        md.distribution('mmsegmentation')
+        upstream = True
+    except md.PackageNotFoundError:
+        upstream = False
+    assert MODULE2PACKAGE['mmseg'] == ('mmsegmentation' if upstream else 'mmseg')

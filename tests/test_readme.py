@@ -52,6 +52,15 @@ COVERED = [
      'issue #26); the same scripts through mmdet: tests/test_stock_tools.py::test_mim_test'),
     (r'pip install openmim', 'the page names it as what not to run'),
     (r'INLINE_MM_MMCV=full make setup', 'compiles mmcv (15-40 min); not a suite step'),
+    (r'INLINE_MM_STACK=onedl make setup|make (setup|test|env)-onedl'
+     r'|\.venv-onedl/bin/python -m inline_mm\.env',
+     '.ci/run builds .venv-onedl from nothing and runs make test-onedl; the env report on either '
+     'stack: tests/test_foundation.py::test_env_report'),
+    (r'INLINE_MM_STACK=onedl make test',
+     'the whole suite on the onedl stack (run by hand; docs/get_started.md records the result); '
+     'CI runs its stack subset, make test-onedl'),
+    (r'MMCV_WITH_OPS=1 \.venv-onedl/bin/pip install .*onedl-mmcv==\S+',
+     'compiles onedl-mmcv with its ops (15-40 min); documented, not run here nor in CI'),
     (r'bash tools/dev/gpu/(prepare_wheels|cuda_check)\.sh',
      'needs the network (prepare_wheels) or a GPU machine (cuda_check)'),
     (r'python validate\.py /data/imagenet/val --model inline_\w+ --pretrained',
@@ -63,6 +72,14 @@ COVERED = [
      'tests/test_timm.py::test_timm_test_runner_files_our_models_as_timm_does'),
     (r'make env|(\.venv/bin/)?python -m inline_mm\.env',
      'tests/test_foundation.py::test_env_report'),
+    (r'mim train inline_mm',
+     'the onedl stack section says it fails with onedl-mim; tests/test_wheel.py checks that '
+     'and the way round it: tests/test_wheel.py::'
+     'test_installed_wheel_trains_the_toy_config_from_a_user_folder'),
+    (r'mim train onedl-mmdetection CONFIG',
+     'on the onedl stack tests/test_stock_tools.py runs the documented `mim train mmdet` '
+     'lines with the codebase onedl-mim resolves, onedl-mmdetection: '
+     'tests/test_stock_tools.py::test_mim_test'),
     (r'mim train',
      'a prose mention of the mim lines below: tests/test_stock_tools.py::test_mim_test'),
     (r'pip install onnx onnxruntime',

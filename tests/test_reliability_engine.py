@@ -144,3 +144,39 @@ def _toy_runner_stub():
         logger = logging.getLogger('stub')
         cfg = {}
     return Stub()
+
+
+class _Gadget:
+    """An object no allowlist names: a checkpoint holding one must be refused."""
+
+
+def test_checkpoint_outside_the_allowlist_is_refused_on_either_stack(tmp_path, monkeypatch):
+    """mmengine's loader (what ``load_from``, ``--resume`` and test.py use) refuses a file
+    holding an object outside torch's allowlist: torch refuses it on upstream mmengine 0.10.7;
+    onedl-mmengine 0.10.12 would retry it with ``weights_only=False`` (code from the file
+    runs), which inline_mm.engine's strict loading removes there (and only there)."""
+    import pickle
+
+    from mmengine.runner.checkpoint import load_from_local
+
+    from inline_mm.engine import loading
+    path = tmp_path / 'gadget.pth'
+    torch.save({'state_dict': {}, 'gadget': _Gadget()}, path)
+    with pytest.raises(pickle.UnpicklingError, match='weights_only|Unsupported global'):
+        load_from_local(str(path), 'cpu')
+    # the patch is on exactly where the feature check found the retry
+    assert loading.installed_strict() == loading.needed_strict()[0]
+    # mmengine's own checkpoints still load (the allowlist of inline_mm.compat)
+    runner = _toy_runner(tmp_path, 'strict')
+    runner.train()
+    ckpt = load_from_local(str(tmp_path / 'iter_6.pth'), 'cpu')
+    assert ckpt['meta']['iter'] == 6
+    # and torch's own safe load, after the feature check ran onedl's loader (whose allowlist
+    # context removes mmengine's types from torch's global allowlist on exit)
+    from mmengine.runner import checkpoint as ckpt
+    original = getattr(ckpt, '_inline_mm_original_safe_torch_load', None)   # onedl only
+    if original is not None:
+        monkeypatch.setattr(ckpt, '_safe_torch_load', original)
+    monkeypatch.setattr(loading, '_strict_needed', None)
+    assert loading.needed_strict()[0] == (original is not None)
+    assert torch.load(tmp_path / 'iter_6.pth', weights_only=True)['meta']['iter'] == 6

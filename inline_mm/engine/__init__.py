@@ -24,7 +24,14 @@ changes for runs that work:
   that name no category of the training file (:mod:`.data_checks`);
 - ``compile=True``: the optimiser's parameter groups are plain dicts when the Runner
   compiles ``train_step``, as Dynamo needs them to trace the optimiser step
-  (:mod:`.compiling`).
+  (:mod:`.compiling`);
+- where mmengine retries a checkpoint that torch refuses with ``weights_only=False``
+  (onedl-mmengine 0.10.8+), the retry is dropped: torch's refusal stands
+  (:func:`.loading.install_strict`).
+
+Each behaviour has a feature check (``needed()`` of its module, :func:`needed`) that reads the
+installed mmengine; :func:`install` switches on only those it needs (``python -m
+inline_mm.env`` lists them).
 
 Who switches them on: ``tools/train.py`` and ``tools/test.py`` call :func:`install`;
 the shipped configs list ``'inline_mm.engine.enable'`` in ``custom_imports``, so
@@ -52,25 +59,35 @@ ENABLE_MODULE = 'inline_mm.engine.enable'
 CUSTOM_IMPORTS_LINE = (f"custom_imports = dict(imports=['inline_mm', '{ENABLE_MODULE}'], "
                        'allow_failed_imports=False)')
 
-#: name -> (install, is installed); each install is idempotent
+#: name -> (install, is installed, needed); each install is idempotent, and each ``needed()``
+#: is a feature check of the installed mmengine returning ``(bool, why)``
 BEHAVIOURS = {
-    'cpu_distributed': (distributed.install, distributed.installed),
-    'safe_checkpoints': (checkpointing.install, checkpointing.installed),
-    'checkpoint_file_messages': (loading.install, loading.installed),
-    'empty_dataset_messages': (data_checks.install, data_checks.installed),
-    'compile_param_groups': (compiling.install, compiling.installed),
+    'cpu_distributed': (distributed.install, distributed.installed, distributed.needed),
+    'safe_checkpoints': (checkpointing.install, checkpointing.installed, checkpointing.needed),
+    'checkpoint_file_messages': (loading.install, loading.installed, loading.needed),
+    'strict_checkpoint_loading': (loading.install_strict, loading.installed_strict,
+                                  loading.needed_strict),
+    'empty_dataset_messages': (data_checks.install, data_checks.installed, data_checks.needed),
+    'compile_param_groups': (compiling.install, compiling.installed, compiling.needed),
 }
 
 
+def needed(name: str):
+    """``(needed, why)`` for one behaviour of :data:`BEHAVIOURS`, by its feature check."""
+    return BEHAVIOURS[name][2]()
+
+
 def install():
-    """Switch on every behaviour of :data:`BEHAVIOURS` (idempotent)."""
-    for do, _ in BEHAVIOURS.values():
-        do()
+    """Switch on every behaviour of :data:`BEHAVIOURS` that the installed mmengine needs
+    (idempotent); the others leave mmengine's code as it is."""
+    for name, (do, _, _) in BEHAVIOURS.items():
+        if needed(name)[0]:
+            do()
 
 
 def installed() -> bool:
-    """Whether every behaviour is switched on in this process."""
-    return all(done() for _, done in BEHAVIOURS.values())
+    """Whether every behaviour this mmengine needs is switched on in this process."""
+    return all(done() for name, (_, done, _) in BEHAVIOURS.items() if needed(name)[0])
 
 
 _warned = False

@@ -29,7 +29,7 @@ import re
 import zipfile
 from typing import List, Optional
 
-__all__ = ['install', 'installed', 'is_complete_checkpoint', 'complete_checkpoints',
+__all__ = ['install', 'installed', 'needed', 'is_complete_checkpoint', 'complete_checkpoints',
            'find_resumable']
 
 _CKPT_NAME = re.compile(r'^(iter|epoch)_(\d+)\.pth$')
@@ -135,6 +135,23 @@ def _prune_after(save):
 
     save_then_prune._inline_mm_safe = True
     return save_then_prune
+
+
+def needed():
+    """Feature check: ``(needed, why)``.  Needed while ``CheckpointHook`` removes outdated
+    checkpoints before it saves the new one (upstream mmengine 0.10.7 and onedl-mmengine
+    0.10.12 both do; read from the installed source)."""
+    import inspect
+
+    from mmengine.hooks import CheckpointHook
+    try:
+        source = inspect.getsource(inspect.unwrap(CheckpointHook._save_checkpoint_with_step))
+    except (OSError, TypeError):
+        return True, "CheckpointHook's source is unreadable: assumed to need it"
+    remove, save = source.find('.remove('), source.find('save_checkpoint(')
+    if remove != -1 and save != -1 and remove < save:
+        return True, 'CheckpointHook deletes old checkpoints before writing the new one'
+    return False, 'CheckpointHook writes the new checkpoint before deleting old ones'
 
 
 def install():

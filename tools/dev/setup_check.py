@@ -23,6 +23,21 @@ def check_setuptools():
     return str(version)
 
 
+def check_one_owner():
+    """Each OpenMMLab import name belongs to one distribution: two (mmcv-lite's dependency
+    `mmengine` beside onedl-mmengine) would leave one's files over the other's."""
+    owners = md.packages_distributions()
+    names = ('mmengine', 'mmcv', 'mmdet', 'mmseg')
+    clashes = {name: sorted(set(owners.get(name, []))) for name in names}
+    clashes = {k: v for k, v in clashes.items() if len(v) > 1}
+    if clashes:
+        raise RuntimeError('; '.join(f'{k}/ is installed by {" and ".join(v)}'
+                                     for k, v in clashes.items())
+                           + ': pip uninstall all of them and run the set-up again')
+    from inline_mm.env import stack_name
+    return f'{stack_name()} stack, one distribution per package'
+
+
 def check_base_configs():
     from mmengine.config import Config
     det = Config.fromstring("_base_ = ['mmdet::_base_/models/mask-rcnn_r50_fpn.py']", '.py')
@@ -56,7 +71,8 @@ def check_inline_mm():
 
 def main() -> int:
     failed = 0
-    for check in (check_setuptools, check_base_configs, check_mmcv_ops, check_inline_mm):
+    for check in (check_setuptools, check_one_owner, check_base_configs, check_mmcv_ops,
+                  check_inline_mm):
         try:
             print(f'  ok   {check.__name__[6:]}: {check()}')
         except Exception as e:  # report every failure, then exit non-zero

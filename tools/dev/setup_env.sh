@@ -14,6 +14,14 @@
 #                   cached per machine.  Every mmcv op works; the fallback stays unused.
 #   An environment that already has a compiled mmcv keeps it (whatever INLINE_MM_MMCV says).
 #
+# The OpenMMLab stack, chosen by INLINE_MM_STACK (docs/get_started.md, "The onedl stack"):
+#   upstream (default) mmengine 0.10.7, mmdet 3.3.0, mmsegmentation 1.2.2, mmcv-lite 2.1.0; in .venv
+#   onedl              the maintained VBTI forks (same import names): onedl-mmengine 0.10.12,
+#                      onedl-mmdetection 3.5.1, onedl-mmsegmentation 1.4.2 and onedl-mmcv 2.3.6
+#                      built without its ops (MMCV_WITH_OPS=0: pure Python, seconds); in .venv-onedl.
+#                      mmcv-lite is not used there: it depends on `mmengine`, which would put
+#                      upstream mmengine's files over onedl-mmengine's.
+#
 # Other knobs (environment variables):
 #   PYTHON            interpreter used to create .venv         (default: python3.11, else python3)
 #   TORCH_SPEC        pip requirement(s) for torch when .venv has none
@@ -25,9 +33,17 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-VENV="${VENV:-$ROOT/.venv}"
+STACK="${INLINE_MM_STACK:-upstream}"
+case "$STACK" in
+    upstream) DEFAULT_VENV="$ROOT/.venv" ;;
+    onedl) DEFAULT_VENV="$ROOT/.venv-onedl" ;;
+    *) printf '[setup] FAILED: INLINE_MM_STACK=%s: expected upstream (default) or onedl\n' "$STACK"; exit 1 ;;
+esac
+VENV="${VENV:-$DEFAULT_VENV}"
 STAMP="$VENV/.inline_mm_setup_done"
 MMCV_VERSION=2.1.0
+ONEDL_MMCV_VERSION=2.3.6
+ONEDL_MMENGINE_VERSION=0.10.12
 MMCV_CHOICE="${INLINE_MM_MMCV:-lite}"
 CACHE="${INLINE_MM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/inline_mm}"
 # torch >= 2.10 asks for setuptools >= 77.0.3; mmengine 0.10.7 imports pkg_resources (gone in 81).
@@ -37,6 +53,11 @@ log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { log "FAILED: $*"; exit 1; }
 
 case "$MMCV_CHOICE" in lite|full) ;; *) die "INLINE_MM_MMCV=$MMCV_CHOICE: expected 'lite' or 'full'";; esac
+if [[ "$STACK" == onedl && "$MMCV_CHOICE" == full ]]; then
+    die "INLINE_MM_MMCV=full with INLINE_MM_STACK=onedl is not automated (compiling onedl-mmcv" \
+        "was not verified here): set up with INLINE_MM_STACK=onedl make setup, then build the" \
+        "ops by hand as docs/get_started.md ('The onedl stack', compiled mmcv) shows"
+fi
 
 # The stamp records the inputs of the last *verified* set-up and its mmcv ("lite" or "full");
 # same inputs -> nothing to do.  A full build also satisfies a later plain (lite) request: an
@@ -46,9 +67,10 @@ fingerprint() {
         | sha256sum | cut -d' ' -f1
 }
 if [[ -f "$STAMP" ]]; then
-    read -r done_hash done_choice <"$STAMP" || true
+    read -r done_hash done_choice done_stack <"$STAMP" || true
     # A cheap re-check of what later installs by hand tend to break (no heavy imports).
-    if [[ "$done_hash" == "$(fingerprint)" && ( "$done_choice" == "$MMCV_CHOICE" || "$done_choice" == full ) ]] \
+    if [[ "$done_hash" == "$(fingerprint)" && "${done_stack:-upstream}" == "$STACK" \
+          && ( "$done_choice" == "$MMCV_CHOICE" || "$done_choice" == full ) ]] \
         && "$VENV/bin/python" -c "
 import importlib.metadata as md, importlib.util as u, sys
 from packaging.version import Version as V
@@ -101,7 +123,11 @@ for name in ("torch", "torchvision"):
 print(sys.argv[1])
 EOF
 CPIP=("${PIP[@]}" -c "$CONSTRAINTS")
-"${CPIP[@]}" "$SETUPTOOLS_RANGE" wheel "mmengine==0.10.7"
+if [[ "$STACK" == onedl ]]; then
+    "${CPIP[@]}" "$SETUPTOOLS_RANGE" wheel "onedl-mmengine==$ONEDL_MMENGINE_VERSION"
+else
+    "${CPIP[@]}" "$SETUPTOOLS_RANGE" wheel "mmengine==0.10.7"
+fi
 
 # --- mmcv --------------------------------------------------------------------------------------------
 compiled_mmcv() { "$PY" -c "
@@ -109,12 +135,18 @@ import importlib.util, sys
 spec = importlib.util.find_spec('mmcv._ext')
 sys.exit(0 if spec and spec.origin and not spec.origin.endswith('mmcv_ext.py') else 1)" 2>/dev/null; }
 mmcv_version() { "$PY" -c "import importlib.metadata as m
-for d in ('mmcv', 'mmcv-lite'):
+for d in ('mmcv', 'mmcv-lite', 'onedl-mmcv'):
     try: print(d, m.version(d)); break
     except m.PackageNotFoundError: pass" 2>/dev/null; }
 
 if compiled_mmcv; then
     log "keeping the compiled mmcv already installed ($(mmcv_version))"
+elif [[ "$STACK" == onedl ]]; then
+    # onedl-mmcv ships no mmcv-lite since 2.3.0 and only an sdist here; without its ops it is
+    # pure Python (a few seconds to build) and depends on onedl-mmengine, not on `mmengine`.
+    log "installing onedl-mmcv $ONEDL_MMCV_VERSION built without ops (MMCV_WITH_OPS=0;" \
+        "nms/RoIAlign from torchvision)"
+    MMCV_WITH_OPS=0 "${CPIP[@]}" "onedl-mmcv==$ONEDL_MMCV_VERSION"
 elif [[ "$MMCV_CHOICE" == lite ]]; then
     log "installing mmcv-lite $MMCV_VERSION (no compiled ops; nms/RoIAlign from torchvision)"
     "${CPIP[@]}" "mmcv-lite==$MMCV_VERSION"
@@ -194,12 +226,26 @@ EOF
 fi
 
 # --- the rest, and inline_mm in editable mode ------------------------------------------------------
-log "installing mmdet, mmsegmentation, timm, stock-tool extras and inline_mm (editable)"
-"${CPIP[@]}" -e "$ROOT[mm,dev]"
+if [[ "$STACK" == onedl ]]; then
+    log "installing onedl-mmdetection, onedl-mmsegmentation, timm, stock-tool extras and" \
+        "inline_mm (editable)"
+    "${CPIP[@]}" -e "$ROOT[onedl,dev]"
+else
+    log "installing mmdet, mmsegmentation, timm, stock-tool extras and inline_mm (editable)"
+    "${CPIP[@]}" -e "$ROOT[mm,dev]"
+fi
 # openmim (`mim train/test`): its dependency chain opendatalab -> openxlab pins setuptools~=60.2,
 # which would break torch and mmengine; mim runs without them, so install it without its
 # declared dependencies and add the ones it imports.
-"${CPIP[@]}" --no-deps openmim
+# On the onedl stack its own fork, onedl-mim (openmim looks the codebases up by the upstream
+# distribution names and offers to install upstream mmdet); both own `mim/`.
+if [[ "$STACK" == onedl ]]; then
+    "$PY" -m pip uninstall -y -q openmim 2>/dev/null || true
+    "${CPIP[@]}" --no-deps onedl-mim==0.5.1
+else
+    "$PY" -m pip uninstall -y -q onedl-mim 2>/dev/null || true
+    "${CPIP[@]}" --no-deps openmim
+fi
 "${CPIP[@]}" click colorama model-index pandas requests rich tabulate
 # The import hook that backs mmcv's compiled entry points with torchvision on mmcv-lite
 # (harmless with a compiled mmcv: it only answers when no `mmcv._ext` exists) and lets configs
@@ -211,5 +257,5 @@ log "installing mmdet, mmsegmentation, timm, stock-tool extras and inline_mm (ed
 log "self-check"
 "$PY" "$ROOT/tools/dev/setup_check.py" || die "self-check (above); run this command again after fixing"
 if compiled_mmcv; then MMCV_DONE=full; else MMCV_DONE=lite; fi
-echo "$(fingerprint) $MMCV_DONE" >"$STAMP"
-log "done in $(( SECONDS - start_all ))s: $VENV"
+echo "$(fingerprint) $MMCV_DONE $STACK" >"$STAMP"
+log "done in $(( SECONDS - start_all ))s: $VENV ($STACK stack)"
