@@ -9,7 +9,9 @@
    and UperNet AMP configs at real size, losses finite;
 4. ``python -m benchmarks --quick`` on CUDA;
 5. ``torch.compile`` (Inductor, default options) of InLine-Swin's smoke preset over a stream of
-   three sizes (``benchmarks.compile``): compile time per new size, graphs, error vs eager.
+   three sizes (``benchmarks.compile``): compile time per new size, graphs, error vs eager;
+6. the paper's switches (``inline_cfg``: linear attention, kernels, windows, no local residual)
+   forward and backward on the device against CPU, and finite under fp16 autocast.
 
 Prints one line per check and a summary; exits non-zero if any check fails.  ``--device cpu``
 runs the same code on CPU (fp32 steps instead of AMP) to check the script itself.
@@ -100,6 +102,42 @@ def check_backbones(device):
         bwd = rel_err(outs[device][1], outs['cpu'][1])
         assert fwd < 1e-4 and bwd < 1e-3, (cfg['type'], fwd, bwd)
         lines.append(f"{cfg['type']} fwd {fwd:.1e} bwd {bwd:.1e}")
+    return '; '.join(lines)
+
+
+@check("the paper's switches (inline_cfg): forward + backward on device vs CPU, and fp16")
+def check_switches(device):
+    """Linear attention and the kernels (plain ops), windows, no local residual: the code
+    paths the default model does not take, on the device against CPU, then one fp16
+    autocast forward + backward that must stay finite (the guarded normaliser)."""
+    from inline_mm.models import FAMILIES
+    family = FAMILIES['InLineSwin']
+    lines = []
+    for switches in (dict(attention='linear', kernel='relu'), dict(kernel='exp'),
+                     dict(window_size=7, local_residual=False),
+                     dict(attention='linear', kernel='leakyrelu', window_size=14)):
+        torch.manual_seed(0)
+        model = family.cls(**family.smoke, inline_cfg=switches).eval()
+        x = torch.randn(2, 3, 160, 224)
+        outs = {}
+        for dev in ('cpu', device):
+            m = model.to(dev)
+            m.zero_grad()
+            xi = x.to(dev).requires_grad_()
+            y = m(xi)
+            sum((o ** 2).mean() for o in y).backward()
+            outs[dev] = ([o.detach().cpu() for o in y], xi.grad.cpu())
+        fwd = max(rel_err(a, b) for a, b in zip(outs[device][0], outs['cpu'][0]))
+        bwd = rel_err(outs[device][1], outs['cpu'][1])
+        assert fwd < 1e-4 and bwd < 1e-3, (switches, fwd, bwd)
+        if device != 'cpu':
+            xi = x.to(device).requires_grad_()
+            with torch.autocast('cuda', dtype=torch.float16):
+                y = model.to(device)(xi)
+            sum((o.float() ** 2).mean() for o in y).backward()
+            assert all(torch.isfinite(o).all() for o in y) and torch.isfinite(xi.grad).all()
+        lines.append(f"{','.join(f'{k}={v}' for k, v in switches.items())} fwd {fwd:.1e} "
+                     f"bwd {bwd:.1e}")
     return '; '.join(lines)
 
 
@@ -201,6 +239,7 @@ def main():
     start = time.perf_counter()
     check_ops(args.device)
     check_backbones(args.device)
+    check_switches(args.device)
     check_mask_rcnn(args.device)
     check_upernet(args.device)
     check_benchmark(args.device, Path(args.out_dir))
