@@ -160,3 +160,16 @@ def run_quick_benchmark(out_dir: Path, *flags: str) -> str:
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
+
+
+def assert_compiled_matches(compiled, model, x: torch.Tensor, tol: float = 1e-5):
+    """``compiled(x)`` gives ``model(x)``'s outputs and input gradient (of the mean squares of
+    the outputs) within ``tol``."""
+    xc = x.detach().clone().requires_grad_()
+    xe = x.detach().clone().requires_grad_()
+    got, ref = compiled(xc), model(xe)
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r, rtol=tol, atol=tol)
+    sum(o.square().mean() for o in got).backward()
+    sum(o.square().mean() for o in ref).backward()
+    torch.testing.assert_close(xc.grad, xe.grad, rtol=tol, atol=tol)

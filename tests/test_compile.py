@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch._dynamo
 import torch._dynamo.testing
+from support import assert_compiled_matches
 
 from inline_mm.models import FAMILIES
 
@@ -28,15 +29,7 @@ def _smoke(name):
     return family.cls(**family.smoke).eval()
 
 
-def _check_close(compiled, model, x):
-    xc = x.clone().requires_grad_()
-    xe = x.clone().requires_grad_()
-    got, ref = compiled(xc), model(xe)
-    for g, r in zip(got, ref):
-        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
-    sum(o.square().mean() for o in got).backward()
-    sum(o.square().mean() for o in ref).backward()
-    torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-5, atol=1e-5)
+_check_close = assert_compiled_matches
 
 
 @pytest.mark.parametrize('name, dynamic', [(name, None) for name in FAMILIES] +

@@ -15,6 +15,7 @@ import torch
 import torch._dynamo
 import torch._dynamo.testing
 from conftest import rel_err
+from support import assert_compiled_matches
 
 from inline_mm.models import FAMILIES, InLineAttention, InLineSwin, load_pretrained
 from inline_mm.models.inline_function import (LINEAR_EPS, guard_denominator,
@@ -382,14 +383,7 @@ def test_torch_compile_one_graph_matches_eager():
     counts = torch._dynamo.testing.CompileCounterWithBackend('eager')
     compiled = torch.compile(model, backend=counts, fullgraph=True)
     for size in [(64, 96), (72, 80)]:
-        xc = torch.randn(2, 3, *size, requires_grad=True)
-        xe = xc.detach().clone().requires_grad_()
-        got, ref = compiled(xc), model(xe)
-        for g, r in zip(got, ref):
-            torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
-        sum(o.square().mean() for o in got).backward()
-        sum(o.square().mean() for o in ref).backward()
-        torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-5, atol=1e-5)
+        assert_compiled_matches(compiled, model, torch.randn(2, 3, *size))
     assert counts.frame_count <= 2
 
 

@@ -263,6 +263,19 @@ def _depthwise3x3_batched(x_img: torch.Tensor, kernels: torch.Tensor) -> torch.T
     return out
 
 
+def _add_local(out: torch.Tensor, local: torch.Tensor, bias: Optional[torch.Tensor],
+               prefix: int) -> torch.Tensor:
+    """``out`` ``(B, N, C)`` plus the ``(B, C, H, W)`` local term (and ``bias``) on the
+    map's tokens, the ``prefix`` tokens before them left as they are."""
+    b, n, c = out.shape
+    local = local.permute(0, 2, 3, 1).reshape(b, n - prefix, c)
+    if bias is not None:
+        local = local + bias.to(local.dtype)
+    if prefix:
+        return torch.cat([out[:, :prefix], out[:, prefix:] + local], dim=1)
+    return out + local
+
+
 def _inline_traced(qkv, kernels, bias, hw, scale, prefix=0, counts=None, mask=None,
                    batched_local=False):
     """:class:`_InLineFunction`'s forward as differentiable ops: for ``torch.compile``
@@ -296,12 +309,7 @@ def _inline_traced(qkv, kernels, bias, hw, scale, prefix=0, counts=None, mask=No
             kernels = kernels.to(out.dtype).reshape(b, c, 1, 3, 3)
             local = torch.cat([F.conv2d(x_img[i:i + 1], kernels[i], padding=1, groups=c)
                                for i in range(b)])
-        local = local.permute(0, 2, 3, 1).reshape(b, n - prefix, c)
-        if bias is not None:
-            local = local + bias.to(local.dtype)
-        if prefix:
-            return torch.cat([out[:, :prefix], out[:, prefix:] + local], dim=1)
-        return out + local
+        return _add_local(out, local, bias, prefix)
 
 
 def is_exporting() -> bool:
@@ -527,12 +535,7 @@ def switched_qkv(qkv: torch.Tensor, num_heads: int, hw: Tuple[int, int], scale: 
             return out
         x_img = _conv_cl(v[:, :, p:].transpose(1, 2).reshape(b, h, w, c))
         local = _depthwise3x3_batched(x_img, kernels.to(out.dtype).reshape(b, c, 3, 3))
-        local = local.permute(0, 2, 3, 1).reshape(b, n - p, c)
-        if bias is not None:
-            local = local + bias.to(local.dtype)
-        if p:
-            return torch.cat([out[:, :p], out[:, p:] + local], dim=1)
-        return out + local
+        return _add_local(out, local, bias, p)
 
 
 # --------------------------------------------------------------------------- reference

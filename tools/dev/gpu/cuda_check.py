@@ -81,6 +81,21 @@ def check_ops(device):
             f"{len(ref['roi_align'])} roi_align cases max abs err {worst:.1e}")
 
 
+def device_vs_cpu(model, x, device):
+    """Relative error of ``model``'s outputs and input gradient (of the mean squares of the
+    outputs) on ``device`` against CPU, same weights; the model is left on ``device``."""
+    outs = {}
+    for dev in ('cpu', device):
+        m = model.to(dev)
+        m.zero_grad()
+        xi = x.to(dev).requires_grad_()
+        y = m(xi)
+        sum((o.float() ** 2).mean() for o in y).backward()
+        outs[dev] = ([o.detach().cpu() for o in y], xi.grad.cpu())
+    fwd = max(rel_err(a, b) for a, b in zip(outs[device][0], outs['cpu'][0]))
+    return fwd, rel_err(outs[device][1], outs['cpu'][1])
+
+
 @check('InLine backbones: forward + backward on device vs CPU (fp32)')
 def check_backbones(device):
     from inline_mm.models import FAMILIES
@@ -89,17 +104,7 @@ def check_backbones(device):
         cfg = dict(type=family.name, arch='tiny')
         torch.manual_seed(0)
         model = family.cls(arch='tiny').eval()
-        x = torch.randn(2, 3, 224, 320)
-        outs = {}
-        for dev in ('cpu', device):
-            m = model.to(dev)
-            m.zero_grad()
-            xi = x.to(dev).requires_grad_()
-            y = m(xi)
-            sum((o.float() ** 2).mean() for o in y).backward()
-            outs[dev] = ([o.detach().cpu() for o in y], xi.grad.cpu())
-        fwd = max(rel_err(a, b) for a, b in zip(outs[device][0], outs['cpu'][0]))
-        bwd = rel_err(outs[device][1], outs['cpu'][1])
+        fwd, bwd = device_vs_cpu(model, torch.randn(2, 3, 224, 320), device)
         assert fwd < 1e-4 and bwd < 1e-3, (cfg['type'], fwd, bwd)
         lines.append(f"{cfg['type']} fwd {fwd:.1e} bwd {bwd:.1e}")
     return '; '.join(lines)
@@ -119,16 +124,7 @@ def check_switches(device):
         torch.manual_seed(0)
         model = family.cls(**family.smoke, inline_cfg=switches).eval()
         x = torch.randn(2, 3, 160, 224)
-        outs = {}
-        for dev in ('cpu', device):
-            m = model.to(dev)
-            m.zero_grad()
-            xi = x.to(dev).requires_grad_()
-            y = m(xi)
-            sum((o ** 2).mean() for o in y).backward()
-            outs[dev] = ([o.detach().cpu() for o in y], xi.grad.cpu())
-        fwd = max(rel_err(a, b) for a, b in zip(outs[device][0], outs['cpu'][0]))
-        bwd = rel_err(outs[device][1], outs['cpu'][1])
+        fwd, bwd = device_vs_cpu(model, x, device)
         assert fwd < 1e-4 and bwd < 1e-3, (switches, fwd, bwd)
         if device != 'cpu':
             xi = x.to(device).requires_grad_()
