@@ -252,7 +252,7 @@ def capture_attention(backbone: nn.Module, x: torch.Tensor, stage: int, block: i
     """Run ``backbone`` on ``x`` and read the call of the InLine attention of block
     ``block`` of stage ``stage`` (branch ``branch`` of an InLine-CSwin block).
 
-    The attention's ``_attend(qkv, hw, token_mean, valid, qkv_is_scratch)`` (what its
+    The attention's ``_attend(qkv, hw, token_mean, valid)`` (what its
     ``forward`` and ``attend`` both call, with the raw projection output) is wrapped for
     the one call and restored afterwards; the forward pass stops after that call. Runs
     under ``torch.no_grad()`` in the model's current mode (``eval()`` it first: dropout).
@@ -269,12 +269,11 @@ def capture_attention(backbone: nn.Module, x: torch.Tensor, stage: int, block: i
     had_own = '_attend' in vars(attn)
     original = attn._attend
 
-    def reading(qkv, hw, token_mean, valid, qkv_is_scratch):
-        # A copy first: with qkv_is_scratch the call zeroes K and V outside the images in place.
+    def reading(qkv, hw, token_mean, valid):
         seen.update(qkv=qkv.detach().clone(), hw=tuple(int(s) for s in hw),
                     token_mean=None if token_mean is None else token_mean.detach().clone(),
                     valid=NO_PADDING if valid is None else valid)
-        out = original(qkv, hw, token_mean, valid, qkv_is_scratch)
+        out = original(qkv, hw, token_mean, valid)
         seen['output'] = out.detach().clone()
         raise _Captured
 

@@ -198,9 +198,9 @@ class InLineAttention(nn.Module):
             valid (ValidMap): Each image's region of a padded batch (see the module
                 docstring); the caller takes ``token_mean`` over it too.
         """
-        return self._attend(qkv, hw, token_mean, valid, qkv_is_scratch=False)
+        return self._attend(qkv, hw, token_mean, valid)
 
-    def _attend(self, qkv, hw, token_mean, valid, qkv_is_scratch: bool) -> torch.Tensor:
+    def _attend(self, qkv, hw, token_mean, valid) -> torch.Tensor:
         if token_mean is None and self.local_residual:
             raise ValueError(f'{type(self).__name__}.attend needs the (B, C) token mean the '
                              'local kernels are predicted from')
@@ -223,14 +223,13 @@ class InLineAttention(nn.Module):
         else:
             if self.kernel != 'identity':
                 c = self.dim
-                # A new projection output of phi(q), phi(k), v: the caller's stays as it
-                # was, and K and V outside the images are zeroed after phi in this one.
+                # A new projection output of phi(q), phi(k), v (the caller's stays as it
+                # was), zero outside the images after phi: phi of a finite value there
+                # may be inf (exp), and the outputs and the statistics must stay finite.
                 qkv = torch.cat([self.phi(qkv[..., :2 * c]), qkv[..., 2 * c:]], dim=-1)
-                qkv_is_scratch = True
-                # phi(q) outside an image may be inf (exp): its outputs must stay finite.
                 qkv = valid.zero_(qkv)
             out = inline_qkv(qkv, self.num_heads, hw, self.scale, kernels, bias,
-                             self.num_prefix_tokens, valid, qkv_is_scratch)
+                             self.num_prefix_tokens, valid)
         return self.attn_drop(out)
 
     # ------------------------------------------------------------------ windows
@@ -324,6 +323,5 @@ class InLineAttention(nn.Module):
         if token_mean is None and self.local_residual:
             token_mean = valid.mean(x) if self.window_size is None \
                 else self.window_means(x, hw, valid)
-        # The projection output is this call's own: the formula may zero it in place.
-        out = self._attend(self.qkv(x), hw, token_mean, valid, qkv_is_scratch=True)
+        out = self._attend(self.qkv(x), hw, token_mean, valid)
         return self.proj_drop(self.proj(out))

@@ -46,15 +46,16 @@ Implementation notes (why it looks the way it does):
   runs with the local term as nine shifted multiply-adds over the whole batch
   (:func:`_depthwise3x3_batched`): the tracer cannot record the autograd function,
   and a per-sample loop would bake the batch size into the graph.
-* Padding awareness (:mod:`.padding`): K and V outside each image are zero, so sums
-  over all tokens are sums over the image's own and the local term sees zeros past
-  the image, as at the border of an image alone; the means divide by the per-image
-  counts, and so does the closed-form backward. The zeros are made in a buffer the
-  function owns (K and V times the token mask; the backward remakes it rather than
-  holding it, and zeroes the K/V gradient outside), or, where the caller says
-  ``qkv`` is its own scratch projection output (:func:`inline_qkv`), in ``qkv`` in
-  place: ``masked_fill_`` on memory in use is cheaper than a fresh buffer's page
-  faults, and ``torch.where`` (a full copy) cost ~7% of InLine-PVT-T inference.
+* Padding awareness (:mod:`.padding`): each image of a padded batch is the top-left
+  ``(h, w)`` region of the map, known on the host (``regions``). The statistics run
+  over each image's tokens: the means are sums over its region divided by its count,
+  and ``K^T V`` reads V from the image copy the local term needs anyway, with zeros
+  written outside each region (so the local term sees zeros past the image, as at the
+  border of an image alone). The backward zeroes the K/V gradient of the tokens
+  outside. Every zeroing writes the padding's own tokens only: no mask is read, no
+  pass goes over the whole map, and autograd records nothing outside the function
+  (an in-place zeroing of ``qkv`` before it cost a copy of the whole ``qkv``
+  gradient in the backward: ~8% of padded training).
 * The paper's switches (a kernel phi, linear attention, windows; :func:`switched_qkv`)
   are plain batched tensor operations: ablations, not the released models' hot path.
   InLine attention with another kernel still runs the fast kernel, on
@@ -70,6 +71,9 @@ import torch
 import torch.nn.functional as F
 
 from .padding import NO_PADDING, ValidMap
+
+#: each image's ``(h, w)`` region at the top left of a padded batch's map
+Regions = Tuple[Tuple[int, int], ...]
 
 __all__ = ['inline_qkv', 'inline_attention', 'local_residual', 'is_exporting', 'KERNELS',
            'LINEAR_EPS', 'apply_kernel', 'guard_denominator', 'switched_qkv',
@@ -92,20 +96,49 @@ def _conv_cl(x: torch.Tensor) -> torch.Tensor:
 
 
 def _v_image(v: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
-    """``(B, heads, H*W, d)`` view of V -> contiguous ``(B, H, W, C)`` copy, returned as
-    its channels-last ``(B, C, H, W)`` view."""
+    """``(B, heads, H*W, d)`` view of V -> V as a ``(B, H, W, C)`` map, returned as its
+    ``(B, C, H, W)`` view with channels innermost (channels-last strides). A reshape:
+    for V in the packed projection output this is a view of it (rows ``3C`` apart),
+    which the convolution reads as it is; never written."""
     b, heads, n, d = v.shape
     return _conv_cl(v.transpose(1, 2).reshape(b, hw[0], hw[1], heads * d))
 
 
-def _masked_kv(qkv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """K and V of the packed ``qkv`` ``(B, 3, heads, N, d)`` times the ``(B, N)`` bool
-    token mask, in a new buffer laid out token-major like the projection output;
-    returned as its ``(B, 2, heads, N, d)`` view."""
-    b, _, heads, n, d = qkv.shape
-    buf = qkv.new_empty((b, n, 2, heads, d))
-    torch.mul(qkv[:, 1:].permute(0, 3, 1, 2, 4), mask.view(b, n, 1, 1, 1), out=buf)
-    return buf.permute(0, 2, 3, 1, 4)
+def _zero_outside_(t: torch.Tensor, regions: Regions) -> torch.Tensor:
+    """Zero, in place, what lies outside each image of a ``(B, H, W, ...)`` tensor
+    (any strides): image ``i`` is the top-left ``regions[i] = (h, w)``. Writes the
+    padding only."""
+    for i, (h, w) in enumerate(regions):
+        if h < t.shape[1]:
+            t[i, h:].zero_()
+        if w < t.shape[2]:
+            t[i, :h, w:].zero_()
+    return t
+
+
+def _region_sums(t: torch.Tensor, hw: Tuple[int, int], prefix: int,
+                 regions: Regions) -> torch.Tensor:
+    """``(B, heads, prefix + H*W, d)`` (any strides) -> ``(B, heads, 1, d)`` fp32 sums
+    over each image's tokens: its prefix tokens and its region of the map."""
+    b, heads, _, d = t.shape
+    out = t.new_empty((b, heads, 1, d), dtype=_F32)
+    for i, (h, w) in enumerate(regions):
+        torch.sum(t[i, :, prefix:].unflatten(1, hw)[:, :h, :w], dim=(1, 2), dtype=_F32,
+                  out=out[i, :, 0])
+        if prefix:
+            out[i, :, 0] += t[i, :, :prefix].sum(dim=1, dtype=_F32)
+    return out
+
+
+def _masked_v(v: torch.Tensor, hw: Tuple[int, int], prefix: int,
+              regions: Regions) -> torch.Tensor:
+    """``(B, heads, N, d)`` view of V -> a token-layout ``(B, N, C)`` copy with zeros
+    outside each image's region (its prefix tokens kept)."""
+    b, heads, n, d = v.shape
+    v_tok = v.new_empty((b, n, heads * d))
+    v_tok.view(b, n, heads, d).copy_(v.transpose(1, 2))
+    _zero_outside_(v_tok[:, prefix:].unflatten(1, hw), regions)
+    return v_tok
 
 
 class _InLineFunction(torch.autograd.Function):
@@ -116,30 +149,39 @@ class _InLineFunction(torch.autograd.Function):
     ``bias`` ``(C,)`` or None (added with the local term), ``hw``, ``scale``,
     ``prefix`` (tokens before the ``H x W`` map: in the linear term, not in the
     local one), and for a padded batch ``counts`` ``(B,)`` fp32 (tokens each
-    sample's means divide by) with ``mask`` ``(B, N)`` bool (its tokens), or None.
+    sample's means divide by) with ``regions`` (each image's ``(h, w)`` on the map;
+    its prefix tokens count too), or None.
     Output: ``(B, N, C)`` in token layout.
     """
 
     @staticmethod
-    def forward(ctx, qkv, kernels, bias, hw, scale, prefix=0, counts=None, mask=None):
+    def forward(ctx, qkv, kernels, bias, hw, scale, prefix=0, counts=None, regions=None):
         with _autocast_off(qkv):
             b, _, heads, n, d = qkv.shape
             c = heads * d
             dt = qkv.dtype
-            q = qkv[:, 0]                                                   # (B, heads, N, d)
-            kv = qkv[:, 1:] if mask is None else _masked_kv(qkv, mask)
-            k, v = kv.unbind(1)
-            # Tokens each sample's statistics are over: a number, or (B, 1, 1, 1).
-            per = n if counts is None else counts.view(b, 1, 1, 1)
-            means = kv.sum(dim=3, keepdim=True, dtype=_F32).div_(
-                per if counts is None else per.unsqueeze(1))
+            q, k, v = qkv.unbind(1)                                         # (B, heads, N, d)
+            if regions is None:
+                per = n
+                means = qkv[:, 1:].sum(dim=3, keepdim=True, dtype=_F32).div_(n)
+                v_stat, x_img = v, None
+            else:
+                # Tokens each sample's statistics are over: (B, 1, 1, 1).
+                per = counts.view(b, 1, 1, 1)
+                v_tok = _masked_v(v, hw, prefix, regions)
+                v_stat = v_tok.view(b, n, heads, d).transpose(1, 2)
+                means = torch.stack([_region_sums(k, hw, prefix, regions),
+                                     _region_sums(v_stat, hw, prefix, regions)], 1)
+                means.div_(per.unsqueeze(1))
+                x_img = _conv_cl(v_tok[:, prefix:].view(b, hw[0], hw[1], c))
             k_mean, v_mean = means.unbind(1)                                # (B, heads, 1, d)
 
             cov = qkv.new_empty((b, heads, d, d), dtype=_F32)
             for i in range(b):
                 # In fp32 this reads the strided views directly; in fp16/bf16 the
-                # per-sample fp32 copy keeps the reduction exact and bounded.
-                torch.bmm(_f32(k[i]).transpose(1, 2), _f32(v[i]), out=cov[i])
+                # per-sample fp32 copy keeps the reduction exact and bounded. Padded:
+                # V is zero outside each image, so the sum runs over its tokens.
+                torch.bmm(_f32(k[i]).transpose(1, 2), _f32(v_stat[i]), out=cov[i])
             cov.div_(per).sub_(k_mean.transpose(-2, -1) @ v_mean)
             m = cov.mul_(scale).to(dt)                                      # (B, heads, d, d)
 
@@ -160,29 +202,29 @@ class _InLineFunction(torch.autograd.Function):
                     conv_bias = bias.to(_F32).expand(b, c) if conv_bias is None \
                         else conv_bias + bias.to(_F32)
                 conv_bias = [None] * b if conv_bias is None else conv_bias.to(dt)
-                x_img = _v_image(v[:, :, prefix:], hw)
+                if x_img is None:
+                    x_img = _v_image(v[:, :, prefix:], hw)
                 for i in range(b):
                     local = F.conv2d(x_img[i:i + 1], kernels[i], conv_bias[i], padding=1, groups=c)
                     out[i, prefix:].add_(local.permute(0, 2, 3, 1).reshape(n - prefix, c))
-        # Neither the image copy of V nor the masked K/V is kept: the backward makes
-        # them again rather than holding N x C per block for the whole forward pass.
-        ctx.save_for_backward(qkv, m, means, kernels, counts, mask)
+        # The image copy of V is not kept: the backward makes it again rather than
+        # holding N x C per block for the whole forward pass.
+        ctx.save_for_backward(qkv, m, means, kernels, counts)
         ctx.scale, ctx.hw, ctx.prefix, ctx.has_bias = scale, hw, prefix, bias is not None
+        ctx.regions = regions
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        qkv, m, means, kernels, counts, mask = ctx.saved_tensors
+        qkv, m, means, kernels, counts = ctx.saved_tensors
         need_qkv, need_kernels, need_bias = ctx.needs_input_grad[:3]
-        scale, p = ctx.scale, ctx.prefix
+        scale, p, regions = ctx.scale, ctx.prefix, ctx.regions
         with _autocast_off(qkv):
             b, _, heads, n, d = qkv.shape
             c = heads * d
             dt = qkv.dtype
             grad = grad.contiguous()
-            q = qkv[:, 0]
-            kv = qkv[:, 1:] if mask is None else _masked_kv(qkv, mask)
-            k, v = kv.unbind(1)
+            q, k, v = qkv.unbind(1)
             grad_sum = grad.sum(dim=1, dtype=_F32)                          # (B, C)
             grad_qkv = grad_kernels = grad_bias = None
 
@@ -192,7 +234,10 @@ class _InLineFunction(torch.autograd.Function):
             if kernels is not None and (need_qkv or need_kernels):
                 h, w = ctx.hw
                 grad_img = _conv_cl(grad[:, p:].view(b, h, w, c))
-                x_img = _v_image(v[:, :, p:], ctx.hw)
+                if regions is None:
+                    x_img = _v_image(v[:, :, p:], ctx.hw)
+                else:
+                    x_img = _conv_cl(_masked_v(v, ctx.hw, p, regions)[:, p:].view(b, h, w, c))
                 grad_local, dk_list = [], []
                 for i in range(b):
                     dx, dw, _ = torch.ops.aten.convolution_backward(
@@ -225,6 +270,8 @@ class _InLineFunction(torch.autograd.Function):
                 off_k, off_v = off_k.to(dt), off_v.to(dt)
 
                 # Written in the (B, N, 3, heads, d) layout of the projection output.
+                # Each row of dK (dV) depends on its own token's V (K) only, so the
+                # rows inside an image are right from the unmasked values.
                 grad_tok = qkv.new_empty((b, n, 3, heads, d))
                 grad_qkv = grad_tok.permute(0, 2, 3, 1, 4)                  # (B, 3, heads, N, d)
                 dq, dk, dv = grad_qkv.unbind(1)
@@ -237,9 +284,9 @@ class _InLineFunction(torch.autograd.Function):
                         grad_local[i] = None
                         grad_tok[i, p:, 2].view(n - p, c).add_(
                             dx.permute(0, 2, 3, 1).reshape(n - p, c))
-                if mask is not None:
+                if regions is not None:
                     # K and V outside an image did not enter the result.
-                    grad_tok[:, :, 1:].mul_(mask.view(b, n, 1, 1, 1))
+                    _zero_outside_(grad_tok[:, p:, 1:].unflatten(1, ctx.hw), regions)
             if need_bias and ctx.has_bias:
                 grad_bias = (grad_sum if p == 0 else grad[:, p:].sum(dim=1, dtype=_F32)).sum(0)
         return grad_qkv, grad_kernels, grad_bias, None, None, None, None, None
@@ -318,28 +365,29 @@ def is_exporting() -> bool:
     return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
 
 
-def _inline(qkv, kernels, bias, hw, scale, prefix=0, counts=None, mask=None):
+def _inline(qkv, kernels, bias, hw, scale, prefix=0, valid: ValidMap = NO_PADDING):
     """Dispatch: the hand-written kernel in eager mode, plain ops when compiling,
     loop-free plain ops when tracing or exporting. Arguments: see
-    :class:`_InLineFunction`."""
+    :class:`_InLineFunction`; ``valid`` gives the padding (the kernel takes each
+    image's region, the plain forms its token mask)."""
     if is_exporting():
-        return _inline_traced(qkv, kernels, bias, hw, scale, prefix, counts, mask,
+        return _inline_traced(qkv, kernels, bias, hw, scale, prefix, valid.counts, valid.mask,
                               batched_local=True)
     if torch.compiler.is_compiling():
-        return _inline_traced(qkv, kernels, bias, hw, scale, prefix, counts, mask)
-    return _InLineFunction.apply(qkv, kernels, bias, hw, scale, prefix, counts, mask)
+        return _inline_traced(qkv, kernels, bias, hw, scale, prefix, valid.counts, valid.mask)
+    regions = tuple(valid.sizes) if valid.is_padded else None
+    return _InLineFunction.apply(qkv, kernels, bias, hw, scale, prefix, valid.counts, regions)
 
 
 def inline_qkv(qkv: torch.Tensor, num_heads: int, hw: Tuple[int, int], scale: float,
                kernels: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
-               num_prefix_tokens: int = 0, valid: ValidMap = NO_PADDING,
-               qkv_is_scratch: bool = False) -> torch.Tensor:
+               num_prefix_tokens: int = 0, valid: ValidMap = NO_PADDING) -> torch.Tensor:
     """InLine attention, local term included, from a projection's ``qkv`` output.
 
     Args:
         qkv (Tensor): ``(B, N, 3C)`` queries, keys, values (in that order along the
             last axis, heads contiguous within each), ``N = num_prefix_tokens + H*W``.
-            Not written (but see ``qkv_is_scratch``).
+            Not written.
         num_heads (int): Heads; must divide ``C``.
         hw (tuple[int, int]): The map size ``(H, W)``.
         scale (float): ``s`` of the formula.
@@ -347,14 +395,10 @@ def inline_qkv(qkv: torch.Tensor, num_heads: int, hw: Tuple[int, int], scale: fl
         bias (Tensor, optional): ``(C,)`` added with the local term (LePE's bias).
         num_prefix_tokens (int): Tokens before the map (a class token): in the linear
             term, outside the local one. Default: 0.
-        valid (ValidMap): Each image's tokens of a padded batch (``mask`` and
-            ``counts``, prefix included): the statistics run over them only and the
-            local term sees zeros outside them. Default: ``NO_PADDING``.
-        qkv_is_scratch (bool): ``qkv`` is the caller's own projection output, made
-            for this call and read by nothing else, so K and V outside the images may
-            be zeroed in it in place rather than in a copy (a fresh buffer of 2 N x C
-            costs its page faults: ~10% of the attention at 128x128 tokens). Only the
-            caller can know this; by default ``qkv`` is not written. Default: False.
+        valid (ValidMap): Each image's region of a padded batch (on this ``hw`` map,
+            prefix tokens counted): the statistics run over its tokens only and the
+            local term sees zeros outside it. Tokens outside may hold anything
+            finite. Default: ``NO_PADDING``.
 
     Returns:
         Tensor: ``(B, N, C)``, before any output projection.
@@ -364,13 +408,13 @@ def inline_qkv(qkv: torch.Tensor, num_heads: int, hw: Tuple[int, int], scale: fl
     if p + h * w != n:
         raise ValueError(f'{n} tokens do not form a {h}x{w} map' if p == 0 else
                          f'{n} tokens are not {p} prefix token(s) plus a {h}x{w} map')
+    if valid.is_padded and (tuple(valid.hw) != (h, w) or valid.prefix != p):
+        raise ValueError(f'valid describes a {valid.hw[0]}x{valid.hw[1]} map with '
+                         f'{valid.prefix} prefix token(s), the tokens are a {h}x{w} map '
+                         f'with {p}')
     c = c3 // 3
     packed = qkv.reshape(b, n, 3, num_heads, c // num_heads).permute(0, 2, 3, 1, 4)
-    mask = valid.mask
-    if mask is not None and qkv_is_scratch:
-        valid.zero_(qkv[..., c:])                                           # K and V
-        mask = None
-    return _inline(packed, kernels, bias, hw, scale, p, valid.counts, mask)
+    return _inline(packed, kernels, bias, hw, scale, p, valid)
 
 
 def inline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
