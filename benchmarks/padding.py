@@ -25,9 +25,10 @@ over the whole canvas as before. This measures what the first costs over the sec
 For each (family, size, condition, mode) the two variants are warmed up, their peak
 memory measured once, then timed in ``--repeats`` rounds, one run of each per round,
 alternating which goes first (A B, B A, ...), so a change of load hits both alike.
-Timing and memory come from :mod:`.measure` (wall clock on CPU, CUDA events on CUDA).
-Reported: medians, aware / plain (time and memory), and the range of the per-round
-ratios (how far the noise of the machine reaches). Before timing, each batch is checked
+Timing and memory come from :mod:`.measure` (wall clock on CPU, CUDA events on CUDA;
+on CPU also the CPU time of the process, which waiting for a core does not inflate).
+Reported: medians, aware / plain (time, CPU time and memory), and the range of the
+per-round ratios (how far the noise of the machine reaches). Before timing, each batch is checked
 to be what its condition says: the aware model reads padding from a ``padded`` batch and
 none from a ``none`` batch.
 """
@@ -106,12 +107,17 @@ class Measurement:
     variant: str
     images: List[Tuple[int, int]]
     times: List[float] = field(default_factory=list)
+    cpu_times: List[float] = field(default_factory=list)
     peak_bytes: Optional[int] = None
     status: str = 'ok'
 
     @property
     def median(self) -> Optional[float]:
         return statistics.median(self.times) if self.times else None
+
+    @property
+    def cpu_median(self) -> Optional[float]:
+        return statistics.median(self.cpu_times) if self.cpu_times else None
 
     @property
     def images_text(self) -> str:
@@ -158,11 +164,13 @@ def _measure_pair(args, timer: Timer, model: nn.Module, x: torch.Tensor,
         for rep in range(args.repeats):
             for v in (order if rep % 2 == 0 else order[::-1]):
                 pair[v].times.append(timer(steps[v]))
+                if timer.last_cpu is not None:
+                    pair[v].cpu_times.append(timer.last_cpu)
     except RuntimeError as e:
         if not is_oom(e):
             raise
         for m in pair.values():
-            m.status, m.times, m.peak_bytes = 'out of memory', [], None
+            m.status, m.times, m.cpu_times, m.peak_bytes = 'out of memory', [], [], None
         free_memory(timer.device)
 
 
@@ -197,13 +205,15 @@ def run(args, device: torch.device) -> List[Measurement]:
 
 
 def _ratios(pair: Dict[str, Measurement]):
-    """(aware / plain of the medians, of the peak memory, per-round (min, max))."""
+    """(aware / plain of the wall-clock medians, of the peak memory, per-round (min,
+    max), aware / plain of the CPU-time medians or None)."""
     plain, aware = pair['plain'], pair['aware']
     if plain.median is None or aware.median is None:
         return None
     rounds = [a / p for a, p in zip(aware.times, plain.times)]
+    cpu = aware.cpu_median / plain.cpu_median if plain.cpu_times and aware.cpu_times else None
     return (aware.median / plain.median, aware.peak_bytes / max(plain.peak_bytes, 1),
-            (min(rounds), max(rounds)))
+            (min(rounds), max(rounds)), cpu)
 
 
 def _report_line(pair: Dict[str, Measurement]):
@@ -213,10 +223,10 @@ def _report_line(pair: Dict[str, Measurement]):
     if ratios is None:
         print(f'{head} {m.status}', flush=True)
         return
-    time_ratio, _, (lo, hi) = ratios
+    time_ratio, _, (lo, hi), cpu = ratios
     print(f'{head} plain {m.median * 1e3:9.1f} ms  aware {pair["aware"].median * 1e3:9.1f} ms'
-          f'  aware/plain {time_ratio:.3f} (rounds {lo:.3f}-{hi:.3f}, n={len(m.times)})',
-          flush=True)
+          f'  aware/plain {time_ratio:.3f} (rounds {lo:.3f}-{hi:.3f}, n={len(m.times)})'
+          + (f'  CPU time {cpu:.3f}' if cpu is not None else ''), flush=True)
 
 
 def _pairs(results: Sequence[Measurement]) -> Dict[tuple, Dict[str, Measurement]]:
@@ -239,7 +249,7 @@ def padding_table(results: Sequence[Measurement]) -> str:
                          'plain = pad_aware=False, aware = pad_aware=True')
             lines.append(f'{"family":12s}{"canvas":>10s}  {"condition":9s}{"images":>20s}'
                          f'{"plain":>16s}{"aware":>16s}{"aware/plain":>13s}{"rounds":>15s}'
-                         f'{"memory":>8s}')
+                         f'{"CPU time":>10s}{"memory":>8s}')
             for key in keys:
                 pair = pairs[key]
                 m = pair['plain']
@@ -249,15 +259,19 @@ def padding_table(results: Sequence[Measurement]) -> str:
                 if ratios is None:
                     lines.append(row + f'{m.status:>16s}')
                     continue
-                time_ratio, mem_ratio, (lo, hi) = ratios
+                time_ratio, mem_ratio, (lo, hi), cpu = ratios
                 for v in VARIANTS:
                     r = pair[v]
                     row += f'{f"{r.median * 1e3:.0f} [{r.peak_bytes / 2 ** 20:.0f}]":>16s}'
-                row += f'{time_ratio:>12.3f}x{f"{lo:.2f}-{hi:.2f}":>15s}{mem_ratio:>7.2f}x'
+                cpu_text = '-' if cpu is None else f'{cpu:.3f}x'
+                row += (f'{time_ratio:>12.3f}x{f"{lo:.2f}-{hi:.2f}":>15s}{cpu_text:>10s}'
+                        f'{mem_ratio:>7.2f}x')
                 lines.append(row)
-            lines.append('  aware/plain: ratio of the medians (> 1: padding awareness costs '
-                         'time); rounds: range of the ratio within each interleaved round; '
-                         'memory: ratio of the peaks')
+            lines.append('  aware/plain: ratio of the wall-clock medians (> 1: padding '
+                         'awareness costs time); rounds: range of the ratio within each '
+                         'interleaved round; CPU time: ratio of the medians of the CPU time '
+                         'the process spent (immune to waiting for a core); memory: ratio '
+                         'of the peaks')
     return '\n'.join(lines)
 
 
@@ -269,7 +283,8 @@ def write_csv(results: Sequence[Measurement], path: Path, batch: int,
         w.writerow(['device', 'family', 'arch', 'mode', 'height', 'width', 'canvas_height',
                     'canvas_width', 'condition', 'images', 'pad_aware', 'batch', 'threads',
                     'median_ms', 'min_ms', 'max_ms', 'runs', 'peak_mib', 'time_vs_plain',
-                    'memory_vs_plain', 'memory_method', 'status'])
+                    'cpu_median_ms', 'cpu_time_vs_plain', 'memory_vs_plain', 'memory_method',
+                    'status'])
         for r in results:
             ok = r.median is not None
             plain = pairs[(r.device, r.family, r.mode, r.size, r.condition)]['plain']
@@ -281,5 +296,8 @@ def write_csv(results: Sequence[Measurement], path: Path, batch: int,
                         f'{max(r.times) * 1e3:.3f}' if ok else '', len(r.times),
                         f'{r.peak_bytes / 2 ** 20:.2f}' if r.peak_bytes is not None else '',
                         f'{r.median / plain.median:.4f}' if ok else '',
+                        f'{r.cpu_median * 1e3:.3f}' if r.cpu_times else '',
+                        f'{r.cpu_median / plain.cpu_median:.4f}'
+                        if r.cpu_times and plain.cpu_times else '',
                         f'{r.peak_bytes / max(plain.peak_bytes, 1):.4f}' if ok else '',
                         mem_methods[r.device], r.status])
