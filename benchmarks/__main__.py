@@ -6,6 +6,7 @@
     python -m benchmarks --quick          # CI-sized run of both (seconds)
     python -m benchmarks --deit           # InLine-DeiT-T vs DeiT-T, 224 .. 1536, + split
     python -m benchmarks --padding        # pad_aware=True vs False, 800x1333 and 1024
+    python -m benchmarks --floor          # InLineAttention vs its own linears, 16k/65k tokens
     python -m benchmarks.compile          # torch.compile on a stream of sizes (compile.py)
 
 InLine (Han et al., "Bridging the Divide: Reconsidering Softmax and Linear
@@ -62,9 +63,15 @@ and on a realistic padded batch (one image at the canvas size, one at 3/4 of eac
 interleaved rounds (``benchmarks.padding``). Outputs: ``padding.csv``,
 ``meta.json``.
 
+``--floor`` times InLineAttention against its own qkv and proj linear layers (C=96 with 3
+heads and C=384 with 12, at 16k and 65k tokens), forward and forward + backward, and
+profiles what the attention adds to them, op by op (``benchmarks.floor``). Outputs:
+``floor.csv``, ``floor_profile.csv``, ``meta.json``.
+
 The parts live in ``benchmarks``: ``measure`` (timing, memory, prediction),
-``backbones``, ``attention``, ``deit`` and ``padding`` (the comparisons); this file is their
-command line.
+``backbones``, ``attention``, ``deit``, ``padding`` and ``floor`` (the comparisons); this
+file is their command line. ``tools/benchmark.py`` runs the padding, floor and deployment
+comparisons in one go.
 """
 import argparse
 import json
@@ -78,7 +85,7 @@ from benchmarks.attention import attention_table, run_attention, write_attention
 from benchmarks.backbones import (FULL_SIZES, MODELS, MODES, QUICK_SIZES, Result,
                                   backbone_tables, build_models, plot_backbones,
                                   run_backbones, write_backbone_csv)
-from benchmarks import deit, padding
+from benchmarks import deit, floor, padding
 from benchmarks.measure import Timer, free_memory, machine_info
 from inline_mm.models import FAMILIES
 
@@ -115,6 +122,10 @@ def parse_args(argv=None):
                    help='the cost of padding awareness: pad_aware=True against False for every '
                         'family (tiny), batch 2, unpadded and padded batches (sizes default to '
                         '800x1333 1024)')
+    p.add_argument('--floor', action='store_true',
+                   help='InLineAttention against its own qkv + proj linears at 16k and 65k '
+                        'tokens, C=96/3 heads and C=384/12 heads, with the profile of what '
+                        'the attention adds')
     p.add_argument('--conditions', nargs='+', choices=padding.CONDITIONS,
                    default=list(padding.CONDITIONS),
                    help='with --padding: none (every image fills the canvas), padded (image 0 '
@@ -150,8 +161,9 @@ def parse_args(argv=None):
                         'of the available memory)')
     p.add_argument('--out-dir', type=Path, default=ROOT / 'work_dirs' / 'benchmark')
     args = p.parse_args(argv)
-    if args.padding and (args.deit or args.attention):
-        p.error('--padding is a comparison of its own: not with --deit or --attention')
+    if sum(map(bool, (args.padding, args.floor, args.deit or args.attention))) > 1:
+        p.error('--padding, --floor and --deit/--attention are comparisons of their own: '
+                'choose one')
     if args.batch is None:
         args.batch = 2 if args.padding else 1
     if args.batch < 1 or args.warmup < 0:
@@ -216,6 +228,9 @@ def main(argv=None):
         return
     if args.padding:
         run_padding(args, devices, info)
+        return
+    if args.floor:
+        run_floor(args, devices, info)
         return
     run_backbone_part = not args.attention
     run_attention_part = args.attention or args.quick
@@ -291,6 +306,31 @@ def run_deit(args, devices, info):
     meta.write_text(json.dumps(info, indent=2, default=str))
     outputs.append(meta)
     print('\nwrote ' + ', '.join(str(p) for p in outputs))
+
+
+def _write_meta(args, info, outputs):
+    if hasattr(os, 'getloadavg'):
+        info['load_average_end'] = os.getloadavg()
+    info['arguments'] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    meta = args.out_dir / 'meta.json'
+    meta.write_text(json.dumps(info, indent=2, default=str))
+    print('\nwrote ' + ', '.join(str(p) for p in list(outputs) + [meta]))
+
+
+def run_floor(args, devices, info):
+    """``--floor``: the module against its own linears, and the profile of the rest."""
+    cases = floor.QUICK_CASES if args.quick else floor.FULL_CASES
+    rows, prof_rows = [], []
+    for device in devices:
+        print(f'\n{device.type.upper()}: {args.warmup} warm-up + {args.repeats} interleaved '
+              'rounds per case', flush=True)
+        r, p = floor.run_floor(cases, args.repeats, args.warmup, device)
+        rows, prof_rows = rows + r, prof_rows + p
+    print(floor.floor_table(rows))
+    print(floor.profile_table(prof_rows))
+    paths = args.out_dir / 'floor.csv', args.out_dir / 'floor_profile.csv'
+    floor.write_floor_csv(rows, prof_rows, *paths)
+    _write_meta(args, info, paths)
 
 
 def run_padding(args, devices, info):

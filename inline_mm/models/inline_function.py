@@ -24,18 +24,20 @@ Implementation notes (why it looks the way it does):
   hand-written backward.  Its gradient has a closed form in the same ``d x d``
   statistics (``dM = Q^T dO``; ``dK = (V - mean V) dCov^T / n``;
   ``dV = (K - mean K) dCov / n + colsum(dO) / n``), so the backward keeps only the
-  packed ``qkv`` (alive anyway) and ``d x d`` matrices, makes the image copy of V
-  again for the convolution instead of holding it through the forward, and writes
+  packed ``qkv`` (alive anyway) and ``d x d`` matrices, makes the image of V again
+  for the convolution (a view; a copy with zeros outside in a padded batch) instead
+  of holding it through the forward, and writes
   ``dq``, ``dk``, ``dv`` straight into one buffer in the layout of the ``qkv``
   projection's output: no head-major copies, no zero-filled slice gradients summed
   afterwards.
 * The per-head products read ``q``, ``k``, ``v`` as strided views of the packed
   projection output (BLAS takes the row stride), and write the output in token
   layout ``(B, N, C)`` that the output projection consumes.
-* The local convolution runs per sample in channels-last layout: V copied once to
-  ``(B, H, W, C)`` is a channels-last NCHW tensor, the convolution output is
-  already in token layout, and the gradient of the token-layout output is a
-  channels-last image without a copy.  oneDNN's depthwise kernels are several
+* The local convolution runs per sample in channels-last layout: V viewed as
+  ``(B, H, W, C)`` (the projection output's own memory, rows ``3C`` apart) is an
+  NCHW tensor with channels innermost, the convolution output is already in token
+  layout, and the gradient of the token-layout output is a channels-last image
+  without a copy.  oneDNN's depthwise kernels are several
   times faster in this layout, above all in the backward, than the
   ``(1, B * C, H, W)`` grouped convolution of the official code.
 * Under ``torch.compile`` the same formula runs as plain differentiable tensor
@@ -49,9 +51,9 @@ Implementation notes (why it looks the way it does):
 * Padding awareness (:mod:`.padding`): each image of a padded batch is the top-left
   ``(h, w)`` region of the map, known on the host (``regions``). The statistics run
   over each image's tokens: the means are sums over its region divided by its count,
-  and ``K^T V`` reads V from the image copy the local term needs anyway, with zeros
-  written outside each region (so the local term sees zeros past the image, as at the
-  border of an image alone). The backward zeroes the K/V gradient of the tokens
+  and ``K^T V`` reads V from a token-layout copy with zeros written outside each
+  region, which is also the local term's input (so it sees zeros past the image, as
+  at the border of an image alone). The backward zeroes the K/V gradient of the tokens
   outside. Every zeroing writes the padding's own tokens only: no mask is read, no
   pass goes over the whole map, and autograd records nothing outside the function
   (an in-place zeroing of ``qkv`` before it cost a copy of the whole ``qkv``
