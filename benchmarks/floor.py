@@ -119,7 +119,7 @@ def run_floor(cases: Sequence[Tuple[int, int, int]], repeats: int, warmup: int,
         print(f'  C={c:3d} heads={heads:2d} {side}x{side}: ' + ', '.join(
             f'{name} {statistics.median(wall[name]) * 1e3:.1f} ms' for name in steps),
             flush=True)
-        for mode in ('forward', 'forward+backward'):
+        for mode in ('forward', 'forward+backward') if profile_rows else ():
             lin = _self_times(steps[f'linears {mode}'])
             mod = _self_times(steps[f'module {mode}'])
             total = sum(mod.values())

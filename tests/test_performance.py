@@ -48,3 +48,38 @@ def test_attention_kernel_beats_the_reference():
     speedup = ref['median_ms'] / prod['median_ms']
     assert speedup >= MIN_ATTENTION_SPEEDUP, f'{speedup:.2f}x'
     assert prod['peak_mib'] <= ref['peak_mib']
+
+
+#: padding awareness on a padded mmdet batch (every family, 800x1333 on its 800x1344 canvas,
+#: batch 2: one full image, one 600x999), CPU time aware / plain (issue #24's targets)
+MAX_PADDED_COST = {'inference': 1.02, 'training': 1.04}
+
+
+@pytest.mark.parametrize('mode', ['inference', 'training'])
+def test_padding_awareness_costs_little_on_a_padded_batch(mode):
+    from benchmarks import padding
+    from inline_mm.models import FAMILIES
+    args = SimpleNamespace(models=list(FAMILIES), modes=[mode], sizes=[(800, 1333)],
+                           conditions=['padded'], batch=2, warmup=1, repeats=5, quick=False)
+    results = padding.run(args, torch.device('cpu'))
+    costs = {}
+    for family in FAMILIES:
+        plain, aware = (next(r for r in results if r.family == family and r.variant == v)
+                        for v in ('plain', 'aware'))
+        costs[family] = aware.cpu_median / plain.cpu_median
+    assert all(c <= MAX_PADDED_COST[mode] for c in costs.values()), costs
+
+
+#: InLineAttention / its own qkv + proj linears at C=384, 12 heads (InLine-Swin-T's stage 3
+#: width), 16k tokens, forward and forward + backward
+MAX_MODULE_OVER_LINEARS_WIDE = 1.3
+
+
+def test_wide_attention_is_near_its_linears():
+    from benchmarks import floor
+    rows, _ = floor.run_floor([(384, 12, 128)], repeats=5, warmup=1, device=torch.device('cpu'),
+                              profile_rows=0)
+    med = {r['step']: r['cpu_median_ms'] for r in rows}
+    for mode in ('forward', 'forward+backward'):
+        ratio = med[f'module {mode}'] / med[f'linears {mode}']
+        assert ratio <= MAX_MODULE_OVER_LINEARS_WIDE, (mode, ratio)

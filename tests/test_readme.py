@@ -121,6 +121,16 @@ COVERED = [
      'a benchmark of compile times (minutes per new size with Inductor); what it times, the '
      'graph capture over a stream of sizes and its agreement with eager, is '
      'tests/test_compile.py'),
+    (r'python -m benchmarks --floor --quick',
+     'tests/test_benchmark_floor.py::'
+     'test_quick_floor_run_times_module_and_linears_and_profiles_the_rest'),
+    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --floor( --repeats \d+)?',
+     'the full run takes ~5 min on 2 cores; the same tool and code path run with --quick in '
+     'tests/test_benchmark_floor.py::'
+     'test_quick_floor_run_times_module_and_linears_and_profiles_the_rest'),
+    (r'(OMP_NUM_THREADS=1 )?python tools/benchmark\.py( --quick| --only \w+| --repeats \d+)*',
+     'the full run takes about an hour on 2 cores; the same tool runs every part with --quick '
+     'in tests/test_benchmark_floor.py::test_tools_benchmark_runs_the_three_comparisons'),
     (r'python -m benchmarks --deit --quick',
      'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
     (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --deit'
