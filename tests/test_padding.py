@@ -470,3 +470,55 @@ def test_pad_aware_rpn_head_proposes_from_each_images_own_anchors():
     for a, s in zip(aware.predict_by_feat(scores, deltas, batch_img_metas=full),
                     stock.predict_by_feat(scores, deltas, batch_img_metas=full)):
         assert torch.equal(a.bboxes, s.bboxes) and torch.equal(a.scores, s.scores)
+
+
+def test_zeroing_in_place_writes_the_padding_only_and_zeroes_its_gradient():
+    """``zero_`` (a norm's output, in place) and ``zero_own`` (a stage output about to be
+    merged) give ``zero``'s values; the gradient outside the images is 0; ``zero_own``
+    copies while autograd records, and writes in place (nothing else) when it does not."""
+    valid = ValidMap((4, 5), [(4, 5), (2, 3)], 'cpu', prefix=1)
+    base = torch.randn(2, 21, 3, requires_grad=True)
+    inside = valid.mask[..., None]
+    ref = torch.where(inside, base.detach() * 2, 0.)
+    g = torch.randn(2, 21, 3)
+
+    y = base * 2
+    out = valid.zero_(y)
+    assert out is y and torch.equal(out.detach(), ref)
+    out.backward(g)
+    assert torch.equal(base.grad, torch.where(inside, 2 * g, 0.))
+
+    y = base * 2
+    out = valid.zero_own(y)
+    assert out is not y and torch.equal(y.detach(), base.detach() * 2)   # recorded: a copy
+    assert torch.equal(out.detach(), ref)
+    with torch.no_grad():
+        y = base * 2
+        assert valid.zero_own(y) is y and torch.equal(y, ref)
+
+    # the rectangles outside each image, and only those, are written
+    t = torch.full((2, 4, 5, 3), 7.)
+    from inline_mm.models.padding import zero_outside_
+    zero_outside_(t, [(4, 5), (2, 3)])
+    assert (t[0] == 7).all() and (t[1, :2, :3] == 7).all()
+    assert not t[1, 2:].any() and not t[1, :2, 3:].any()
+
+
+def test_paste_puts_each_images_table_in_its_region_and_zeros_elsewhere():
+    valid = ValidMap((4, 5), [(4, 5), (2, 3), (2, 3)], 'cpu')
+    table = torch.randn(1, 20, 6, requires_grad=True)
+
+    def make(size):
+        h, w = size
+        return table.view(1, 4, 5, 6)[:, :h, :w].reshape(1, h * w, 6) * (h + w)
+
+    out = valid.paste(make, (4, 5)).view(3, 4, 5, 6)
+    full = table.detach().view(4, 5, 6)
+    assert torch.equal(out[0].detach(), full * 9)
+    for i in (1, 2):
+        assert torch.equal(out[i, :2, :3].detach(), full[:2, :3] * 5)
+        assert not out[i, 2:].any() and not out[i, :2, 3:].any()
+    out.sum().backward()
+    grad = torch.full((4, 5, 6), 9.)
+    grad[:2, :3] += 2 * 5
+    assert torch.equal(table.grad.view(4, 5, 6), grad)

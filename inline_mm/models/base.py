@@ -344,7 +344,10 @@ class InLineBackbone(BaseModule):
             # The graph records this size's windows and padding: it must refuse others.
             x = size_guard(x)
         valid = self.valid_map(x, valid_sizes)
-        valid = NO_PADDING if valid is None else valid
+        if valid is None:
+            return x, NO_PADDING
+        if valid_sizes is None and not (torch.is_grad_enabled() and x.requires_grad):
+            return x, valid          # read from the input: zero outside already
         return valid.zero_image(x), valid
 
     def __prepare_scriptable__(self):

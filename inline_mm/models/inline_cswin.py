@@ -390,7 +390,7 @@ class InLineCSwin(InLineBackbone):
         outs = []
         for i, stage in enumerate(self.stages):
             # The merge's 3x3 cells see zeros past an image.
-            x, hw, valid = stage(valid.zero(x), hw, valid)
+            x, hw, valid = stage(valid.zero_own(x), hw, valid)
             if i in self.out_indices:
                 outs.append(self.output(self._output_norm(i), x, hw, valid))
         return tuple(outs)

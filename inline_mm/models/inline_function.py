@@ -72,10 +72,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from .padding import NO_PADDING, ValidMap
-
-#: each image's ``(h, w)`` region at the top left of a padded batch's map
-Regions = Tuple[Tuple[int, int], ...]
+from .padding import NO_PADDING, Regions, ValidMap, zero_outside_
 
 __all__ = ['inline_qkv', 'inline_attention', 'local_residual', 'is_exporting', 'KERNELS',
            'LINEAR_EPS', 'apply_kernel', 'guard_denominator', 'switched_qkv',
@@ -106,18 +103,6 @@ def _v_image(v: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
     return _conv_cl(v.transpose(1, 2).reshape(b, hw[0], hw[1], heads * d))
 
 
-def _zero_outside_(t: torch.Tensor, regions: Regions) -> torch.Tensor:
-    """Zero, in place, what lies outside each image of a ``(B, H, W, ...)`` tensor
-    (any strides): image ``i`` is the top-left ``regions[i] = (h, w)``. Writes the
-    padding only."""
-    for i, (h, w) in enumerate(regions):
-        if h < t.shape[1]:
-            t[i, h:].zero_()
-        if w < t.shape[2]:
-            t[i, :h, w:].zero_()
-    return t
-
-
 def _region_sums(t: torch.Tensor, hw: Tuple[int, int], prefix: int,
                  regions: Regions) -> torch.Tensor:
     """``(B, heads, prefix + H*W, d)`` (any strides) -> ``(B, heads, 1, d)`` fp32 sums
@@ -139,7 +124,7 @@ def _masked_v(v: torch.Tensor, hw: Tuple[int, int], prefix: int,
     b, heads, n, d = v.shape
     v_tok = v.new_empty((b, n, heads * d))
     v_tok.view(b, n, heads, d).copy_(v.transpose(1, 2))
-    _zero_outside_(v_tok[:, prefix:].unflatten(1, hw), regions)
+    zero_outside_(v_tok[:, prefix:].unflatten(1, hw), regions)
     return v_tok
 
 
@@ -288,7 +273,7 @@ class _InLineFunction(torch.autograd.Function):
                             dx.permute(0, 2, 3, 1).reshape(n - p, c))
                 if regions is not None:
                     # K and V outside an image did not enter the result.
-                    _zero_outside_(grad_tok[:, p:, 1:].unflatten(1, ctx.hw), regions)
+                    zero_outside_(grad_tok[:, p:, 1:].unflatten(1, ctx.hw), regions)
             if need_bias and ctx.has_bias:
                 grad_bias = (grad_sum if p == 0 else grad[:, p:].sum(dim=1, dtype=_F32)).sum(0)
         return grad_qkv, grad_kernels, grad_bias, None, None, None, None, None

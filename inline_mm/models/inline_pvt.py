@@ -294,7 +294,7 @@ class InLinePVT(InLineBackbone):
                 outs.append(self.output(self._output_norm(i), tokens, hw, valid))
             if i + 1 < len(self.stages):
                 # The next patch embedding's cells see zeros past an image.
-                x = to_nchw(valid.zero(tokens), hw)
+                x = to_nchw(valid.zero_own(tokens), hw)
         return tuple(outs)
 
 

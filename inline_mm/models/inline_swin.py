@@ -354,7 +354,7 @@ class InLineSwin(InLineBackbone):
                 outs.append(self.output(self._output_norm(i), x, hw, valid))
             if stage.downsample is not None:
                 # Merged 2x2 cells see zeros past an image.
-                x, hw = stage.downsample(valid.zero(x), hw)
+                x, hw = stage.downsample(valid.zero_own(x), hw)
                 valid = valid.scaled(hw, 2)
         return tuple(outs)
 

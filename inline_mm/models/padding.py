@@ -28,9 +28,41 @@ from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import torch
 
-__all__ = ['ValidMap', 'NoPadding', 'NO_PADDING', 'detect_valid_sizes']
+__all__ = ['ValidMap', 'NoPadding', 'NO_PADDING', 'detect_valid_sizes', 'zero_outside_']
 
 Size = Tuple[int, int]
+#: each image's ``(h, w)`` region at the top left of a padded batch's map
+Regions = Tuple[Size, ...]
+
+
+def zero_outside_(t: torch.Tensor, regions: Sequence[Size]) -> torch.Tensor:
+    """Zero, in place, what lies outside each image of a ``(B, H, W, ...)`` tensor (any
+    strides): image ``i`` is the top-left ``regions[i] = (h, w)``. Writes the padding
+    only (no mask is read, the images' own values are not touched); not recorded by
+    autograd (see :meth:`ValidMap.zero_`)."""
+    for i, (h, w) in enumerate(regions):
+        if h < t.shape[1]:
+            t[i, h:].zero_()
+        if w < t.shape[2]:
+            t[i, :h, w:].zero_()
+    return t
+
+
+class _ZeroOutside(torch.autograd.Function):
+    """:meth:`ValidMap.zero_` as one autograd node: the tokens outside each image zeroed
+    in place (the padding's own memory only), their gradient zeroed in the backward."""
+
+    @staticmethod
+    def forward(ctx, x, valid):
+        ctx.mark_dirty(x)
+        ctx.valid = valid
+        valid._zero_tokens_(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        # A copy: the gradient may be shared with another branch of the graph.
+        return ctx.valid._zero_tokens_(grad.clone()), None
 
 
 def detect_valid_sizes(x: torch.Tensor) -> List[Size]:
@@ -163,9 +195,31 @@ class ValidMap:
         return torch.where(self.mask[..., None], x, x.new_zeros(()))
 
     def zero_(self, x: torch.Tensor) -> torch.Tensor:
-        """:meth:`zero` in place, for a tensor the caller has just made (a projection's
-        output): several times cheaper than allocating a copy of a large map."""
-        return x.masked_fill_(~self.mask[..., None], 0)
+        """:meth:`zero` in place, for a tensor the caller has just made (a norm's or a
+        projection's output, not a view, nothing else holding it). The forward writes
+        the padding's tokens only; when ``x`` needs a gradient, autograd records one
+        node whose backward zeroes it outside the images (one pass over the gradient).
+        Under ``torch.compile``, on views and for inf/NaN-proof garbage the same
+        ``masked_fill_`` as ever."""
+        if torch.compiler.is_compiling() or x._base is not None:
+            return x.masked_fill_(~self.mask[..., None], 0)
+        if torch.is_grad_enabled() and x.requires_grad:
+            return _ZeroOutside.apply(x, self)
+        return self._zero_tokens_(x)
+
+    def zero_own(self, x: torch.Tensor) -> torch.Tensor:
+        """The tokens outside each image zeroed, for a tensor the caller is done with
+        (a stage output about to be merged): in place when autograd records nothing for
+        it (inference: the padding's tokens only), else a copy (:meth:`zero`; autograd
+        may have saved ``x`` for a backward)."""
+        if torch.is_grad_enabled() and x.requires_grad:
+            return self.zero(x)
+        return self.zero_(x)
+
+    def _zero_tokens_(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, prefix + H*W, C)`` zeroed outside each image in place, unrecorded."""
+        zero_outside_(x[:, self.prefix:].unflatten(1, self.hw), self.sizes)
+        return x
 
     def zero_image(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W)`` with everything outside each image set to 0."""
@@ -189,8 +243,11 @@ class ValidMap:
         for (h, w), idx in self.group(lambda size: size).items():
             part = make((h, w))
             if out is None:
-                out = part.new_zeros((len(self), self.hw[0], self.hw[1], part.shape[-1]))
+                out = part.new_empty((len(self), self.hw[0], self.hw[1], part.shape[-1]))
             out[idx, :h, :w] = part.view(1, h, w, -1)
+        # Every region written, then the rest zeroed: each element written once.
+        with torch.no_grad():
+            zero_outside_(out, self.sizes)
         return out.flatten(1, 2)
 
     # ------------------------------------------------------------------ layouts
@@ -248,6 +305,9 @@ class NoPadding(ValidMap):
         return x
 
     def zero_(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def zero_own(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
     def zero_image(self, x: torch.Tensor) -> torch.Tensor:
