@@ -257,7 +257,7 @@ class InLineDeiT(InLineBackbone):
             if i == self.depth - 1 and self.final_norm:
                 x = self.norm(x)
             if i in self.out_indices:
-                outs[i] = to_nchw(valid.zero(x)[:, 1:], hw)
+                outs[i] = valid.zero_image_(to_nchw(x[:, 1:], hw))
         return tuple(outs[i] for i in self.out_indices)
 
 

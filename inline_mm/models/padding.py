@@ -49,20 +49,20 @@ def zero_outside_(t: torch.Tensor, regions: Sequence[Size]) -> torch.Tensor:
 
 
 class _ZeroOutside(torch.autograd.Function):
-    """:meth:`ValidMap.zero_` as one autograd node: the tokens outside each image zeroed
-    in place (the padding's own memory only), their gradient zeroed in the backward."""
+    """:meth:`ValidMap.zero_` and :meth:`ValidMap.zero_image_` as one autograd node:
+    ``zero_(t)`` (an unrecorded in-place zeroing of the padding's own memory) on the
+    input, and on a copy of the gradient in the backward."""
 
     @staticmethod
-    def forward(ctx, x, valid):
+    def forward(ctx, x, zero_):
         ctx.mark_dirty(x)
-        ctx.valid = valid
-        valid._zero_tokens_(x)
-        return x
+        ctx.zero_ = zero_
+        return zero_(x)
 
     @staticmethod
     def backward(ctx, grad):
         # A copy: the gradient may be shared with another branch of the graph.
-        return ctx.valid._zero_tokens_(grad.clone()), None
+        return ctx.zero_(grad.clone()), None
 
 
 def detect_valid_sizes(x: torch.Tensor) -> List[Size]:
@@ -85,8 +85,11 @@ def detect_valid_sizes(x: torch.Tensor) -> List[Size]:
     if not any(maybe):
         return sizes
     idx = [i for i, m in enumerate(maybe) if m]
-    content = x[idx].ne(0).any(dim=1)                                  # (b', H, W)
-    rows, cols = content.any(dim=2), content.any(dim=1)                # (b', H), (b', W)
+    # The largest |value| over the channels: 0 exactly where every channel is 0 (NaN,
+    # content, stays NaN and is not 0). One pass over each image and two over the map:
+    # a bool image and its any() cost ~3x as much on CPU.
+    peak = torch.stack([x[i].abs().amax(dim=0) for i in idx])          # (b', H, W)
+    rows, cols = peak.amax(dim=2) != 0, peak.amax(dim=1) != 0          # (b', H), (b', W)
     # First True counted from the end; argmax of an all-False row is 0 (= unpadded).
     vh = (h - rows.flip(1).int().argmax(1)).tolist()
     vw = (w - cols.flip(1).int().argmax(1)).tolist()
@@ -203,9 +206,20 @@ class ValidMap:
         ``masked_fill_`` as ever."""
         if torch.compiler.is_compiling() or x._base is not None:
             return x.masked_fill_(~self.mask[..., None], 0)
+        return self._in_place(x, self._zero_tokens_)
+
+    def zero_image_(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`zero_image` in place, for a ``(B, C, H, W)`` tensor the caller has just
+        made (not a view): as :meth:`zero_`."""
+        if torch.compiler.is_compiling() or x._base is not None:
+            return x.masked_fill_(~self.pixels[:, None], 0)
+        return self._in_place(x, self._zero_pixels_)
+
+    @staticmethod
+    def _in_place(x: torch.Tensor, zero_: Callable[[torch.Tensor], torch.Tensor]):
         if torch.is_grad_enabled() and x.requires_grad:
-            return _ZeroOutside.apply(x, self)
-        return self._zero_tokens_(x)
+            return _ZeroOutside.apply(x, zero_)
+        return zero_(x)
 
     def zero_own(self, x: torch.Tensor) -> torch.Tensor:
         """The tokens outside each image zeroed, for a tensor the caller is done with
@@ -219,6 +233,11 @@ class ValidMap:
     def _zero_tokens_(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, prefix + H*W, C)`` zeroed outside each image in place, unrecorded."""
         zero_outside_(x[:, self.prefix:].unflatten(1, self.hw), self.sizes)
+        return x
+
+    def _zero_pixels_(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, C, H, W)`` zeroed outside each image in place, unrecorded."""
+        zero_outside_(x.permute(0, 2, 3, 1), self.sizes)
         return x
 
     def zero_image(self, x: torch.Tensor) -> torch.Tensor:
@@ -311,6 +330,9 @@ class NoPadding(ValidMap):
         return x
 
     def zero_image(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def zero_image_(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
