@@ -8,7 +8,8 @@ module is, for the widths of InLine-Swin-T's first stage (C=96, 3 heads) and of 
 third (C=384, 12 heads) at 16k and 65k tokens (a 128x128 and a 256x256 map: stage 1
 of a 512 and of a 1024 image), batch 1:
 
-* ``linears``: ``proj(qkv(x)[..., :C])`` with the module's own weights;
+* ``linears``: the module's own ``qkv`` and ``proj`` layers on inputs (and, training,
+  output gradients) of the shapes and layouts they get in the module;
 * ``module``: ``attn(x, hw)``, the whole module.
 
 Forward (``no_grad``) and forward + backward (the gradient of a fixed random output
@@ -44,13 +45,18 @@ STEPS = ('linears forward', 'module forward', 'linears forward+backward',
 
 def _steps(attn: InLineAttention, x: torch.Tensor, grad: torch.Tensor,
            hw: Tuple[int, int]) -> Dict[str, Callable[[], None]]:
-    c = attn.dim
+    """The four steps of :data:`STEPS`. The linears run on inputs and gradients of the
+    shapes and layouts they get in the module: ``qkv`` on ``x`` with a ``(B, N, 3C)``
+    output gradient, ``proj`` on a dense ``(B, N, C)`` tensor (``x`` stands in for the
+    attention output) with the module's output gradient."""
+    grad_qkv = torch.randn(*x.shape[:2], 3 * attn.dim, device=x.device,
+                           generator=torch.Generator(x.device).manual_seed(1))
 
     def linears(t):
-        return attn.proj(attn.qkv(t)[..., :c])
+        return attn.qkv(t), attn.proj(t)
 
     def module(t):
-        return attn(t, hw)
+        return (attn(t, hw),)
 
     def forward(fn):
         def step():
@@ -60,7 +66,8 @@ def _steps(attn: InLineAttention, x: torch.Tensor, grad: torch.Tensor,
 
     def training(fn):
         def step():
-            fn(x.detach().requires_grad_()).backward(grad)
+            outs = fn(x.detach().requires_grad_())
+            torch.autograd.backward(outs, (grad_qkv, grad)[-len(outs):])
             attn.zero_grad(set_to_none=True)
         return step
 
