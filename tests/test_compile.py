@@ -69,6 +69,8 @@ def test_a_side_that_fills_its_windows_exactly_reuses_the_graph(name):
 
 @pytest.mark.skipif(os.environ.get('INLINE_MM_INDUCTOR') != '1',
                     reason='Inductor compiles take minutes on CPU: INLINE_MM_INDUCTOR=1 runs it')
+@pytest.mark.subprocess     # Inductor's compile workers and the system's g++
+@pytest.mark.slow
 @pytest.mark.parametrize('name', list(FAMILIES))
 def test_inductor_dynamic_two_sizes(name):
     """Inductor generates code for each family's dynamic graph and reuses it at a second
