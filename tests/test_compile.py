@@ -67,6 +67,24 @@ def test_a_side_that_fills_its_windows_exactly_reuses_the_graph(name):
     assert frames == frames[:1] * 3, frames      # compiled at the first size only
 
 
+def test_past_the_recompile_limit_the_model_runs_eagerly(caplog):
+    """What docs/export_and_timm.md says happens past dynamo's recompile limit (training
+    under Inductor recompiles per size; dynamic=False here makes every size a recompile):
+    a warning, no more graphs, the model's own eager outputs."""
+    torch._dynamo.reset()
+    model = _smoke('InLineDeiT')
+    counts = torch._dynamo.testing.CompileCounterWithBackend('aot_eager')
+    compiled = torch.compile(model, backend=counts, dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=1), torch.no_grad():
+        compiled(torch.randn(1, 3, *STREAM[0]))
+        x = torch.randn(1, 3, *STREAM[1])
+        got = compiled(x)
+        assert counts.frame_count == 1, counts.frame_count
+        for g, r in zip(got, model(x)):
+            assert torch.equal(g, r)
+    assert 'recompile_limit' in caplog.text, caplog.text[-2000:]
+
+
 @pytest.mark.skipif(os.environ.get('INLINE_MM_INDUCTOR') != '1',
                     reason='Inductor compiles take minutes on CPU: INLINE_MM_INDUCTOR=1 runs it')
 @pytest.mark.subprocess     # Inductor's compile workers and the system's g++
