@@ -121,6 +121,10 @@ COVERED = [
      'a benchmark of compile times (minutes per new size with Inductor); what it times, the '
      'graph capture over a stream of sizes and its agreement with eager, is '
      'tests/test_compile.py'),
+    (r'python -m benchmarks\.padded_compile( .*)?',
+     'a benchmark of graph capture (minutes per family); the agreement of compiled '
+     'padding-unaware graphs with eager is tests/test_compile.py, the padding-aware path in '
+     'eager tests/test_padding.py'),
     (r'python -m benchmarks --deit --quick',
      'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
     (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --deit'
