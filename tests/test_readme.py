@@ -121,6 +121,9 @@ COVERED = [
      'a benchmark of compile times (minutes per new size with Inductor); what it times, the '
      'graph capture over a stream of sizes and its agreement with eager, is '
      'tests/test_compile.py'),
+    (r'INLINE_MM_INDUCTOR=1 python -m pytest tests/test_compile\.py -k .*',
+     'the opt-in Inductor test itself (minutes on 2 cores, not a CI step): '
+     'tests/test_compile.py::test_inductor_dynamic_two_sizes'),
     (r'python -m benchmarks\.padded_compile( .*)?',
      'a benchmark of graph capture (minutes per family); the agreement of compiled '
      'padding-unaware graphs with eager is tests/test_compile.py, the padding-aware path in '
