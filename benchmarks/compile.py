@@ -11,8 +11,10 @@ same call, is that size's compile time, or ~0 when a graph is reused), the numbe
 graphs dynamo has compiled so far, the max abs difference from eager (outputs; with
 ``--train`` also the input gradient, ``grad_err``), the guard that failed when that size
 recompiled (``recompile``: dynamo's own reason, e.g. ``tensor 'x' size mismatch at index
-    python -m benchmarks.compile --smoke --sizes 64x96 72x80 88x64 # the tests' small models
-(``TORCHINDUCTOR_CACHE_DIR``), so compile times are cold. Results: a table on stdout and
+2``), then the median of ``--repeats`` compiled and eager calls. The count includes a
+discarded first attempt under ``dynamic=True`` (dynamo specialises the modules' float
+attributes and restarts once), so one graph reads 2. Inductor's cache is a fresh directory
+per run (``TORCHINDUCTOR_CACHE_DIR``), so compile times are cold. Results: a table on stdout and
 ``compile.csv`` in ``--out-dir``.
 """
 import argparse
