@@ -12,10 +12,10 @@ graphs dynamo has compiled so far, the max abs difference from eager (outputs; w
 ``--train`` also the input gradient, ``grad_err``), the guard that failed when that size
 recompiled (``recompile``: dynamo's own reason, e.g. ``tensor 'x' size mismatch at index
 2``), then the median of ``--repeats`` compiled and eager calls. The count includes a
-discarded first attempt under ``dynamic=True`` (dynamo specialises the modules' float
-attributes and restarts once), so one graph reads 2. Inductor's cache is a fresh directory
-per run (``TORCHINDUCTOR_CACHE_DIR``), so compile times are cold. Results: a table on stdout and
-``compile.csv`` in ``--out-dir``.
+discarded first attempt under ``dynamic=True`` with Inductor (dynamo specialises the float
+attributes it made symbolic and restarts once), so one graph reads 2. Inductor's cache is a
+fresh directory per run (``TORCHINDUCTOR_CACHE_DIR``), so compile times are cold. Results: a
+table on stdout and ``compile.csv`` in ``--out-dir``.
 """
 import argparse
 import csv
