@@ -8,10 +8,14 @@ steady-state speed against eager (a benchmark, not a test).
 
 For each size in order: the first compiled call (its time, minus the eager time of the
 same call, is that size's compile time, or ~0 when a graph is reused), the number of
-graphs dynamo has compiled so far, the max abs difference from eager, then the median of
-``--repeats`` compiled and eager calls. Inductor's cache is a fresh directory per run
-(``TORCHINDUCTOR_CACHE_DIR``), so compile times are cold. Results: a table on stdout and
-``compile.csv`` in ``--out-dir``.
+graphs dynamo has compiled so far, the max abs difference from eager (outputs; with
+``--train`` also the input gradient, ``grad_err``), the guard that failed when that size
+recompiled (``recompile``: dynamo's own reason, e.g. ``tensor 'x' size mismatch at index
+2``), then the median of ``--repeats`` compiled and eager calls. The count includes a
+discarded first attempt under ``dynamic=True`` with Inductor (dynamo specialises the float
+attributes it made symbolic and restarts once), so one graph reads 2. Inductor's cache is a
+fresh directory per run (``TORCHINDUCTOR_CACHE_DIR``), so compile times are cold. Results: a
+table on stdout and ``compile.csv`` in ``--out-dir``.
 """
 import argparse
 import csv
@@ -34,6 +38,13 @@ def _timed(fn):
     return out, time.perf_counter() - t
 
 
+def _guard_failures():
+    """Every recompile reason dynamo has recorded so far, in order (``torch._dynamo.utils.
+    guard_failures``: the failed guard of the cached graph, one entry per recompile)."""
+    from torch._dynamo.utils import guard_failures
+    return [str(r) for code in list(guard_failures) for r in guard_failures[code]]
+
+
 def run(family: str, arch: str, sizes, dynamic, backend: str, repeats: int, smoke: bool,
         device: str, train: bool):
     import torch._dynamo
@@ -54,20 +65,27 @@ def run(family: str, arch: str, sizes, dynamic, backend: str, repeats: int, smok
         def call(m):
             if not train:
                 with torch.no_grad():
-                    return m(x)
-            out = m(x.requires_grad_())
+                    return m(x), None
+            xi = x.detach().clone().requires_grad_()
+            out = m(xi)
             sum(o.float().square().mean() for o in out).backward()
-            return out
+            return out, xi.grad
 
-        ref, eager_s = _timed(lambda: call(model))
-        got, first_s = _timed(lambda: call(compiled))
-        err = max(float((g - r).abs().max()) for g, r in zip(got, ref))
+        (ref, ref_grad), eager_s = _timed(lambda: call(model))
+        failures = _guard_failures()
+        (got, got_grad), first_s = _timed(lambda: call(compiled))
+        reasons = _guard_failures()[len(failures):]
+        err = max(float((g - r).detach().abs().max()) for g, r in zip(got, ref))
         eager = statistics.median(_timed(lambda: call(model))[1] for _ in range(repeats))
         fast = statistics.median(_timed(lambda: call(compiled))[1] for _ in range(repeats))
-        rows.append(dict(size=size, compile_s=round(max(first_s - eager_s, 0.), 2),
-                         graphs=counter.frame_count, max_abs_err=f'{err:.1e}',
-                         compiled_s=round(fast, 4), eager_s=round(eager, 4),
-                         speedup=round(eager / fast, 2)))
+        row = dict(size=size, compile_s=round(max(first_s - eager_s, 0.), 2),
+                   graphs=counter.frame_count, max_abs_err=f'{err:.1e}')
+        if train:
+            row['grad_err'] = f'{float((got_grad - ref_grad).abs().max()):.1e}'
+        row.update(compiled_s=round(fast, 4), eager_s=round(eager, 4),
+                   speedup=round(eager / fast, 2),
+                   recompile=' | '.join(r.replace('\n', '; ') for r in reasons) or '-')
+        rows.append(row)
         print(' '.join(f'{k}={v}' for k, v in rows[-1].items()), flush=True)
     return rows
 

@@ -67,21 +67,47 @@ def test_a_side_that_fills_its_windows_exactly_reuses_the_graph(name):
     assert frames == frames[:1] * 3, frames      # compiled at the first size only
 
 
+def test_past_the_recompile_limit_the_model_runs_eagerly(caplog):
+    """What docs/export_and_timm.md says happens past dynamo's recompile limit (training
+    under Inductor recompiles per size; dynamic=False here makes every size a recompile):
+    a warning, no more graphs, the model's own eager outputs."""
+    torch._dynamo.reset()
+    model = _smoke('InLineDeiT')
+    counts = torch._dynamo.testing.CompileCounterWithBackend('aot_eager')
+    compiled = torch.compile(model, backend=counts, dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=1), torch.no_grad():
+        compiled(torch.randn(1, 3, *STREAM[0]))
+        x = torch.randn(1, 3, *STREAM[1])
+        got = compiled(x)
+        assert counts.frame_count == 1, counts.frame_count
+        for g, r in zip(got, model(x)):
+            assert torch.equal(g, r)
+    assert 'recompile_limit' in caplog.text, caplog.text[-2000:]
+
+
 @pytest.mark.skipif(os.environ.get('INLINE_MM_INDUCTOR') != '1',
                     reason='Inductor compiles take minutes on CPU: INLINE_MM_INDUCTOR=1 runs it')
-def test_inductor_dynamic_swin_two_sizes():
-    """Inductor generates code for the dynamic InLine-Swin graph and reuses it (the
-    graph that never finished compiling before the window sizes became constants)."""
+@pytest.mark.subprocess     # Inductor's compile workers and the system's g++
+@pytest.mark.slow
+@pytest.mark.parametrize('name', list(FAMILIES))
+def test_inductor_dynamic_two_sizes(name):
+    """Inductor generates code for each family's dynamic graph and reuses it at a second
+    size (InLine-Swin's never finished compiling before its window sizes became
+    constants). The first graph may be compiled twice (dynamo restarts its analysis once
+    when a float attribute made symbolic by ``dynamic=True`` is specialised), so what is
+    counted is the second size: no recompile."""
     torch._dynamo.reset()
-    model = _smoke('InLineSwin')
+    model = _smoke(name)
     counts = torch._dynamo.testing.CompileCounterWithBackend('inductor')
     compiled = torch.compile(model, backend=counts, dynamic=True)
+    frames = []
     for size in STREAM[:2]:
         x = torch.randn(1, 3, *size)
         with torch.no_grad():
             for g, r in zip(compiled(x), model(x)):
                 torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
-    assert counts.frame_count == 1
+        frames.append(counts.frame_count)
+    assert frames[1] == frames[0], f'{name} recompiled at {STREAM[1]}: {frames}'
 
 
 class _TinyNet:

@@ -131,6 +131,13 @@ COVERED = [
     (r'(OMP_NUM_THREADS=1 )?python tools/benchmark\.py( --quick| --only \w+| --repeats \d+)*',
      'the full run takes about an hour on 2 cores; the same tool runs every part with --quick '
      'in tests/test_benchmark_floor.py::test_tools_benchmark_runs_the_three_comparisons'),
+    (r'INLINE_MM_INDUCTOR=1 python -m pytest tests/test_compile\.py -k .*',
+     'the opt-in Inductor test itself (minutes on 2 cores, not a CI step): '
+     'tests/test_compile.py::test_inductor_dynamic_two_sizes'),
+    (r'python -m benchmarks\.padded_compile( .*)?',
+     'a benchmark of graph capture (minutes per family); the agreement of compiled '
+     'padding-unaware graphs with eager is tests/test_compile.py, the padding-aware path in '
+     'eager tests/test_padding.py'),
     (r'python -m benchmarks --deit --quick',
      'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
     (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --deit'

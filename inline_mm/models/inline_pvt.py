@@ -13,7 +13,8 @@ from timm.layers import trunc_normal_
 
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
-from .layers import BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, to_nchw
+from .layers import (BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, symbolic,
+                     to_nchw)
 from .padding import NO_PADDING, ValidMap
 from .tracing import fx_leaf
 
@@ -123,6 +124,11 @@ class SpatialReductionAttention(nn.Module):
         x = valid.zero(x)
         mask = valid.pooled(self.sr_ratio).key_mask()
         q = self.q(x).view(b, n, heads, d).transpose(1, 2)
+        if symbolic(n):
+            # Under torch.compile q is a saved tensor of the training graph; as a view with
+            # symbolic strides Inductor (torch 2.14) fails to order them ("cannot determine
+            # truth value of Relational: 16*((s0 + 3)//4)*((s1 + 3)//4) < 1"): a copy.
+            q = q.clone(memory_format=torch.contiguous_format)
         if self.sr_ratio > 1:
             x = self.norm(self.sr(to_nchw(x, hw)).flatten(2).transpose(1, 2))
         k, v = self.kv(x).view(b, -1, 2, heads, d).permute(2, 0, 3, 1, 4)

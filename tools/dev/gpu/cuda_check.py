@@ -8,8 +8,9 @@
 3. one AMP step (fp16 + GradScaler, mmengine's ``AmpOptimWrapper``) of the shipped Mask R-CNN
    and UperNet AMP configs at real size, losses finite;
 4. ``python -m benchmarks --quick`` on CUDA;
-5. ``torch.compile`` (Inductor, default options) of InLine-Swin's smoke preset over a stream of
-   three sizes (``benchmarks.compile``): compile time per new size, graphs, error vs eager;
+5. ``torch.compile`` (Inductor, default options) of every family's smoke preset, forward, over
+   a stream of three sizes (``benchmarks.compile``): compile time per new size, graphs, error
+   vs eager;
 6. the paper's switches (``inline_cfg``: linear attention, kernels, windows, no local residual)
    forward and backward on the device against CPU, and finite under fp16 autocast.
 
@@ -210,16 +211,21 @@ def check_benchmark(device, out_dir):
     return f'tables above; CSV in {out_dir}'
 
 
-@check('torch.compile of InLine-Swin (smoke) over a stream of sizes (benchmarks.compile)')
+@check('torch.compile of every family (smoke) over a stream of sizes (benchmarks.compile)')
 def check_compile(device, out_dir, backend='inductor'):
     from benchmarks.compile import run
-    rows = run('InLineSwin', 'tiny', ['64x96', '72x80', '88x64'], None, backend, 3, True,
-               device, False)
-    worst = max(float(r['max_abs_err']) for r in rows)
-    if worst > 1e-4:
-        raise RuntimeError(f'compiled output differs from eager by {worst:.1e}')
-    return '; '.join(f"{r['size']}: compile {r['compile_s']} s, {r['graphs']} graph(s), "
-                     f"x{r['speedup']}" for r in rows)
+    from inline_mm.models import FAMILIES
+    lines = []
+    for name in FAMILIES:
+        rows = run(name, 'tiny', ['64x96', '72x80', '88x64'], None, backend, 2, True,
+                   device, False)
+        worst = max(float(r['max_abs_err']) for r in rows)
+        if worst > 1e-4:
+            raise RuntimeError(f'{name}: compiled output differs from eager by {worst:.1e}')
+        lines.append(f'{name}: ' + ', '.join(
+            f"{r['size']} {r['compile_s']} s ({r['graphs']} graph(s), x{r['speedup']})"
+            for r in rows))
+    return '; '.join(lines)
 
 
 def main():
