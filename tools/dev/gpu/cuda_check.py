@@ -12,7 +12,12 @@
    a stream of three sizes (``benchmarks.compile``): compile time per new size, graphs, error
    vs eager;
 6. the paper's switches (``inline_cfg``: linear attention, kernels, windows, no local residual)
-   forward and backward on the device against CPU, and finite under fp16 autocast.
+   forward and backward on the device against CPU, and finite under fp16 autocast;
+7. the figures of ``tools/benchmark.py`` on the device: padding awareness on a padded
+   800x1333 batch (every family, inference and training) and InLineAttention against its
+   own linears (``benchmarks.padding``, ``benchmarks.floor``).
+
+Check 2 runs every backbone on a padded batch too (the padding-aware kernel on the device).
 
 Prints one line per check and a summary; exits non-zero if any check fails.  ``--device cpu``
 runs the same code on CPU (fp32 steps instead of AMP) to check the script itself.
@@ -105,9 +110,16 @@ def check_backbones(device):
         cfg = dict(type=family.name, arch='tiny')
         torch.manual_seed(0)
         model = family.cls(arch='tiny').eval()
-        fwd, bwd = device_vs_cpu(model, torch.randn(2, 3, 224, 320), device)
+        x = torch.randn(2, 3, 224, 320)
+        padded = x.clone()
+        padded[1, :, 168:] = 0                  # image 1 is 168x240 of the 224x320 batch
+        padded[1, :, :, 240:] = 0
+        fwd, bwd = device_vs_cpu(model, x, device)
         assert fwd < 1e-4 and bwd < 1e-3, (cfg['type'], fwd, bwd)
-        lines.append(f"{cfg['type']} fwd {fwd:.1e} bwd {bwd:.1e}")
+        pfwd, pbwd = device_vs_cpu(model, padded, device)
+        assert pfwd < 1e-4 and pbwd < 1e-3, (cfg['type'], 'padded', pfwd, pbwd)
+        lines.append(f"{cfg['type']} fwd {fwd:.1e} bwd {bwd:.1e} (padded {pfwd:.1e} "
+                     f"{pbwd:.1e})")
     return '; '.join(lines)
 
 
@@ -228,6 +240,31 @@ def check_compile(device, out_dir, backend='inductor'):
     return '; '.join(lines)
 
 
+@check('tools/benchmark.py figures on the device: padding cost, the attention vs its linears')
+def check_floor_and_padding(device, out_dir):
+    from types import SimpleNamespace
+
+    from benchmarks import floor, padding
+    from inline_mm.models import FAMILIES
+    dev = torch.device(device)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    quick = device == 'cpu'                     # the CPU dry run checks the code, not figures
+    args = SimpleNamespace(models=list(FAMILIES), modes=['inference', 'training'],
+                           sizes=[(64, 96)] if quick else [(800, 1333)], conditions=['padded'],
+                           batch=2, warmup=1, repeats=2 if quick else 5, quick=quick)
+    results = padding.run(args, dev)
+    print(padding.padding_table(results))
+    rows, prof = floor.run_floor(floor.QUICK_CASES if quick else floor.FULL_CASES,
+                                 2 if quick else 7, 1 if quick else 3, dev)
+    print(floor.floor_table(rows))
+    print(floor.profile_table(prof))
+    floor.write_floor_csv(rows, prof, out_dir / 'floor.csv', out_dir / 'floor_profile.csv')
+    worst = max(r.median / p.median for r in results for p in results
+                if r.variant == 'aware' and p.variant == 'plain'
+                and (r.family, r.mode) == (p.family, p.mode))
+    return f'padded aware/plain at most {worst:.3f}; floor tables above, CSV in {out_dir}'
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cuda', choices=['cuda', 'cpu'])
@@ -246,6 +283,7 @@ def main():
     check_upernet(args.device)
     check_benchmark(args.device, Path(args.out_dir))
     check_compile(args.device, Path(args.out_dir))
+    check_floor_and_padding(args.device, Path(args.out_dir))
     failed = [n for n, ok in RESULTS if not ok]
     print(f'{len(RESULTS) - len(failed)} passed, {len(failed)} failed '
           f'({time.perf_counter() - start:.0f} s)')
