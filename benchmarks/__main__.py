@@ -126,6 +126,9 @@ def parse_args(argv=None):
                    help='InLineAttention against its own qkv + proj linears at 16k and 65k '
                         'tokens, C=96/3 heads and C=384/12 heads, with the profile of what '
                         'the attention adds')
+    p.add_argument('--compile-backend', default=None,
+                   help='with --floor: time module and linears under torch.compile with this '
+                        'backend (e.g. inductor)')
     p.add_argument('--conditions', nargs='+', choices=padding.CONDITIONS,
                    default=list(padding.CONDITIONS),
                    help='with --padding: none (every image fills the canvas), padded (image 0 '
@@ -170,6 +173,8 @@ def parse_args(argv=None):
         p.error('--batch must be >= 1 and --warmup >= 0')
     if args.padding and args.batch < 2:
         p.error('--padding needs --batch >= 2 (a padded batch holds a smaller image)')
+    if args.compile_backend and not args.floor:
+        p.error('--compile-backend goes with --floor')
     if args.split_only and not args.deit:
         p.error('--split-only goes with --deit')
     choices = (FAMILIES if args.padding else deit.MODELS if args.deit else MODELS)
@@ -324,11 +329,14 @@ def run_floor(args, devices, info):
     for device in devices:
         print(f'\n{device.type.upper()}: {args.warmup} warm-up + {args.repeats} interleaved '
               'rounds per case', flush=True)
-        r, p = floor.run_floor(cases, args.repeats, args.warmup, device)
+        r, p = floor.run_floor(cases, args.repeats, args.warmup, device,
+                               backend=args.compile_backend)
         rows, prof_rows = rows + r, prof_rows + p
     print(floor.floor_table(rows))
-    print(floor.profile_table(prof_rows))
-    paths = args.out_dir / 'floor.csv', args.out_dir / 'floor_profile.csv'
+    paths = [args.out_dir / 'floor.csv']
+    if prof_rows:
+        print(floor.profile_table(prof_rows))
+        paths.append(args.out_dir / 'floor_profile.csv')
     floor.write_floor_csv(rows, prof_rows, *paths)
     _write_meta(args, info, paths)
 

@@ -17,7 +17,9 @@ gradient, parameter gradients included), all four steps of a case timed once per
 round, in ``--repeats`` rounds; medians of the wall clock and of the CPU time of the
 process (:class:`.measure.Timer`), and the module / linears ratios.
 
-Then one profiled forward + backward of each, with every aten op's self CPU time
+With ``--compile-backend`` (e.g. ``inductor``) both run under ``torch.compile``: whether a
+compiled model gets nearer the floor. Then (eager only) one profiled forward + backward of
+each, with every aten op's self CPU time
 aggregated by (op, input shapes): the module's minus the linears' is what the
 attention adds, op by op (``--profile-rows`` largest), the profile the ratio comes
 from.
@@ -26,7 +28,7 @@ import csv
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -44,11 +46,12 @@ STEPS = ('linears forward', 'module forward', 'linears forward+backward',
 
 
 def _steps(attn: InLineAttention, x: torch.Tensor, grad: torch.Tensor,
-           hw: Tuple[int, int]) -> Dict[str, Callable[[], None]]:
+           hw: Tuple[int, int], backend: Optional[str] = None) -> Dict[str, Callable[[], None]]:
     """The four steps of :data:`STEPS`. The linears run on inputs and gradients of the
     shapes and layouts they get in the module: ``qkv`` on ``x`` with a ``(B, N, 3C)``
     output gradient, ``proj`` on a dense ``(B, N, C)`` tensor (``x`` stands in for the
-    attention output) with the module's output gradient."""
+    attention output) with the module's output gradient. ``backend``: both under
+    ``torch.compile`` with it (what a compiled model runs)."""
     grad_qkv = torch.randn(*x.shape[:2], 3 * attn.dim, device=x.device,
                            generator=torch.Generator(x.device).manual_seed(1))
 
@@ -57,6 +60,9 @@ def _steps(attn: InLineAttention, x: torch.Tensor, grad: torch.Tensor,
 
     def module(t):
         return (attn(t, hw),)
+
+    if backend is not None:
+        linears, module = (torch.compile(fn, backend=backend) for fn in (linears, module))
 
     def forward(fn):
         def step():
@@ -91,10 +97,13 @@ def _self_times(step: Callable[[], None]) -> Dict[Tuple[str, str], float]:
 
 
 def run_floor(cases: Sequence[Tuple[int, int, int]], repeats: int, warmup: int,
-              device: torch.device, profile_rows: int = 8) -> Tuple[List[dict], List[dict]]:
+              device: torch.device, profile_rows: int = 8,
+              backend: Optional[str] = None) -> Tuple[List[dict], List[dict]]:
     """Time every case of ``cases`` ((C, heads, side) each); returns the timing rows
     (one per case and step) and the profile rows (the largest ``profile_rows``
-    differences per case and mode)."""
+    differences per case and mode; none when compiled: the ops run inside generated
+    kernels). ``backend``: time module and linears compiled with it (the first warm-up
+    run compiles; at least one is made)."""
     timer = Timer(device)
     rows, prof_rows = [], []
     for c, heads, side in cases:
@@ -103,9 +112,9 @@ def run_floor(cases: Sequence[Tuple[int, int, int]], repeats: int, warmup: int,
         n = side * side
         x = torch.randn(1, n, c, device=device)
         grad = torch.randn(1, n, c, device=device)
-        steps = _steps(attn, x, grad, (side, side))
+        steps = _steps(attn, x, grad, (side, side), backend)
         for step in steps.values():
-            for _ in range(warmup):
+            for _ in range(max(warmup, 1 if backend else 0)):
                 timer(step)
         wall: Dict[str, List[float]] = {k: [] for k in steps}
         cpu: Dict[str, List[float]] = {k: [] for k in steps}
@@ -116,7 +125,8 @@ def run_floor(cases: Sequence[Tuple[int, int, int]], repeats: int, warmup: int,
                 if timer.last_cpu is not None:
                     cpu[name].append(timer.last_cpu)
         for name in steps:
-            rows.append(dict(device=device.type, channels=c, heads=heads, height=side,
+            rows.append(dict(device=device.type, compiled=backend or '', channels=c,
+                             heads=heads, height=side,
                              width=side, tokens=n, step=name,
                              median_ms=statistics.median(wall[name]) * 1e3,
                              min_ms=min(wall[name]) * 1e3, max_ms=max(wall[name]) * 1e3,
@@ -126,7 +136,7 @@ def run_floor(cases: Sequence[Tuple[int, int, int]], repeats: int, warmup: int,
         print(f'  C={c:3d} heads={heads:2d} {side}x{side}: ' + ', '.join(
             f'{name} {statistics.median(wall[name]) * 1e3:.1f} ms' for name in steps),
             flush=True)
-        for mode in ('forward', 'forward+backward') if profile_rows else ():
+        for mode in ('forward', 'forward+backward') if profile_rows and not backend else ():
             lin = _self_times(steps[f'linears {mode}'])
             mod = _self_times(steps[f'module {mode}'])
             total = sum(mod.values())
@@ -149,8 +159,10 @@ def _median(rows: List[dict], key: Tuple, step: str, field: str = 'median_ms'):
 def floor_table(rows: List[dict]) -> str:
     keys = list(dict.fromkeys((r['device'], r['channels'], r['heads'], r['tokens'])
                               for r in rows))
-    lines = ['\nInLineAttention against its own qkv + proj linears: median ms, '
-             'module / linears (wall clock; CPU time in brackets)',
+    backend = rows[0]['compiled'] if rows else ''
+    lines = ['\nInLineAttention against its own qkv + proj linears'
+             + (f', both under torch.compile (backend {backend})' if backend else '')
+             + ': median ms, module / linears (wall clock; CPU time in brackets)',
              f'{"device":7s}{"C":>5s}{"heads":>6s}{"tokens":>8s}'
              f'{"linears fwd":>13s}{"module fwd":>12s}{"ratio":>15s}'
              f'{"linears f+b":>13s}{"module f+b":>12s}{"ratio":>15s}']
@@ -183,8 +195,12 @@ def profile_table(prof_rows: List[dict]) -> str:
 
 
 def write_floor_csv(rows: List[dict], prof_rows: List[dict], path: Path,
-                    profile_path: Path):
+                    profile_path: Optional[Path] = None):
+    """The timing rows to ``path``, the profile rows (when there are any) to
+    ``profile_path``."""
     for data, target in ((rows, path), (prof_rows, profile_path)):
+        if not data:
+            continue
         with open(target, 'w', newline='') as f:
             w = csv.DictWriter(f, fieldnames=list(data[0]))
             w.writeheader()

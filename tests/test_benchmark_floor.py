@@ -85,3 +85,14 @@ def test_tools_benchmark_refuses_bad_arguments(tmp_path):
         proc = subprocess.run([sys.executable, 'tools/benchmark.py', *argv], capture_output=True,
                               text=True, cwd=ROOT, env=subprocess_env(), timeout=120)
         assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+
+
+def test_floor_under_torch_compile_times_the_compiled_module_and_linears(capsys):
+    """``--compile-backend``: both compiled (graph capture here, to stay seconds), no
+    profile (the ops run inside the compiled graph)."""
+    torch._dynamo.reset()
+    rows, prof = floor.run_floor([(32, 2, 8)], repeats=2, warmup=0, device=torch.device('cpu'),
+                                 backend='aot_eager')
+    assert prof == [] and {r['compiled'] for r in rows} == {'aot_eager'}
+    assert {r['step'] for r in rows} == set(floor.STEPS)
+    assert 'both under torch.compile (backend aot_eager)' in floor.floor_table(rows)
