@@ -124,10 +124,12 @@ COVERED = [
     (r'python -m benchmarks --floor --quick',
      'tests/test_benchmark_floor.py::'
      'test_quick_floor_run_times_module_and_linears_and_profiles_the_rest'),
-    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --floor( --repeats \d+)?',
-     'the full run takes ~5 min on 2 cores; the same tool and code path run with --quick in '
+    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --floor( --compile-backend \w+)?( --repeats \d+)?',
+     'the full run takes ~5 min on 2 cores (compiled: ~15); the same tool and code path run '
+     'with --quick in tests/test_benchmark_floor.py::'
+     'test_quick_floor_run_times_module_and_linears_and_profiles_the_rest, compiled in '
      'tests/test_benchmark_floor.py::'
-     'test_quick_floor_run_times_module_and_linears_and_profiles_the_rest'),
+     'test_floor_under_torch_compile_times_the_compiled_module_and_linears'),
     (r'(OMP_NUM_THREADS=1 )?python tools/benchmark\.py( --quick| --only \w+| --repeats \d+)*',
      'the full run takes about an hour on 2 cores; the same tool runs every part with --quick '
      'in tests/test_benchmark_floor.py::test_tools_benchmark_runs_the_three_comparisons'),
