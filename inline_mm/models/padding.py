@@ -202,21 +202,21 @@ class ValidMap:
         projection's output, not a view, nothing else holding it). The forward writes
         the padding's tokens only; when ``x`` needs a gradient, autograd records one
         node whose backward zeroes it outside the images (one pass over the gradient).
-        Under ``torch.compile``, on views and for inf/NaN-proof garbage the same
-        ``masked_fill_`` as ever."""
-        if torch.compiler.is_compiling() or x._base is not None:
-            return x.masked_fill_(~self.mask[..., None], 0)
-        return self._in_place(x, self._zero_tokens_)
+        Under ``torch.compile`` and on views: ``masked_fill_`` with the token mask."""
+        return self._in_place(x, self._zero_tokens_, lambda: self.mask[..., None])
 
     def zero_image_(self, x: torch.Tensor) -> torch.Tensor:
         """:meth:`zero_image` in place, for a ``(B, C, H, W)`` tensor the caller has just
         made (not a view): as :meth:`zero_`."""
-        if torch.compiler.is_compiling() or x._base is not None:
-            return x.masked_fill_(~self.pixels[:, None], 0)
-        return self._in_place(x, self._zero_pixels_)
+        return self._in_place(x, self._zero_pixels_, lambda: self.pixels[:, None])
 
     @staticmethod
-    def _in_place(x: torch.Tensor, zero_: Callable[[torch.Tensor], torch.Tensor]):
+    def _in_place(x: torch.Tensor, zero_: Callable[[torch.Tensor], torch.Tensor],
+                  inside: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``zero_(x)``, as one autograd node when ``x`` needs a gradient; ``masked_fill_``
+        outside ``inside()`` (a bool mask broadcasting to ``x``) where that cannot run."""
+        if torch.compiler.is_compiling() or x._base is not None:
+            return x.masked_fill_(~inside(), 0)
         if torch.is_grad_enabled() and x.requires_grad:
             return _ZeroOutside.apply(x, zero_)
         return zero_(x)
