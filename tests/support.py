@@ -58,15 +58,48 @@ def out_channels(backbone: dict) -> list:
 
 #: input side of the shrunken segmentors' training batches
 SEG_SIZE = 64
+#: width of the shrunken query-based heads (DINO, Mask2Former) and one-stage heads: their
+#: GroupNorms have 32 groups
+HEAD_WIDTH = 32
+
+
+def _shrink_transformer_layers(layer_cfg: dict, width: int):
+    """A DETR-style layer config (``self_attn_cfg``, ``cross_attn_cfg``, ``ffn_cfg``) at
+    ``width`` channels, 4 attention heads and a 2x feed-forward."""
+    for key in ('self_attn_cfg', 'cross_attn_cfg'):
+        if key in layer_cfg:
+            layer_cfg[key].update(embed_dims=width, num_heads=4)
+    layer_cfg.ffn_cfg.update(embed_dims=width, feedforward_channels=2 * width)
+
+
+def shrink_mask2former_head(head, in_channels: list, width: int = HEAD_WIDTH):
+    """mmdet's / mmseg's ``Mask2FormerHead`` config made CPU-test sized, in place: ``width``
+    channels, one pixel-decoder encoder layer, one decoder layer per feature level, 10
+    queries, 64 sampled points per mask."""
+    head.update(in_channels=in_channels, feat_channels=width, out_channels=width,
+                num_queries=10)
+    decoder = head.pixel_decoder
+    decoder.encoder.num_layers = 1
+    _shrink_transformer_layers(decoder.encoder.layer_cfg, width)
+    decoder.positional_encoding.num_feats = width // 2
+    head.positional_encoding.num_feats = width // 2
+    head.transformer_decoder.num_layers = head.get('num_transformer_feat_level', 3)
+    _shrink_transformer_layers(head.transformer_decoder.layer_cfg, width)
+    if head.get('train_cfg'):           # (mmdet keeps it in the model's train_cfg)
+        head.train_cfg.num_points = 64
+    return head
 
 
 def shrink_segmentor(cfg):
     """A segmentation config's model made CPU-test sized, in place: the backbone as
-    :func:`shrink_backbone`, 16-channel neck and heads, 64-pixel training inputs."""
+    :func:`shrink_backbone`, 16-channel neck and heads (a Mask2Former head as
+    :func:`shrink_mask2former_head`), 64-pixel training inputs."""
     model = cfg.model
     chans = out_channels(shrink_backbone(model.backbone))
     model.data_preprocessor.size = (SEG_SIZE, SEG_SIZE)
-    if model.get('neck'):
+    if model.decode_head.type == 'Mask2FormerHead':
+        shrink_mask2former_head(model.decode_head, chans)
+    elif model.get('neck'):
         model.neck.update(in_channels=chans, out_channels=16)
         model.decode_head.update(in_channels=[16] * 4, channels=16)
     else:
@@ -80,10 +113,33 @@ def shrink_segmentor(cfg):
 
 
 def shrink_detector(cfg):
-    """A (Cascade) Mask R-CNN config's model made CPU-test sized, in place: the backbone as
-    :func:`shrink_backbone`, a 16-channel neck, RPN and RoI heads (every cascade stage)."""
+    """A detector config's model made CPU-test sized, in place: the backbone as
+    :func:`shrink_backbone`; (Cascade) Mask R-CNN: a 16-channel neck, RPN and RoI heads
+    (every cascade stage); RetinaNet, FCOS: a 32-channel neck and one-conv head; DINO:
+    one encoder and two decoder layers, 20 queries (its width stays 256); Mask2Former:
+    :func:`shrink_mask2former_head`."""
     model = cfg.model
     chans = out_channels(shrink_backbone(model.backbone))
+    width = HEAD_WIDTH
+    if model.get('panoptic_head'):                                    # Mask2Former
+        shrink_mask2former_head(model.panoptic_head, chans, width)
+        model.train_cfg.num_points = 64
+        return cfg
+    if model.type == 'DINO':
+        width = 256         # its decoder encodes box coordinates in 4 x 128 sine features
+        model.neck.update(in_channels=chans, out_channels=width)
+        model.encoder.num_layers, model.decoder.num_layers = 1, 2
+        _shrink_transformer_layers(model.encoder.layer_cfg, width)
+        _shrink_transformer_layers(model.decoder.layer_cfg, width)
+        model.positional_encoding.num_feats = width // 2
+        model.num_queries = 20
+        model.dn_cfg.group_cfg.num_dn_queries = 10
+        model.bbox_head.embed_dims = width
+        return cfg
+    if not model.get('roi_head'):                                     # RetinaNet, FCOS
+        model.neck.update(in_channels=chans, out_channels=width)
+        model.bbox_head.update(in_channels=width, feat_channels=width, stacked_convs=1)
+        return cfg
     model.neck.update(in_channels=chans[-1] if model.neck.type == 'SimpleFPN' else chans,
                       out_channels=16)
     model.rpn_head.update(in_channels=16, feat_channels=16)
@@ -102,7 +158,7 @@ def write_tiny_config(config, path: Path) -> Path:
     tool runs in seconds on CPU."""
     from mmengine.config import Config
     cfg = Config.fromfile(str(config))
-    shrink = shrink_detector if cfg.model.get('roi_head') else shrink_segmentor
+    shrink = shrink_detector if cfg.default_scope == 'mmdet' else shrink_segmentor
     shrink(cfg).dump(str(path))
     return path
 

@@ -3,7 +3,6 @@
 _base_ = '../_base_/fcos_fpn_gn-head_1x_coco.py'
 model = dict(
     backbone=dict(
-        _delete_=True,
         type='InLineSwin',
         arch='tiny',
         drop_path_rate=0.2,  # as in its ImageNet recipe
