@@ -60,10 +60,9 @@ def test_probe_predicts_even_the_smallest_size(limit, expected):
 
 
 def test_segmentors_are_the_shipped_cityscapes_recipes_around_each_backbone():
-    """(The quick run above runs all five; here two baselines' swaps, without running.)"""
-    for name, head in (('Swin-T', 'UPerHead'), ('PVT-S', 'FPNHead')):
-        builder, _, config = resolution.MODELS[name]
-        model = resolution.build_segmentor(name).segmentor
-        assert type(model.backbone) is type(builder())
-        assert type(model.decode_head).__name__ == head
-        assert model.decode_head.num_classes == 19 and model.test_cfg.mode == 'whole'
+    """(The quick run above runs all five; here the swap of mmdet's PVT-S into mmseg's
+    Semantic FPN of the shipped config, without running it.)"""
+    model = resolution.build_segmentor('PVT-S').segmentor
+    assert type(model.backbone) is type(resolution.MODELS['PVT-S'][0]())
+    assert type(model.decode_head).__name__ == 'FPNHead'
+    assert model.decode_head.num_classes == 19 and model.test_cfg.mode == 'whole'
