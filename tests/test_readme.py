@@ -114,6 +114,14 @@ COVERED = [
     (r'(OMP_NUM_THREADS=1 )?python -m benchmarks( --attention)?',
      'the full benchmark takes 30+ min; the same tool and code path run with --quick in '
      'tests/test_benchmark.py::test_quick_run_writes_table_csv_and_plot'),
+    (r'python -m benchmarks --resolution --quick',
+     'tests/test_benchmark_resolution.py::'
+     'test_quick_run_measures_backbones_and_segmentors_and_writes_csv_and_plot'),
+    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --resolution( --max-run-s \d+)?'
+     r'( --repeats \d+)?',
+     'the full run takes about an hour on 2 shared cores; the same tool and code path run '
+     'with --quick in tests/test_benchmark_resolution.py::'
+     'test_quick_run_measures_backbones_and_segmentors_and_writes_csv_and_plot'),
     (r'(OMP_NUM_THREADS=1 )?python -m benchmarks\.deploy( .*)?',
      'tests/test_benchmark_deploy.py::test_quick_run_exports_checks_times_and_writes (the '
      'full-size runs: docs/performance.md, by hand)'),
