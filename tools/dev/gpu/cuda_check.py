@@ -173,7 +173,9 @@ def amp_step(config, data_fn, device, scope, adjust=None):
         cfg.optim_wrapper.pop('loss_scale', None)
     with DefaultScope.overwrite_default_scope(scope):
         registry = __import__(f'{scope}.registry', fromlist=['MODELS']).MODELS
-        model = registry.build(cfg.model).to(device)
+        model = registry.build(cfg.model)
+        model.init_weights()            # the heads' own initialisation (focal-loss priors ...)
+        model = model.to(device)
         if device == 'cpu':
             from mmengine.model import revert_sync_batchnorm
             model = revert_sync_batchnorm(model)
@@ -221,11 +223,12 @@ def check_upernet(device):
 
 
 def _detection_batch(device):
-    """Two COCO-like images (640x800 and 608x832 on the device; a quarter of each side on
-    CPU, where the script only checks itself) with boxes and masks."""
+    """Two COCO-like images (640x800 and 608x832 on the device; half each side on CPU,
+    where the script only checks itself: still more encoder tokens than DINO's 900
+    queries) with boxes and masks."""
     from mmdet.testing import demo_mm_inputs
-    shapes = [(3, 640, 800), (3, 608, 832)] if device != 'cpu' else [(3, 160, 200),
-                                                                     (3, 152, 208)]
+    shapes = [(3, 640, 800), (3, 608, 832)] if device != 'cpu' else [(3, 320, 400),
+                                                                     (3, 304, 416)]
     d = demo_mm_inputs(batch_size=2, image_shapes=shapes, num_items=[3, 2], num_classes=80,
                        with_mask=True)
     return dict(inputs=list(d['inputs']), data_samples=d['data_samples'])
