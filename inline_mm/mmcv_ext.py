@@ -189,8 +189,7 @@ def _deform_attn(value: torch.Tensor, shapes, starts, sampling_locations: torch.
     The weighted sum runs level by level, so no (B*M, D, Q, L*P) stack is held.
     """
     b, _, m, d = value.shape
-    q, levels, points = sampling_locations.shape[1], sampling_locations.shape[3], \
-        sampling_locations.shape[4]
+    q = sampling_locations.shape[1]
     grids = (2 * sampling_locations - 1).transpose(1, 2).flatten(0, 1)    # (B*M, Q, L, P, 2)
     weights = attention_weights.transpose(1, 2).flatten(0, 1)            # (B*M, Q, L, P)
     out = value.new_zeros(b * m, d, q)
