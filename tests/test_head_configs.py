@@ -22,10 +22,7 @@ from mmengine.runner import Runner
 
 import _inline_mm_mmcv_hook
 from conftest import CUSTOM_IMPORTS
-from support import (SEG_SIZE, on_toy_coco, on_toy_seg, out_channels, shrink_detector,
-                     shrink_segmentor)
-from inline_mm.toydata import segmentation as toy_seg
-from inline_mm.toydata.coco import make_coco_toy
+from support import on_toy_coco, on_toy_seg, out_channels, shrink_detector, shrink_segmentor
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'
@@ -120,26 +117,12 @@ def test_recipe(name):
     assert groups[id(weight)]['lr'] == pytest.approx(base.lr * head_lr)
 
 
-@pytest.fixture(scope='module')
-def coco(tmp_path_factory):
-    data = tmp_path_factory.mktemp('heads_coco')
-    make_coco_toy(str(data), num_train=2, num_val=2, size=64, max_objects=2, seed=1)
-    return data
-
-
-@pytest.fixture(scope='module')
-def ade(tmp_path_factory):
-    data = tmp_path_factory.mktemp('heads_ade')
-    toy_seg.make_ade_toy(str(data), num_train=2, num_val=2, size=SEG_SIZE)
-    return data
-
-
 @pytest.mark.parametrize('name', sorted(HEADS))
-def test_trains_one_iteration_and_validates_on_toy_data(name, coco, ade, tmp_path,
+def test_trains_one_iteration_and_validates_on_toy_data(name, tiny_coco, tiny_ade, tmp_path,
                                                         monkeypatch):
     cfg = _shrunk(name)
     detection = cfg.default_scope == 'mmdet'
-    cfg = on_toy_coco(cfg, coco) if detection else on_toy_seg(cfg, ade)
+    cfg = on_toy_coco(cfg, tiny_coco) if detection else on_toy_seg(cfg, tiny_ade)
     cfg.work_dir = str(tmp_path)
     calls = tmp_path / 'mmcv_ext_calls.txt'
     monkeypatch.setenv('INLINE_MM_RECORD_OPS', str(calls))

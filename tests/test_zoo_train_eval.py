@@ -17,10 +17,8 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from support import SEG_SIZE, on_toy_coco, on_toy_seg, shrink_detector, shrink_segmentor
+from support import on_toy_coco, on_toy_seg, shrink_detector, shrink_segmentor
 from inline_mm.models import FAMILIES
-from inline_mm.toydata import segmentation as toy_seg
-from inline_mm.toydata.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'
@@ -73,20 +71,6 @@ def test_every_detector_and_segmentor_pairing_is_run():
     assert sum(n.startswith('cascade-mask-rcnn_inline-swin') for n in names) == 3
 
 
-@pytest.fixture(scope='module')
-def coco(tmp_path_factory):
-    data = tmp_path_factory.mktemp('zoo_coco')
-    make_coco_toy(str(data), num_train=2, num_val=2, size=64, max_objects=2, seed=1)
-    return data
-
-
-@pytest.fixture(scope='module')
-def ade(tmp_path_factory):
-    data = tmp_path_factory.mktemp('zoo_ade')
-    toy_seg.make_ade_toy(str(data), num_train=2, num_val=2, size=SEG_SIZE)
-    return data
-
-
 def _run(*args) -> str:
     env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONUNBUFFERED='1')
     env['PYTHONPATH'] = str(ROOT) + os.pathsep + env.get('PYTHONPATH', '')
@@ -108,10 +92,10 @@ def _metrics(log: str, keys) -> dict:
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize('path', DISTINCT, ids=[p.name for p in DISTINCT])
-def test_trains_a_step_and_evaluates_through_the_tools(path, coco, ade, tmp_path):
+def test_trains_a_step_and_evaluates_through_the_tools(path, tiny_coco, tiny_ade, tmp_path):
     cfg = _shrunk(path)
     detection = cfg.default_scope == 'mmdet'
-    cfg = on_toy_coco(cfg, coco) if detection else on_toy_seg(cfg, ade)
+    cfg = on_toy_coco(cfg, tiny_coco) if detection else on_toy_seg(cfg, tiny_ade)
     config = tmp_path / path.name
     cfg.dump(str(config))
     keys = ('coco/bbox_mAP', 'coco/segm_mAP') if detection else ('mIoU',)
