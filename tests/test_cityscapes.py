@@ -115,3 +115,31 @@ def test_trains_validates_and_tests_with_sliding_windows_on_toy_cityscapes(
     slide.work_dir, slide.load_from = str(tmp_path / 'test'), str(checkpoint)
     metrics = Runner.from_cfg(slide).test()
     assert 0 <= metrics['mIoU'] <= 100
+
+
+@pytest.mark.subprocess
+def test_toy_cityscapes_command_as_documented(tmp_path):
+    """docs/segmentation.md's command writes a set that mmseg's CityscapesDataset reads, with
+    Cityscapes' train ids (and 255, ignored)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    from mmseg.datasets import CityscapesDataset
+
+    from support import subprocess_env
+    text = (ROOT / 'docs' / 'segmentation.md').read_text()
+    command = re.search(r'`(python tools/misc/make_toy_dataset\.py cityscapes (\S+))`', text)
+    argv = command.group(1).split()
+    argv[0], argv[1] = sys.executable, str(ROOT / argv[1])
+    subprocess.run(argv, cwd=tmp_path, env=subprocess_env(), check=True, timeout=300,
+                   capture_output=True)
+    root = tmp_path / command.group(2)
+    for split, count in (('train', 12), ('val', 4)):
+        ds = CityscapesDataset(data_root=str(root), pipeline=[],
+                               data_prefix=dict(img_path=f'leftImg8bit/{split}',
+                                                seg_map_path=f'gtFine/{split}'))
+        assert len(ds) == count
+    from PIL import Image
+    labels = np.unique(np.array(Image.open(ds[0]['seg_map_path'])))
+    assert set(labels.tolist()) <= {0, 8, 11, 13, 255} and 0 in labels

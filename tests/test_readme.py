@@ -181,6 +181,8 @@ COVERED = [
     (r'python tools/misc/make_toy_dataset\.py ade data/toy_ade'
      r'|python tools/(train|test)\.py +configs/inline_swin/inline-swin-t-in1k-pre_upernet.*',
      'tests/test_readme.py::test_readme_segmentation_commands_on_toy_ade'),
+    (r'python tools/misc/make_toy_dataset\.py cityscapes data/toy_city',
+     'tests/test_cityscapes.py::test_toy_cityscapes_command_as_documented'),
     (r'python benchmarks/dataset_check\.py',
      'writes 2,000 images and runs 9 checks (~4 min on 2 cores); its set passes the checker in '
      'tests/test_data_decode.py::test_benchmark_set_is_ade20k_like_and_passes'),
