@@ -115,7 +115,8 @@ def shrink_segmentor(cfg):
 def shrink_detector(cfg):
     """A detector config's model made CPU-test sized, in place: the backbone as
     :func:`shrink_backbone`; (Cascade) Mask R-CNN: a 16-channel neck, RPN and RoI heads
-    (every cascade stage); RetinaNet, FCOS: a 32-channel neck and one-conv head; DINO:
+    (every cascade stage); RetinaNet, FCOS: a 32-channel neck and one-conv head for 8
+    classes; DINO:
     one encoder and two decoder layers, 20 queries (its width stays 256); Mask2Former:
     :func:`shrink_mask2former_head`."""
     model = cfg.model
@@ -139,7 +140,10 @@ def shrink_detector(cfg):
         return cfg
     if not model.get('roi_head'):                                     # RetinaNet, FCOS
         model.neck.update(in_channels=chans, out_channels=width)
-        model.bbox_head.update(in_channels=width, feat_channels=width, stacked_convs=1)
+        # 8 classes: an untrained dense head scores every anchor of every class, and
+        # ranking 80 classes' scores over a 1333x800 image costs seconds on CPU
+        model.bbox_head.update(in_channels=width, feat_channels=width, stacked_convs=1,
+                               num_classes=8)
         if model.bbox_head.type == 'FCOSHead':
             # its GroupNorms (32 groups by default) meet 1x1 maps at P7 of a toy image:
             # two channels a group, so that a group of one image is not a single value
