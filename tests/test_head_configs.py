@@ -53,9 +53,12 @@ def _load(name: str) -> Config:
     return copy.deepcopy(_parse(name))
 
 
-def _shrunk(name: str) -> Config:
-    cfg = _load(name)
+def _shrink(cfg: Config) -> Config:
     return shrink_detector(cfg) if cfg.default_scope == 'mmdet' else shrink_segmentor(cfg)
+
+
+def _shrunk(name: str) -> Config:
+    return _shrink(_load(name))
 
 
 def _build(cfg: Config):
@@ -97,7 +100,7 @@ def test_recipe(name):
     assert imports[:-2] == (['mmdet.models'] if cfg.default_scope == 'mmseg'
                             and 'mask2former' in name else [])
 
-    cfg = shrink_detector(cfg) if cfg.default_scope == 'mmdet' else shrink_segmentor(cfg)
+    cfg = _shrink(cfg)
     model = _build(cfg)
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         optim = build_optim_wrapper(model, cfg.optim_wrapper)
