@@ -206,6 +206,7 @@ def plot(results: List[Result], path: Path, title: str):
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
     devices = sorted({r.device for r in results})
     fig, axes = plt.subplots(len(devices) * 2, len(PARTS), figsize=(11, 8.5 * len(devices)),
                              squeeze=False)
@@ -228,7 +229,10 @@ def plot(results: List[Result], path: Path, title: str):
                                     xytext=(4, -10), fontsize=7, color=color)
                 ax.set_xscale('log')
                 ax.set_yscale('log')
-                ax.set_xlabel('input megapixels (512x1024 = 0.52)')
+                sizes = sorted({r.size for r in results}, key=lambda z: z[0] * z[1])
+                ax.set_xticks([h * w / 1e6 for h, w in sizes], [_size(z) for z in sizes])
+                ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+                ax.set_xlabel('input size (log of pixels)')
                 ax.set_ylabel(unit)
                 ax.set_title(f'{dev.upper()} {part}, whole-image inference: {what}')
                 ax.grid(True, which='both', alpha=0.3)
