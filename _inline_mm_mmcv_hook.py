@@ -90,6 +90,32 @@ def _distribution_exists(name):
     return True
 
 
+def unresolved_scopes(table=None):
+    """``{scope: package}`` of ``MODULE2PACKAGE`` entries that mmengine cannot resolve here
+    and the import name can: the scope's module is importable while the table's package is
+    neither an installed distribution nor an importable module (:func:`_repoint_scopes`).
+    Reads metadata and finders only; ``table`` defaults to mmengine's, as imported now."""
+    if table is None:
+        module = sys.modules.get(CONFIG_UTILS)
+        if module is None:
+            return {}
+        table = dict(module.MODULE2PACKAGE)
+        table.update({s: p for s, p in REPOINTED_SCOPES.items() if s in table})
+    found = {}
+    for scope, package in table.items():
+        if scope == package or scope == 'inline_mm':
+            continue
+        try:
+            if importlib.util.find_spec(scope) is None:
+                continue                    # that project is not here at all
+            if importlib.util.find_spec(package) is not None or _distribution_exists(package):
+                continue                    # mmengine's own look-up works
+        except (ImportError, ValueError):
+            continue
+        found[scope] = package
+    return found
+
+
 def _repoint_scopes(table):
     """``mmseg::`` bases where mmseg comes from another distribution than ``mmsegmentation``.
 
@@ -103,16 +129,7 @@ def _repoint_scopes(table):
     the package by ``find_spec``).  Where the named distribution is installed (upstream
     mmsegmentation 1.2.2) nothing changes.  ``mmdet`` needs nothing: its entry is its import name.
     """
-    for scope, package in list(table.items()):
-        if scope == package or scope == 'inline_mm':
-            continue
-        try:
-            if importlib.util.find_spec(scope) is None:
-                continue                    # that project is not here at all
-            if importlib.util.find_spec(package) is not None or _distribution_exists(package):
-                continue                    # mmengine's own look-up works
-        except (ImportError, ValueError):
-            continue
+    for scope, package in unresolved_scopes(table).items():
         table[scope] = scope
         REPOINTED_SCOPES[scope] = package
 
@@ -166,6 +183,47 @@ def install() -> None:
         # imported before the hook (e.g. install() called by hand): register now
         if CONFIG_UTILS in sys.modules and os.environ.get('INLINE_MM_CONFIG_BASES', '1') != '0':
             _register_config_scope(sys.modules[CONFIG_UTILS])
+
+
+def compiled_ext_present() -> bool:
+    """Whether mmcv has a compiled ``mmcv._ext``, found by the finders other than the fallback's
+    (nothing is imported; once ``mmcv._ext`` is imported, the module says)."""
+    if TARGET in sys.modules:
+        return getattr(sys.modules[TARGET], 'FALLBACK_NAME', None) is None
+    try:
+        spec = importlib.util.find_spec('mmcv')
+    except (ImportError, ValueError):
+        return False
+    where = list(spec.submodule_search_locations or []) if spec is not None else []
+    for finder in sys.meta_path if where else []:
+        if isinstance(finder, (MmcvExtFallbackFinder, ConfigScopeFinder)) or \
+                not hasattr(finder, 'find_spec'):
+            continue
+        try:
+            if finder.find_spec(TARGET, where) is not None:
+                return True
+        except (ImportError, ValueError):
+            continue
+    return False
+
+
+def fallback_active() -> bool:
+    """Whether ``import mmcv._ext`` gives (or has given) the torchvision stand-in here."""
+    if TARGET in sys.modules:
+        return getattr(sys.modules[TARGET], 'FALLBACK_NAME', None) is not None
+    return (any(isinstance(f, MmcvExtFallbackFinder) for f in sys.meta_path)
+            and os.environ.get('INLINE_MM_MMCV_FALLBACK', '1') != '0'
+            and fallback_path() is not None and not compiled_ext_present())
+
+
+def config_bases_active() -> bool:
+    """Whether ``inline_mm::`` bases resolve in this process (finder in place and switched
+    on, or the entry already added)."""
+    module = sys.modules.get(CONFIG_UTILS)
+    if module is not None:
+        return module.MODULE2PACKAGE.get('inline_mm') == 'inline_mm'
+    return (any(isinstance(f, ConfigScopeFinder) for f in sys.meta_path)
+            and os.environ.get('INLINE_MM_CONFIG_BASES', '1') != '0')
 
 
 def backend() -> str:

@@ -1,6 +1,7 @@
 """The stack itself: cheap import, environment report, mmdet and mmseg models on CPU,
 and mmengine checkpoints (resume / load_from) on torch >= 2.6."""
 import copy
+import re
 import subprocess
 import sys
 
@@ -39,15 +40,20 @@ def test_env_report():
     assert ('mmcv ops: torchvision' in out and 'via inline_mm (mmcv without compiled ops)' in out) \
         or 'mmcv ops: compiled mmcv' in out
     assert 'registered: InLineSwin' in out
-    # the stack, and the patches its feature checks switch on (measured: upstream mmengine
-    # 0.10.7 keeps torch's refusal and finds mmsegmentation; onedl 0.10.12 does neither)
+    # the stack, and the patch table: on where this process switched it on (the import and
+    # the interpreter-start hook), needed where the feature check says so (measured: upstream
+    # mmengine 0.10.7 keeps torch's refusal and finds mmsegmentation; onedl 0.10.12 does neither)
+    from inline_mm.patches import PATCHES
     stack = out.split('OpenMMLab stack:')[1].split()[0]
     assert stack in ('upstream', 'onedl'), out
-    assert ('mmseg:: bases: on' in out) == (stack == 'onedl'), out
-    assert ('strict_checkpoint_loading: needed' in out) == (stack == 'onedl'), out
-    for always in ('cpu_distributed: needed', 'safe_checkpoints: needed'):
-        assert always in out, out
-
+    state = dict(re.findall(r'^  (\w+) +(on|off|needed, off) ', out, re.M))
+    assert list(state) == [p.name for p in PATCHES], out
+    onedl = stack == 'onedl'
+    assert state['mmseg_scope'] == ('on' if onedl else 'off'), out
+    assert state['strict_checkpoint_loading'] == ('needed, off' if onedl else 'off'), out
+    assert state['checkpoint_allowlist'] == 'on' and state['inline_mm_bases'] == 'on', out
+    for engine_row in ('cpu_distributed', 'checkpoint_prune_order', 'resume_fallback'):
+        assert state[engine_row] == 'needed, off', out
 
 def _build(tmp_path, base, backbone, neck_in):
     """The packaged config ``base`` (``mmdet::...``), with a small InLine backbone."""
