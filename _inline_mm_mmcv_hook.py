@@ -240,8 +240,15 @@ def pth_path(site_packages=None) -> str:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    cmd = argv[0] if argv else 'status'
+    import argparse
+    parser = argparse.ArgumentParser(
+        prog='python -m _inline_mm_mmcv_hook',
+        description="inline_mm's interpreter-start hook: the mmcv._ext fallback and "
+                    'inline_mm:: config bases, through one .pth file in site-packages.')
+    parser.add_argument('command', nargs='?', default='status',
+                        choices=('install', 'uninstall', 'status'),
+                        help='write the .pth, remove it, or say what is in use (default)')
+    cmd = parser.parse_args(argv).command
     path = pth_path()
     if cmd == 'install':
         with open(path, 'w') as f:
@@ -253,15 +260,11 @@ def main(argv=None) -> int:
             print(f'removed {path}')
         else:
             print(f'nothing to remove ({path} does not exist)')
-    elif cmd == 'status':
+    else:
         bases = 'off' if os.environ.get('INLINE_MM_CONFIG_BASES', '1') == '0' else 'on'
         print(f'{path}: {"present" if os.path.exists(path) else "absent"}; '
               f'mmcv._ext: {backend()}; inline_mm:: config bases: {bases}')
-    else:
-        print('usage: python -m _inline_mm_mmcv_hook [install|uninstall|status]', file=sys.stderr)
-        return 2
     return 0
-
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -1,4 +1,5 @@
 """Print what a bug report needs: ``python -m inline_mm.env``."""
+import argparse
 import importlib
 import platform
 import sys
@@ -113,7 +114,11 @@ def collect_env() -> dict:
     return info
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(
+        prog='python -m inline_mm.env',
+        description='Print what a bug report needs: versions, the mmcv ops in use, the '
+                    "registered backbones and inline_mm's patches of other packages.").parse_args(argv)
     for k, v in collect_env().items():
         print(f'{k:>16}: {v}')
     from inline_mm.patches import BY_ENGINE
