@@ -115,10 +115,11 @@ def collect_env() -> dict:
 
 
 def main(argv=None):
-    argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         prog='python -m inline_mm.env',
         description='Print what a bug report needs: versions, the mmcv ops in use, the '
-                    "registered backbones and inline_mm's patches of other packages.").parse_args(argv)
+                    "registered backbones and inline_mm's patches of other packages.")
+    parser.parse_args(argv)
     for k, v in collect_env().items():
         print(f'{k:>16}: {v}')
     from inline_mm.patches import BY_ENGINE
