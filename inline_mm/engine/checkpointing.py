@@ -19,8 +19,8 @@ What it gets wrong, and this module fixes (rows ``checkpoint_prune_order`` and
   may hold a checkpoint that was cut short (disk full, a copy interrupted).  When
   ``--resume`` finds ``last_checkpoint`` empty, or naming a missing or incomplete
   file, :func:`install_fallback` makes it fall back to the newest complete
-  ``iter_*.pth`` / ``epoch_*.pth`` in the work dir, with a warning naming both; with none it fails with a clear message
-  instead of starting over or crashing on an empty path.
+  ``iter_*.pth`` / ``epoch_*.pth`` in the work dir, with a warning naming both; with none
+  it fails with a clear message instead of starting over or crashing on an empty path.
 """
 import functools
 import logging
