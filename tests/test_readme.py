@@ -97,34 +97,29 @@ class _Parsed(Exception):
 @contextlib.contextmanager
 def _stop_after_parsing():
     """``ArgumentParser.parse_args`` / ``parse_known_args`` parse as usual, then stop the
-    program (:class:`_Parsed`); nested calls (subparsers) return normally."""
+    program (:class:`_Parsed`); the calls they make themselves (``parse_args`` calls
+    ``parse_known_args``, subparsers parse their part) return normally."""
     parser = argparse.ArgumentParser
-    parse, parse_known = parser.parse_args, parser.parse_known_args
+    originals = parser.parse_args, parser.parse_known_args
     depth = [0]
 
-    def known(self, args=None, namespace=None):
-        depth[0] += 1
-        try:
-            result = parse_known(self, args, namespace)
-        finally:
-            depth[0] -= 1
-        if depth[0] == 0:
-            raise _Parsed(result[0])
-        return result
+    def stopping(method):
+        def call(self, args=None, namespace=None):
+            depth[0] += 1
+            try:
+                result = method(self, args, namespace)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:
+                raise _Parsed(result[0] if isinstance(result, tuple) else result)
+            return result
+        return call
 
-    def full(self, args=None, namespace=None):
-        depth[0] += 1
-        try:
-            namespace = parse(self, args, namespace)
-        finally:
-            depth[0] -= 1
-        raise _Parsed(namespace)
-
-    parser.parse_args, parser.parse_known_args = full, known
+    parser.parse_args, parser.parse_known_args = (stopping(m) for m in originals)
     try:
         yield
     finally:
-        parser.parse_args, parser.parse_known_args = parse, parse_known
+        parser.parse_args, parser.parse_known_args = originals
 
 
 def parse_only(target: str, argv: list, module: bool = False):
