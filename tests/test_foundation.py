@@ -67,6 +67,17 @@ def _build(tmp_path, base, backbone, neck_in):
     return cfg
 
 
+def _loss_step_then_predict(model, batch):
+    """One loss and backward on ``batch`` (a finite loss), then the model's predictions on it."""
+    model.init_weights()
+    total, _ = model.parse_losses(model(**model.data_preprocessor(batch, True), mode='loss'))
+    assert torch.isfinite(total)
+    total.backward()
+    model.eval()
+    with torch.no_grad():
+        return model(**model.data_preprocessor(batch, False), mode='predict')
+
+
 def test_mmdet_mask_rcnn_loss_and_predict(tmp_path):
     from mmdet.registry import MODELS
     from mmdet.testing import demo_mm_inputs
@@ -74,17 +85,8 @@ def test_mmdet_mask_rcnn_loss_and_predict(tmp_path):
     register_all_modules()
     cfg = _build(tmp_path, 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py', SMALL_SWIN,
                  out_channels(SMALL_SWIN))
-    model = MODELS.build(cfg.model)
-    model.init_weights()
     packed = demo_mm_inputs(2, [[3, 96, 128], [3, 80, 112]], num_items=[2, 1], with_mask=True)
-    data = model.data_preprocessor(packed, True)
-    losses = model(**data, mode='loss')
-    total, _ = model.parse_losses(losses)
-    assert torch.isfinite(total)
-    total.backward()
-    model.eval()
-    with torch.no_grad():
-        results = model(**model.data_preprocessor(packed, False), mode='predict')
+    results = _loss_step_then_predict(MODELS.build(cfg.model), packed)
     assert len(results) == 2 and hasattr(results[0], 'pred_instances')
     assert 'masks' in results[0].pred_instances
 
@@ -106,22 +108,13 @@ def test_mmseg_upernet_loss_and_predict(tmp_path):
     cfg.model.auxiliary_head.channels = 16
     cfg.model.pop('pretrained', None)
     model = revert_sync_batchnorm(MODELS.build(cfg.model))
-    model.init_weights()
     inputs = [torch.randint(0, 255, (3, 64, 96), dtype=torch.uint8) for _ in range(2)]
     samples = []
     for _ in range(2):
         s = SegDataSample(metainfo=dict(img_shape=(64, 96), ori_shape=(64, 96), pad_shape=(64, 96)))
         s.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, 64, 96)))
         samples.append(s)
-    data = model.data_preprocessor(dict(inputs=inputs, data_samples=samples), True)
-    losses = model(**data, mode='loss')
-    total, _ = model.parse_losses(losses)
-    assert torch.isfinite(total)
-    total.backward()
-    model.eval()
-    with torch.no_grad():
-        out = model(**model.data_preprocessor(dict(inputs=inputs, data_samples=samples), False),
-                    mode='predict')
+    out = _loss_step_then_predict(model, dict(inputs=inputs, data_samples=samples))
     assert out[0].pred_sem_seg.data.shape[-2:] == (64, 96)
 
 
