@@ -9,8 +9,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_PAGES = sorted((ROOT / 'docs').glob('*.md'))
-DEV_NOTES = sorted((ROOT / 'docs' / 'dev').glob('*.md'))
-PAGES = sorted({ROOT / 'README.md', ROOT / 'checkpoints' / 'README.md', *USER_PAGES, *DEV_NOTES,
+DEV_NOTES = sorted(p for p in (ROOT / 'docs' / 'dev').glob('*.md') if p.name != 'README.md')
+PAGES = sorted({ROOT / 'README.md', ROOT / 'checkpoints' / 'README.md', *USER_PAGES,
+                *(ROOT / 'docs' / 'dev').glob('*.md'),
                 *(ROOT / 'configs').glob('*/README.md')})
 #: the most a user page of docs/ may weigh; investigations and history go to docs/dev/
 MAX_USER_PAGE_BYTES = 15 * 1024
