@@ -5,6 +5,7 @@ tools/train.py does); that a bare import switches nothing on is in test_package.
 end-to-end versions (real processes killed with SIGKILL) are in
 tests/test_reliability_training.py."""
 import logging
+import re
 
 import pytest
 import torch
@@ -208,3 +209,11 @@ def test_feature_checks_run_nothing_and_read_no_source(monkeypatch):
     names = [p.name for p in PATCHES]
     assert len(set(names)) == len(names)
     assert all(p.replaces and p.reason and p.versions for p in PATCHES)
+
+
+def test_the_patch_table_is_documented():
+    """docs/patches.md lists every row of the table, and the rows it lists exist."""
+    from pathlib import Path
+    page = (Path(__file__).resolve().parents[1] / 'docs' / 'patches.md').read_text()
+    listed = set(re.findall(r'^\| `(\w+)` \|', page, re.M))
+    assert listed == {p.name for p in PATCHES}, listed ^ {p.name for p in PATCHES}
