@@ -38,9 +38,10 @@ def stack_name() -> str:
 
 def describe_patches() -> list:
     """Each row of :data:`inline_mm.patches.PATCHES` as ``(name, state, applies to, check)``:
-    ``state`` is 'on' or 'off' in this process, or 'needed, off' where the feature check says
-    the installed stack needs a row that nothing has switched on here."""
-    from inline_mm.patches import PATCHES
+    ``state`` is 'on' or 'off' in this process, 'needed, off' where the feature check says
+    the installed stack needs a row that nothing has switched on here, or 'switched off' where
+    the environment keeps it off."""
+    from inline_mm.patches import PATCHES, switched_off
     rows = []
     for patch in PATCHES:
         try:
@@ -49,7 +50,12 @@ def describe_patches() -> list:
         except Exception as e:  # report, never fail: this runs on broken set-ups
             rows.append((patch.name, 'unknown', patch.versions, f'{type(e).__name__}: {e}'))
             continue
-        state = 'on' if on else 'needed, off' if need else 'off'
+        if on:
+            state = 'on'
+        elif need and switched_off(patch):
+            state, why = 'switched off', f'{patch.switch_off}; {why}'
+        else:
+            state = 'needed, off' if need else 'off'
         rows.append((patch.name, state, patch.versions, why))
     return rows
 
@@ -125,9 +131,9 @@ def main(argv=None):
     from inline_mm.patches import BY_ENGINE
     print("inline_mm's patches of other packages (inline_mm/patches.py); 'needed, off': "
           f'switched on by {BY_ENGINE}')
-    print(f'  {"patch":<26} {"state":<12} {"applies to":<26} feature check here')
+    print(f'  {"patch":<26} {"state":<13} {"applies to":<26} feature check here')
     for name, state, versions, why in describe_patches():
-        print(f'  {name:<26} {state:<12} {versions:<26} {why}')
+        print(f'  {name:<26} {state:<13} {versions:<26} {why}')
 
 if __name__ == '__main__':
     main()

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
-__all__ = ['Patch', 'PATCHES', 'AT_START', 'AT_IMPORT', 'BY_ENGINE', 'find', 'state']
+__all__ = ['Patch', 'PATCHES', 'AT_START', 'AT_IMPORT', 'BY_ENGINE', 'find', 'switched_off']
 
 AT_START = 'interpreter start'
 AT_IMPORT = 'import inline_mm'
@@ -45,7 +45,8 @@ class Patch:
         needed (callable): ``() -> (bool, why)``, the feature check of the installed stack.
         active (callable): ``() -> bool``, whether it is on in this process.
         install (callable, optional): Switches it on (idempotent).
-        switch_off (str): The environment variable that keeps an interpreter-start row off.
+        switch_off (str): ``VAR=0``, the environment setting that keeps an interpreter-start
+            row off.
     """
     name: str
     replaces: str
@@ -247,14 +248,10 @@ def find(name: str) -> Patch:
     raise KeyError(f'no patch {name!r}; the table has {[p.name for p in PATCHES]}')
 
 
-def state(patch: Patch) -> str:
-    """``'on'``, or ``'off'`` with why (not needed, or needed but not switched on here)."""
-    try:
-        if patch.active():
-            return 'on'
-        need, why = patch.needed()
-    except Exception as e:  # report, never fail: env runs on broken set-ups
-        return f'unknown ({type(e).__name__}: {e})'
-    if not need:
-        return f'off: not needed ({why})'
-    return f'off: needed ({why}); switched on by {patch.switched_on_by}'
+def switched_off(patch: Patch) -> bool:
+    """Whether the environment switches ``patch`` off (its ``switch_off`` setting is set)."""
+    if not patch.switch_off:
+        return False
+    import os
+    var, value = patch.switch_off.split('=')
+    return os.environ.get(var) == value

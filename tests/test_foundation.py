@@ -46,7 +46,7 @@ def test_env_report():
     from inline_mm.patches import PATCHES
     stack = out.split('OpenMMLab stack:')[1].split()[0]
     assert stack in ('upstream', 'onedl'), out
-    state = dict(re.findall(r'^  (\w+) +(on|off|needed, off) ', out, re.M))
+    state = dict(re.findall(r'^  (\w+) +(on|off|needed, off|switched off) ', out, re.M))
     assert list(state) == [p.name for p in PATCHES], out
     onedl = stack == 'onedl'
     assert state['mmseg_scope'] == ('on' if onedl else 'off'), out

@@ -217,3 +217,17 @@ def test_the_patch_table_is_documented():
     page = (Path(__file__).resolve().parents[1] / 'docs' / 'patches.md').read_text()
     listed = set(re.findall(r'^\| `(\w+)` \|', page, re.M))
     assert listed == {p.name for p in PATCHES}, listed ^ {p.name for p in PATCHES}
+
+
+def test_env_report_states(monkeypatch):
+    """``python -m inline_mm.env``'s states: on, needed but off, not needed, and switched off
+    by the row's environment setting."""
+    from inline_mm import env, patches
+    rows = [patches.Patch(name, 'x', 'y', 'v', patches.AT_START, lambda n=need: (n, 'why'),
+                          lambda a=on: a, switch_off='INLINE_MM_TEST_ROW=0')
+            for name, need, on in (('a', True, True), ('b', True, False), ('c', False, False))]
+    monkeypatch.setattr(patches, 'PATCHES', tuple(rows))
+    monkeypatch.delenv('INLINE_MM_TEST_ROW', raising=False)
+    assert [r[1] for r in env.describe_patches()] == ['on', 'needed, off', 'off']
+    monkeypatch.setenv('INLINE_MM_TEST_ROW', '0')
+    assert [r[1] for r in env.describe_patches()] == ['on', 'switched off', 'off']
