@@ -126,9 +126,8 @@ def parse_only(target: str, argv: list, module: bool = False):
     """Run the program ``target`` (a script path, or a module with ``module=True``) on
     ``argv`` until it has parsed its arguments; returns the namespace. Raises AssertionError
     with the parser's message if it refuses them, or if the program never parses."""
-    saved_argv, saved_path = sys.argv, list(sys.path)
+    saved_argv = sys.argv
     sys.argv = [target, *argv]
-    sys.path.insert(0, str(ROOT))
     err = io.StringIO()
     try:
         with _stop_after_parsing(), contextlib.redirect_stdout(io.StringIO()), \
@@ -143,7 +142,7 @@ def parse_only(target: str, argv: list, module: bool = False):
     except SystemExit as e:
         raise AssertionError(f'refused (exit {e.code}): {err.getvalue().strip()[-600:]}') from None
     finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
+        sys.argv = saved_argv
     raise AssertionError('ran to its end without parsing its arguments with argparse')
 
 
@@ -233,12 +232,8 @@ def check_command(cmd: str, created: dict, mention: bool = False):
                 tests = [a for a in rest if a.startswith('tests/')]
                 assert tests and all((ROOT / t.split('::')[0]).is_file() for t in tests), rest
                 return
-            import importlib.util
-            sys.path.insert(0, str(ROOT))
-            try:
-                assert importlib.util.find_spec(module) is not None, f'no module {module}'
-            finally:
-                sys.path.remove(str(ROOT))
+            import importlib.util     # `python -m pytest` from the checkout finds benchmarks/
+            assert importlib.util.find_spec(module) is not None, f'no module {module}'
             if rest or not mention:
                 parse_only(module, rest, module=True)
         elif args[0] in EXTERNAL:
