@@ -94,6 +94,32 @@ def _distribution_exists(name):
     return True
 
 
+def unresolved_scopes(table=None):
+    """``{scope: package}`` of ``MODULE2PACKAGE`` entries that mmengine cannot resolve here
+    and the import name can: the scope's module is importable while the table's package is
+    neither an installed distribution nor an importable module (:func:`_repoint_scopes`).
+    Reads metadata and finders only; ``table`` defaults to mmengine's, as imported now."""
+    if table is None:
+        module = sys.modules.get(CONFIG_UTILS)
+        if module is None:
+            return {}
+        table = dict(module.MODULE2PACKAGE)
+        table.update({s: p for s, p in REPOINTED_SCOPES.items() if s in table})
+    found = {}
+    for scope, package in table.items():
+        if scope == package or scope == 'inline_mm':
+            continue
+        try:
+            if importlib.util.find_spec(scope) is None:
+                continue                    # that project is not here at all
+            if importlib.util.find_spec(package) is not None or _distribution_exists(package):
+                continue                    # mmengine's own look-up works
+        except (ImportError, ValueError):
+            continue
+        found[scope] = package
+    return found
+
+
 def _repoint_scopes(table):
     """``mmseg::`` bases where mmseg comes from another distribution than ``mmsegmentation``.
 
@@ -107,16 +133,7 @@ def _repoint_scopes(table):
     the package by ``find_spec``).  Where the named distribution is installed (upstream
     mmsegmentation 1.2.2) nothing changes.  ``mmdet`` needs nothing: its entry is its import name.
     """
-    for scope, package in list(table.items()):
-        if scope == package or scope == 'inline_mm':
-            continue
-        try:
-            if importlib.util.find_spec(scope) is None:
-                continue                    # that project is not here at all
-            if importlib.util.find_spec(package) is not None or _distribution_exists(package):
-                continue                    # mmengine's own look-up works
-        except (ImportError, ValueError):
-            continue
+    for scope, package in unresolved_scopes(table).items():
         table[scope] = scope
         REPOINTED_SCOPES[scope] = package
 
@@ -203,6 +220,47 @@ def install() -> None:
             _register_config_scope(sys.modules[CONFIG_UTILS])
 
 
+def compiled_ext_present() -> bool:
+    """Whether mmcv has a compiled ``mmcv._ext``, found by the finders other than the fallback's
+    (nothing is imported; once ``mmcv._ext`` is imported, the module says)."""
+    if TARGET in sys.modules:
+        return getattr(sys.modules[TARGET], 'FALLBACK_NAME', None) is None
+    try:
+        spec = importlib.util.find_spec('mmcv')
+    except (ImportError, ValueError):
+        return False
+    where = list(spec.submodule_search_locations or []) if spec is not None else []
+    for finder in sys.meta_path if where else []:
+        if isinstance(finder, (MmcvExtFallbackFinder, ConfigScopeFinder)) or \
+                not hasattr(finder, 'find_spec'):
+            continue
+        try:
+            if finder.find_spec(TARGET, where) is not None:
+                return True
+        except (ImportError, ValueError):
+            continue
+    return False
+
+
+def fallback_active() -> bool:
+    """Whether ``import mmcv._ext`` gives (or has given) the torchvision stand-in here."""
+    if TARGET in sys.modules:
+        return getattr(sys.modules[TARGET], 'FALLBACK_NAME', None) is not None
+    return (any(isinstance(f, MmcvExtFallbackFinder) for f in sys.meta_path)
+            and os.environ.get('INLINE_MM_MMCV_FALLBACK', '1') != '0'
+            and fallback_path() is not None and not compiled_ext_present())
+
+
+def config_bases_active() -> bool:
+    """Whether ``inline_mm::`` bases resolve in this process (finder in place and switched
+    on, or the entry already added)."""
+    module = sys.modules.get(CONFIG_UTILS)
+    if module is not None:
+        return module.MODULE2PACKAGE.get('inline_mm') == 'inline_mm'
+    return (any(isinstance(f, ConfigScopeFinder) for f in sys.meta_path)
+            and os.environ.get('INLINE_MM_CONFIG_BASES', '1') != '0')
+
+
 def backend() -> str:
     """'compiled', 'fallback' or 'none': what answers ``import mmcv._ext`` in this process."""
     try:
@@ -217,8 +275,15 @@ def pth_path(site_packages=None) -> str:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    cmd = argv[0] if argv else 'status'
+    import argparse
+    parser = argparse.ArgumentParser(
+        prog='python -m _inline_mm_mmcv_hook',
+        description="inline_mm's interpreter-start hook: the mmcv._ext fallback and "
+                    'inline_mm:: config bases, through one .pth file in site-packages.')
+    parser.add_argument('command', nargs='?', default='status',
+                        choices=('install', 'uninstall', 'status'),
+                        help='write the .pth, remove it, or say what is in use (default)')
+    cmd = parser.parse_args(argv).command
     path = pth_path()
     if cmd == 'install':
         with open(path, 'w') as f:
@@ -230,15 +295,11 @@ def main(argv=None) -> int:
             print(f'removed {path}')
         else:
             print(f'nothing to remove ({path} does not exist)')
-    elif cmd == 'status':
+    else:
         bases = 'off' if os.environ.get('INLINE_MM_CONFIG_BASES', '1') == '0' else 'on'
         print(f'{path}: {"present" if os.path.exists(path) else "absent"}; '
               f'mmcv._ext: {backend()}; inline_mm:: config bases: {bases}')
-    else:
-        print('usage: python -m _inline_mm_mmcv_hook [install|uninstall|status]', file=sys.stderr)
-        return 2
     return 0
-
 
 if __name__ == '__main__':
     sys.exit(main())

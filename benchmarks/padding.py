@@ -1,4 +1,4 @@
-"""The cost of padding awareness (``python -m benchmarks --padding``, issue #14).
+"""The cost of padding awareness (``python -m benchmarks --padding``).
 
 mmdet and mmseg batch images of different sizes by zero-padding them at the bottom and
 right to a common canvas (a multiple of 32 in the shipped detection configs). A

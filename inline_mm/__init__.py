@@ -1,6 +1,6 @@
 """InLine attention backbones for mmdetection 3.x and mmsegmentation 1.x.
 
-``import inline_mm`` registers, and does nothing else:
+``import inline_mm`` registers, makes one change to torch, and does nothing else:
 
 - the backbones of :data:`inline_mm.models.FAMILIES` (``InLineSwin``, ``InLinePVT``,
   ``InLineCSwin``, ``InLineDeiT``) in mmdet's and mmseg's ``MODELS`` (whichever is
@@ -11,17 +11,17 @@
 - :func:`inline_mm.weights.resolve` as the backbones' checkpoint locator, so that
   ``init_cfg`` takes URLs and official names (``'inline://swin_t'``); nothing is
   downloaded or created until a checkpoint is loaded;
-- mmengine's own checkpoint types on torch's ``weights_only`` allowlist
+- the one change: mmengine's own checkpoint types on torch's ``weights_only`` allowlist
   (:mod:`inline_mm.compat`), so that every loader of mmengine checkpoints works on
   torch >= 2.6 without switching safe loading off.
 
 Without mmengine (a timm-only install, see :mod:`inline_mm.timm`) it imports the
 backbones and registers nothing.
 
-It leaves mmengine's code alone. The behaviours that replace mmengine code (CPU DDP,
-checkpoint pruning and resume fallback, empty-dataset messages) are switched on by
-:func:`inline_mm.engine.install`: the project's tools call it, and configs list
-``'inline_mm.engine.enable'`` next to ``'inline_mm'`` in ``custom_imports``.
+Every change to another package is a row of :data:`inline_mm.patches.PATCHES`; the ones that
+replace mmengine code (CPU DDP, checkpoint pruning and resume fallback, empty-dataset
+messages) are switched on by :func:`inline_mm.engine.install`: the project's tools call it,
+and configs list ``'inline_mm.engine.enable'`` next to ``'inline_mm'`` in ``custom_imports``.
 """
 from . import compat
 from .models import FAMILIES, InLineCSwin, InLineDeiT, InLinePVT, InLineSwin
@@ -80,6 +80,5 @@ if _have_mmengine():
     from . import engine  # noqa: E402  (registers the opt-in hooks; patches nothing)
 
     compat.allow_mmengine_checkpoints()
-    engine.warn_if_config_lacks_enable()
 
 __all__ = ['__version__', 'FAMILIES', 'InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT']

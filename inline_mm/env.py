@@ -1,4 +1,5 @@
 """Print what a bug report needs: ``python -m inline_mm.env``."""
+import argparse
 import importlib
 import platform
 import sys
@@ -35,49 +36,28 @@ def stack_name() -> str:
     return 'mixed: ' + ', '.join(f'{d} {_dist_version(d)}' for d in found)
 
 
-def describe_patches() -> dict:
-    """Each of inline_mm's replacements of mmengine/mmcv behaviour: whether the installed
-    stack needs it (its feature check) and whether it is active in this process."""
-    out = {}
-    try:
-        import _inline_mm_mmcv_hook as hook
-    except ImportError:
-        hook = None
-    try:
-        import mmengine.config.utils  # noqa: F401  (the hook re-points scopes on this import)
-        if hook is None:
-            out['mmseg:: bases'] = 'off (the import hook is not installed)'
-        elif hook.REPOINTED_SCOPES:
-            out['mmseg:: bases'] = 'on: ' + ', '.join(
-                f'{k} -> import name (distribution {v!r} not installed)'
-                for k, v in hook.REPOINTED_SCOPES.items())
+def describe_patches() -> list:
+    """Each row of :data:`inline_mm.patches.PATCHES` as ``(name, state, applies to, check)``:
+    ``state`` is 'on' or 'off' in this process, 'needed, off' where the feature check says
+    the installed stack needs a row that nothing has switched on here, or 'switched off' where
+    the environment keeps it off."""
+    from inline_mm.patches import PATCHES, switched_off
+    rows = []
+    for patch in PATCHES:
+        try:
+            on = patch.active()
+            need, why = patch.needed()
+        except Exception as e:  # report, never fail: this runs on broken set-ups
+            rows.append((patch.name, 'unknown', patch.versions, f'{type(e).__name__}: {e}'))
+            continue
+        if on:
+            state = 'on'
+        elif need and switched_off(patch):
+            state, why = 'switched off', f'{patch.switch_off}; {why}'
         else:
-            out['mmseg:: bases'] = "off: mmengine's own look-up finds every installed scope"
-    except Exception as e:
-        out['mmseg:: bases'] = f'unknown ({type(e).__name__}: {e})'
-    backend = hook.backend() if hook is not None else 'compiled'
-    out['mmcv._ext fallback'] = ('on: no compiled mmcv._ext' if backend == 'fallback'
-                                 else f'off: mmcv._ext is {backend}')
-    try:
-        import torch
-        from inline_mm import compat
-        if hasattr(torch.serialization, 'add_safe_globals'):
-            out['checkpoint allowlist'] = (
-                f'on: {len(compat.allow_mmengine_checkpoints())} mmengine/numpy types on '
-                "torch's weights_only allowlist")
-        else:
-            out['checkpoint allowlist'] = 'off: this torch has no weights_only allowlist'
-    except Exception as e:
-        out['checkpoint allowlist'] = f'unknown ({type(e).__name__}: {e})'
-    try:
-        from inline_mm import engine
-        for name in engine.BEHAVIOURS:
-            need, why = engine.needed(name)
-            out[name] = (f'needed ({why}); inline_mm.engine.install() switches it on' if need
-                         else f'not needed ({why}); left to mmengine')
-    except Exception as e:
-        out['engine'] = f'unknown ({type(e).__name__}: {e})'
-    return out
+            state = 'needed, off' if need else 'off'
+        rows.append((patch.name, state, patch.versions, why))
+    return rows
 
 
 def describe_mmcv_ops() -> str:
@@ -144,13 +124,20 @@ def collect_env() -> dict:
     return info
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog='python -m inline_mm.env',
+        description='Print what a bug report needs: versions, the mmcv ops in use, the '
+                    "registered backbones and inline_mm's patches of other packages.")
+    parser.parse_args(argv)
     for k, v in collect_env().items():
         print(f'{k:>16}: {v}')
-    print('inline_mm patches (each decided by a feature check of the installed stack):')
-    for k, v in describe_patches().items():
-        print(f'  {k:>26}: {v}')
-
+    from inline_mm.patches import BY_ENGINE
+    print("inline_mm's patches of other packages (inline_mm/patches.py); 'needed, off': "
+          f'switched on by {BY_ENGINE}')
+    print(f'  {"patch":<26} {"state":<13} {"applies to":<26} feature check here')
+    for name, state, versions, why in describe_patches():
+        print(f'  {name:<26} {state:<13} {versions:<26} {why}')
 
 if __name__ == '__main__':
     main()

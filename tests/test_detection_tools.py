@@ -215,3 +215,33 @@ def _load_demo():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def test_demo_picture_draws_each_label_once_inside_its_box(tmp_path):
+    """predictions.png: each detection's label is one text on a filled box, every pixel of it
+    inside that box, also at the image's edge. (An outline drawn as a second, thicker
+    ``putText`` ran ahead of the text, as Hershey glyphs advance by their stroke: "0.93"
+    showed as "0.933".) Then the whole picture from a predictions file."""
+    import cv2
+    import numpy as np
+    import pickle
+    from pycocotools import mask as mask_utils
+    demo = _load_demo()
+    for x, y in ((10, 30), (150, 2)):                       # inside; past the top-right corner
+        img = np.full((64, 160, 3), 127, np.uint8)
+        x0, y0, x1, y1 = demo.draw_label(img, 'triangle 0.93', x, y, (230, 60, 60))
+        assert 0 <= x0 < x1 <= 160 and 0 <= y0 < y1 <= 64
+        rows, cols = np.nonzero((img != 127).any(-1))
+        assert (rows.min(), rows.max() + 1, cols.min(), cols.max() + 1) == (y0, y1, x0, x1)
+        assert (img[y0:y1, x0:x1] == 255).all(-1).any()   # white ink on the dark red box
+    image = tmp_path / 'a.jpg'
+    cv2.imwrite(str(image), np.full((96, 128, 3), 90, np.uint8))
+    mask = np.zeros((96, 128), np.uint8)
+    mask[20:60, 30:80] = 1
+    pred = dict(img_id=0, img_path=str(image), pred_instances=dict(
+        scores=np.array([0.93, 0.2]), labels=np.array([0, 1]),
+        bboxes=np.array([[30., 20., 80., 60.], [0., 0., 10., 10.]]),
+        masks=[mask_utils.encode(np.asfortranarray(mask))] * 2))
+    (tmp_path / 'p.pkl').write_bytes(pickle.dumps([pred]))
+    demo.draw(str(tmp_path / 'p.pkl'), str(tmp_path / 'p.png'), ('circle', 'ring'), 'title', 8)
+    assert cv2.imread(str(tmp_path / 'p.png')).shape == (28 + 96, 128, 3)

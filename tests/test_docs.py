@@ -1,14 +1,20 @@
 """The Markdown pages link where they say: every relative link names a file or folder of the
 checkout, and every ``#anchor`` names a heading of its page as GitHub slugs it. The README
-indexes every page of docs/. (Reads the files only: no subprocess, no network.)"""
+indexes every user page of docs/, each user page stays within 15 KB, and every developer note
+of docs/dev/ is linked from a user page. (Reads the files only: no subprocess, no network.)"""
 import re
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = sorted({ROOT / 'README.md', ROOT / 'checkpoints' / 'README.md',
-                *(ROOT / 'docs').glob('*.md'), *(ROOT / 'configs').glob('*/README.md')})
+USER_PAGES = sorted((ROOT / 'docs').glob('*.md'))
+DEV_NOTES = sorted(p for p in (ROOT / 'docs' / 'dev').glob('*.md') if p.name != 'README.md')
+PAGES = sorted({ROOT / 'README.md', ROOT / 'checkpoints' / 'README.md', *USER_PAGES,
+                *(ROOT / 'docs' / 'dev').glob('*.md'),
+                *(ROOT / 'configs').glob('*/README.md')})
+#: the most a user page of docs/ may weigh; investigations and history go to docs/dev/
+MAX_USER_PAGE_BYTES = 15 * 1024
 
 _FENCE = re.compile(r'^(```|~~~).*?^\1[ \t]*$', re.M | re.S)
 _CODE = re.compile(r'(`+)(.+?)\1', re.S)
@@ -77,3 +83,19 @@ def test_readme_indexes_every_docs_page():
     readme = (ROOT / 'README.md').read_text()
     missing = [p.name for p in (ROOT / 'docs').glob('*.md') if f'](docs/{p.name})' not in readme]
     assert not missing, f'README.md does not link these docs pages: {missing}'
+
+
+@pytest.mark.parametrize('page', USER_PAGES, ids=lambda p: p.name)
+def test_user_pages_stay_short(page):
+    size = len(page.read_bytes())
+    assert size <= MAX_USER_PAGE_BYTES, (
+        f'docs/{page.name} is {size:,} bytes (at most {MAX_USER_PAGE_BYTES:,}): keep what to do '
+        'and the current figures with their commands, and move investigations, history and '
+        f'rationale to docs/dev/{page.name}, linked from the page')
+
+
+def test_every_developer_note_is_linked_from_a_user_page():
+    linked = {(page.parent / m[1].partition('#')[0]).resolve()
+              for page in USER_PAGES for m in _LINK.finditer(prose(page.read_text()))}
+    orphans = [note.name for note in DEV_NOTES if note.resolve() not in linked]
+    assert not orphans, f'docs/dev/ notes that no page of docs/ links: {orphans}'

@@ -1,6 +1,7 @@
 """The stack itself: cheap import, environment report, mmdet and mmseg models on CPU,
 and mmengine checkpoints (resume / load_from) on torch >= 2.6."""
 import copy
+import re
 import subprocess
 import sys
 
@@ -40,15 +41,20 @@ def test_env_report():
             and 'sigmoid_focal_loss_forward' in out and 'ms_deform_attn_backward' in out) \
         or 'mmcv ops: compiled mmcv' in out
     assert 'registered: InLineSwin' in out
-    # the stack, and the patches its feature checks switch on (measured: upstream mmengine
-    # 0.10.7 keeps torch's refusal and finds mmsegmentation; onedl 0.10.12 does neither)
+    # the stack, and the patch table: on where this process switched it on (the import and
+    # the interpreter-start hook), needed where the feature check says so (measured: upstream
+    # mmengine 0.10.7 keeps torch's refusal and finds mmsegmentation; onedl 0.10.12 does neither)
+    from inline_mm.patches import PATCHES
     stack = out.split('OpenMMLab stack:')[1].split()[0]
     assert stack in ('upstream', 'onedl'), out
-    assert ('mmseg:: bases: on' in out) == (stack == 'onedl'), out
-    assert ('strict_checkpoint_loading: needed' in out) == (stack == 'onedl'), out
-    for always in ('cpu_distributed: needed', 'safe_checkpoints: needed'):
-        assert always in out, out
-
+    state = dict(re.findall(r'^  (\w+) +(on|off|needed, off|switched off) ', out, re.M))
+    assert list(state) == [p.name for p in PATCHES], out
+    onedl = stack == 'onedl'
+    assert state['mmseg_scope'] == ('on' if onedl else 'off'), out
+    assert state['strict_checkpoint_loading'] == ('needed, off' if onedl else 'off'), out
+    assert state['checkpoint_allowlist'] == 'on' and state['inline_mm_bases'] == 'on', out
+    for engine_row in ('cpu_distributed', 'checkpoint_prune_order', 'resume_fallback'):
+        assert state[engine_row] == 'needed, off', out
 
 def _build(tmp_path, base, backbone, neck_in):
     """The packaged config ``base`` (``mmdet::...``), with a small InLine backbone."""
@@ -62,6 +68,17 @@ def _build(tmp_path, base, backbone, neck_in):
     return cfg
 
 
+def _loss_step_then_predict(model, batch):
+    """One loss and backward on ``batch`` (a finite loss), then the model's predictions on it."""
+    model.init_weights()
+    total, _ = model.parse_losses(model(**model.data_preprocessor(batch, True), mode='loss'))
+    assert torch.isfinite(total)
+    total.backward()
+    model.eval()
+    with torch.no_grad():
+        return model(**model.data_preprocessor(batch, False), mode='predict')
+
+
 def test_mmdet_mask_rcnn_loss_and_predict(tmp_path):
     from mmdet.registry import MODELS
     from mmdet.testing import demo_mm_inputs
@@ -69,17 +86,8 @@ def test_mmdet_mask_rcnn_loss_and_predict(tmp_path):
     register_all_modules()
     cfg = _build(tmp_path, 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py', SMALL_SWIN,
                  out_channels(SMALL_SWIN))
-    model = MODELS.build(cfg.model)
-    model.init_weights()
     packed = demo_mm_inputs(2, [[3, 96, 128], [3, 80, 112]], num_items=[2, 1], with_mask=True)
-    data = model.data_preprocessor(packed, True)
-    losses = model(**data, mode='loss')
-    total, _ = model.parse_losses(losses)
-    assert torch.isfinite(total)
-    total.backward()
-    model.eval()
-    with torch.no_grad():
-        results = model(**model.data_preprocessor(packed, False), mode='predict')
+    results = _loss_step_then_predict(MODELS.build(cfg.model), packed)
     assert len(results) == 2 and hasattr(results[0], 'pred_instances')
     assert 'masks' in results[0].pred_instances
 
@@ -101,22 +109,13 @@ def test_mmseg_upernet_loss_and_predict(tmp_path):
     cfg.model.auxiliary_head.channels = 16
     cfg.model.pop('pretrained', None)
     model = revert_sync_batchnorm(MODELS.build(cfg.model))
-    model.init_weights()
     inputs = [torch.randint(0, 255, (3, 64, 96), dtype=torch.uint8) for _ in range(2)]
     samples = []
     for _ in range(2):
         s = SegDataSample(metainfo=dict(img_shape=(64, 96), ori_shape=(64, 96), pad_shape=(64, 96)))
         s.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, 64, 96)))
         samples.append(s)
-    data = model.data_preprocessor(dict(inputs=inputs, data_samples=samples), True)
-    losses = model(**data, mode='loss')
-    total, _ = model.parse_losses(losses)
-    assert torch.isfinite(total)
-    total.backward()
-    model.eval()
-    with torch.no_grad():
-        out = model(**model.data_preprocessor(dict(inputs=inputs, data_samples=samples), False),
-                    mode='predict')
+    out = _loss_step_then_predict(model, dict(inputs=inputs, data_samples=samples))
     assert out[0].pred_sem_seg.data.shape[-2:] == (64, 96)
 
 

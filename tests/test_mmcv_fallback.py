@@ -190,7 +190,10 @@ def test_hook_command_installs_and_removes_its_pth(tmp_path, monkeypatch, capsys
     assert (tmp_path / 'x.pth').read_text() == _inline_mm_mmcv_hook.PTH_LINE
     assert _inline_mm_mmcv_hook.main(['uninstall']) == 0
     assert not (tmp_path / 'x.pth').exists()
-    assert _inline_mm_mmcv_hook.main(['bogus']) == 2
+    assert _inline_mm_mmcv_hook.main(['status']) == 0 and 'absent' in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:
+        _inline_mm_mmcv_hook.main(['bogus'])
+    assert refused.value.code == 2 and 'invalid choice' in capsys.readouterr().err
 
 
 CONFIG_UTILS_PROBE = ('import sys\n'

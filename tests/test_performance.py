@@ -51,7 +51,7 @@ def test_attention_kernel_beats_the_reference():
 
 
 #: padding awareness on a padded mmdet batch (every family, 800x1333 on its 800x1344 canvas,
-#: batch 2: one full image, one 600x999), CPU time aware / plain (issue #24's targets)
+#: batch 2: one full image, one 600x999), CPU time aware / plain (docs/performance.md's targets)
 MAX_PADDED_COST = {'inference': 1.02, 'training': 1.04}
 
 

@@ -1,9 +1,11 @@
-"""The commands of README.md and docs/*.md, as written, so that the text cannot drift from
-the code.
+"""The commands of the README and of every page in docs/, docs/dev/, configs/*/ and
+checkpoints/, as written, so that the text cannot drift from the code. What is checked is that
+each command runs or parses, never how a page words it.
 
-- Every command of those pages (``bash`` blocks and inline commands) is listed in
-  ``COVERED`` with the test that runs it, or why no test can (a GPU, the network, a compile,
-  a 30-minute benchmark); a new command without an entry fails here.
+- Every command (``bash`` blocks and inline commands) parses: its program exists (a file of
+  the checkout, a module, a ``make`` target, a ``mim`` or ``pip`` subcommand) and its
+  arguments pass the program's own parser (argparse, click or pip's), stopped right after
+  parsing; a config path names a file of the checkout or one the page itself creates.
 - The fine-tuning walkthrough (docs/own_data.md) runs in document order, command by command,
   in a scratch folder laid out like the repository (``tools/``, ``configs/``), on the toy set,
   with the page's rehearsal edits (random weights, short schedule), and must learn: the loss
@@ -15,13 +17,22 @@ the code.
   and ``srun`` that record their arguments (nothing is launched; the multi-node address is
   replaced by 127.0.0.1), which are then parsed with torchrun's and the stock scripts' own
   parsers.
+
+Other commands run in the tests of their tools (the demo, the benchmarks' ``--quick`` runs, the
+stock tools in tests/test_stock_tools.py, the weights CLI against a local mirror, ...).
 """
+import argparse
+import contextlib
+import functools
+import io
 import json
 import os
 import re
+import runpy
 import shlex
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -29,194 +40,44 @@ import pytest
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the pages whose commands are covered: the README and every page of docs/
-PAGES = [ROOT / 'README.md', *sorted((ROOT / 'docs').glob('*.md'))]
+#: every page whose commands are checked
+PAGES = sorted({ROOT / 'README.md', ROOT / 'checkpoints' / 'README.md',
+                *(ROOT / 'docs').glob('*.md'), *(ROOT / 'docs' / 'dev').glob('*.md'),
+                *(ROOT / 'configs').glob('*/README.md')})
 TIMEOUT = 600
 
-#: (pattern of a documented command, the test that runs it or why none can)
-COVERED = [
-    (r'make demo|\.venv/bin/python tools/demo\.py',
-     'the demo itself (20-35 min on 2 cores: run by hand for the figures of '
-     'docs/get_started.md); its data check: '
-     'tests/test_detection_tools.py::test_demo_data_stamp_detects_other_generators'),
-    (r'python tools/demo\.py', 'the same command as `make demo` runs, above'),
-    (r'(INLINE_MM_RECORD_OPS=\S+ )?make test(-fast)?', 'the test suite itself'),
-    (r'make setup|bash tools/dev/setup_env\.sh|pip install -e \.|pip uninstall mmcv'
-     r'|pip install --no-deps openmim|pip install click .*',
-     'environment set-up: .ci/run builds it from nothing and runs the suite'),
-    (r'pip install "inline_mm\[mm\] @ git\+<repo-url>"',
-     'the wheel test builds the wheel, installs it into a fresh environment and trains the '
-     'toy config from another directory (lands with issue #26)'),
-    (r'mim (train|test) +inline_mm .*',
-     'the wheel test runs the shipped configs from the installed .mim folder (lands with '
-     'issue #26); the same scripts through mmdet: tests/test_stock_tools.py::test_mim_test'),
-    (r'pip install openmim', 'the page names it as what not to run'),
-    (r'INLINE_MM_MMCV=full make setup', 'compiles mmcv (15-40 min); not a suite step'),
-    (r'INLINE_MM_STACK=onedl make setup|make (setup|test|env)-onedl'
-     r'|\.venv-onedl/bin/python -m inline_mm\.env',
-     '.ci/run builds .venv-onedl from nothing and runs make test-onedl; the env report on either '
-     'stack: tests/test_foundation.py::test_env_report'),
-    (r'INLINE_MM_STACK=onedl make test',
-     'the whole suite on the onedl stack (run by hand; docs/get_started.md records the result); '
-     'CI runs its stack subset, make test-onedl'),
-    (r'\.venv-onedl/bin/pip download .*onedl-mmcv==\S+|tar -xzf /tmp/onedl-mmcv/.*'
-     r'|sed -i .*onedl-mmcv.*setup\.py|MMCV_WITH_OPS=1 \.venv-onedl/bin/pip install .*onedl-mmcv.*',
-     'compiles onedl-mmcv with its ops (~30 min on 2 cores); checked once by hand '
-     '(docs/get_started.md records it), not in CI'),
-    (r'bash tools/dev/gpu/(prepare_wheels|cuda_check)\.sh',
-     'needs the network (prepare_wheels) or a GPU machine (cuda_check)'),
-    (r'python validate\.py /data/imagenet/val --model inline_\w+ --pretrained',
-     "timm's validation script on ImageNet (not in this project; needs the images and the "
-     'official files); the model, cfg and transform it uses: tests/test_timm.py'),
-    (r'python tools/dev/run_timm_model_tests\.py /path/to/pytorch-image-models( -k .*)?',
-     "needs a checkout of timm's repository (its tests are not in the wheel); the runner's "
-     'changes to the file: '
-     'tests/test_timm.py::test_timm_test_runner_files_our_models_as_timm_does'),
-    (r'make env|(\.venv/bin/)?python -m inline_mm\.env',
-     'tests/test_foundation.py::test_env_report'),
-    (r'mim train inline_mm',
-     'the onedl stack section says it fails with onedl-mim; tests/test_wheel.py checks that '
-     'and the way round it: tests/test_wheel.py::'
-     'test_installed_wheel_trains_the_toy_config_from_a_user_folder'),
-    (r'mim train onedl-mmdetection CONFIG',
-     'on the onedl stack tests/test_stock_tools.py runs the documented `mim train mmdet` '
-     'lines with the codebase onedl-mim resolves, onedl-mmdetection: '
-     'tests/test_stock_tools.py::test_mim_test'),
-    (r'mim train',
-     'a prose mention of the mim lines below: tests/test_stock_tools.py::test_mim_test'),
-    (r'pip install onnx onnxruntime',
-     'installed by the set-up (dev extra); the export tests use them'),
-    (r'python tools/deployment/export_onnx\.py( .*)?',
-     'the same tool on the smoke presets (no ImageNet files here), onnxruntime parity and a '
-     'wrong size refused: tests/test_export.py::test_export_tool, '
-     'tests/test_export.py::test_onnx_matches_pytorch_at_each_exported_size'),
-    (r'python tools/misc/make_toy_dataset\.py coco data/toy_coco .*|mim run mmdet get_flops( .*)?',
-     'tests/test_stock_tools.py::test_mim_get_flops_on_toy_coco'),
-    (r'mim run mmseg get_flops',
-     'the page says it fails with this mmengine: '
-     'tests/test_stock_tools.py::test_mim_mmseg_get_flops_fails_as_documented'),
-    (r'(\.venv/bin/)?python -m _inline_mm_mmcv_hook (install|uninstall|status)',
-     'tests/test_mmcv_fallback.py::test_hook_command_installs_and_removes_its_pth'),
-    (r'python -m inline_mm\.weights( (list|fetch swin_t|verify|path swin_t))?',
-     'the same subcommands against a mirror on 127.0.0.1 (no test reaches the real host): '
-     'tests/test_weights.py::test_cli_list_fetch_path_verify, '
-     'tests/test_weights.py::test_cli_runs_as_a_module'),
-    (r'python tools/model_converters/convert_checkpoint\.py( .*)?',
-     'tests/test_checkpoint.py::test_convert_tool_writes_tensors_only_file'),
-    (r'python tools/analysis_tools/get_flops\.py .*',
-     'tests/test_flops.py::test_flops_cli_whole_detector_json'),
-    (r'python tools/misc/check_dataset\.py|python tools/dataset_converters/convert_masks\.py'
-     r'|python tools/misc/make_toy_dataset\.py',
-     'the checkout paths beside their console scripts; each runs with arguments in '
-     'tests/test_readme.py::test_finetune_walkthrough_as_written'),
-    (r'python -m benchmarks --quick',
-     'tests/test_benchmark.py::test_quick_run_writes_table_csv_and_plot'),
-    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks( --attention)?',
-     'the full benchmark takes 30+ min; the same tool and code path run with --quick in '
-     'tests/test_benchmark.py::test_quick_run_writes_table_csv_and_plot'),
-    (r'python -m benchmarks --resolution --quick',
-     'tests/test_benchmark_resolution.py::'
-     'test_quick_run_measures_backbones_and_segmentors_and_writes_csv_and_plot'),
-    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --resolution( --max-run-s \d+)?'
-     r'( --repeats \d+)?',
-     'the full run takes about an hour on 2 shared cores; the same tool and code path run '
-     'with --quick in tests/test_benchmark_resolution.py::'
-     'test_quick_run_measures_backbones_and_segmentors_and_writes_csv_and_plot'),
-    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks\.deploy( .*)?',
-     'tests/test_benchmark_deploy.py::test_quick_run_exports_checks_times_and_writes (the '
-     'full-size runs: docs/performance.md, by hand)'),
-    (r'python -m benchmarks\.compile( .*)?',
-     'a benchmark of compile times (minutes per new size with Inductor); what it times, the '
-     'graph capture over a stream of sizes and its agreement with eager, is '
-     'tests/test_compile.py'),
-    (r'python -m benchmarks --floor --quick',
-     'tests/test_benchmark_floor.py::'
-     'test_quick_floor_run_times_module_and_linears_and_profiles_the_rest'),
-    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --floor( --compile-backend \w+)?( --repeats \d+)?',
-     'the full run takes ~5 min on 2 cores (compiled: ~15); the same tool and code path run '
-     'with --quick in tests/test_benchmark_floor.py::'
-     'test_quick_floor_run_times_module_and_linears_and_profiles_the_rest, compiled in '
-     'tests/test_benchmark_floor.py::'
-     'test_floor_under_torch_compile_times_the_compiled_module_and_linears'),
-    (r'(OMP_NUM_THREADS=1 )?python tools/benchmark\.py( --quick| --only \w+| --repeats \d+)*',
-     'the full run takes about an hour on 2 cores; the same tool runs every part with --quick '
-     'in tests/test_benchmark_floor.py::test_tools_benchmark_runs_the_three_comparisons'),
-    (r'INLINE_MM_INDUCTOR=1 python -m pytest tests/test_compile\.py -k .*',
-     'the opt-in Inductor test itself (minutes on 2 cores, not a CI step): '
-     'tests/test_compile.py::test_inductor_dynamic_two_sizes'),
-    (r'python -m benchmarks\.padded_compile( .*)?',
-     'a benchmark of graph capture (minutes per family); the agreement of compiled '
-     'padding-unaware graphs with eager is tests/test_compile.py, the padding-aware path in '
-     'eager tests/test_padding.py'),
-    (r'python -m benchmarks --deit --quick',
-     'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
-    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --deit'
-     r'( --split-only| --repeats 3| --sizes 224 384 640 --repeats 7)?',
-     'the full InLine-DeiT benchmark takes 20-40 min on 2 cores; the same tool and code path '
-     'run with --deit --quick in '
-     'tests/test_benchmark_deit.py::test_quick_run_writes_ratio_table_split_csv_and_plot'),
-    (r'(OMP_NUM_THREADS=1 )?python tools/analysis_tools/padding_features\.py',
-     'the same tool on a smoke model: '
-     'tests/test_padding.py::test_padding_features_tool_reports_before_and_after'),
-    (r'python tools/analysis_tools/padding_consistency\.py '
-     r'configs/inline_swin/mask-rcnn_inline-swin-nano_.*',
-     'needs the demo model (`make demo`, 30 min); the same tool on a tiny generated set and '
-     'model: tests/test_padding_consistency.py::test_padding_consistency_tool'),
-    (r'python -m benchmarks --padding --quick',
-     'tests/test_benchmark_padding.py::test_quick_run_writes_table_and_csv'),
-    (r'(OMP_NUM_THREADS=1 )?python -m benchmarks --padding( .*)?',
-     'the full padding benchmark takes 1-3 h on 2 cores; the same tool and code path run with '
-     '--padding --quick in tests/test_benchmark_padding.py::test_quick_run_writes_table_and_csv'),
-    (r'python tools/train\.py configs/inline_deit/inline-deit-t-in1k-pre_upernet_.*',
-     'the shipped config, shrunk, trains and tests through tools/train.py and tools/test.py in '
-     'tests/test_deit_e2e.py::test_upernet_train_checkpoint_test'),
-    (r'python tools/train\.py configs/inline_swin/mask-rcnn_.*',
-     'tests/test_stock_tools.py::test_readme_train'),
-    (r'mim train mmdet .*', 'tests/test_stock_tools.py::test_mim_test'),
-    (r'mim test +mmdet .*', 'tests/test_stock_tools.py::test_mim_test'),
-    (r'mim run mmdet analyze_logs .*', 'tests/test_stock_tools.py::test_analyze_logs'),
-    (r'mim run mmdet browse_dataset .*', 'tests/test_stock_tools.py::test_browse_dataset'),
-    (r'(\S+=\S+ )*bash tools/(dist_train|dist_test|slurm_train)\.sh .*',
-     'tests/test_readme.py::test_distributed_lines_without_launching'),
-    (r'python tools/misc/make_toy_dataset\.py ade data/toy_ade'
-     r'|python tools/(train|test)\.py +configs/inline_swin/inline-swin-t-in1k-pre_upernet.*',
-     'tests/test_readme.py::test_readme_segmentation_commands_on_toy_ade'),
-    (r'python tools/misc/make_toy_dataset\.py cityscapes data/toy_city',
-     'tests/test_cityscapes.py::test_toy_cityscapes_command_as_documented'),
-    (r'python benchmarks/dataset_check\.py',
-     'writes 2,000 images and runs 9 checks (~4 min on 2 cores); its set passes the checker in '
-     'tests/test_data_decode.py::test_benchmark_set_is_ade20k_like_and_passes'),
-    (r'python tools/misc/make_toy_dataset\.py folder data/my_dataset'
-     r'|python tools/misc/check_dataset\.py .*|python tools/dataset_converters/convert_masks\.py .*'
-     r'|(mv|cp|mkdir|sed) .*my_dataset.*|python tools/(train|test)\.py configs/my_dataset.*',
-     'tests/test_readme.py::test_finetune_walkthrough_as_written'),
-    (r'python tools/attention_map\.py --config \S+ --checkpoint inline://swin_t .*',
-     'needs the official InLine-Swin-T file (no download here); the same command with '
-     '--random-weights instead: '
-     'tests/test_attention_maps.py::test_attention_map_tool_on_a_config'),
-    (r'python tools/attention_map\.py --model InLineSwin --arch tiny --random-weights .*',
-     'tests/test_attention_maps.py::test_docs_picture_command'),
-]
-
-_COMMAND = re.compile(r'(\S+=\S+ )*(python|\.venv/bin/python|bash|make|mim|pip|mv|cp|mkdir|sed)'
+_COMMAND = re.compile(r'(\S+=\S+ )*(\S*python3?|\S*/bin/pip|bash|make|mim|pip|mv|cp|mkdir|sed)'
                       r'( |$)')
 #: inline code that names a command in prose rather than giving one to run
 _MENTIONS = {'mim', 'mim run', 'pip', 'pip install'}
+#: scripts the pages run that are not part of this project, and where they come from
+EXTERNAL = {'validate.py': "timm's validation script, in timm's repository"}
+#: a word, or a part of a path, that stands for what the reader fills in
+_PLACEHOLDER = re.compile(r'^[A-Z][A-Z_]*$|^<.*>$')
 
 
-def commands(text: str) -> list:
+def placeholder(word: str) -> bool:
+    """``CONFIG``, ``configs/inline_swin/CONFIG.py``, ``<repo-url>``, ``/path/to/...``."""
+    return word.startswith('/path/to/') or any(
+        _PLACEHOLDER.match(part.split('.')[0]) for part in word.split('/') if part)
+#: programs whose lines are only split into words (their arguments are data paths)
+SHELL_ONLY = {'mkdir', 'sed', 'tar', 'sort', 'wget'}
+
+
+def commands(text: str, inline_flags: bool = False) -> list:
     """Commands in ``text``, in document order: every line of ``bash`` blocks (comments
-    and continuation lines joined) and inline code that starts like a command."""
+    and continuation lines joined) and inline code that starts like a command; with
+    ``inline_flags``, as ``(command, is_inline_code)`` pairs."""
     found = []
     for m in re.finditer(r'```bash\n(.*?)```|```.*?```|`([^`\n]+)`', text, re.S):
         if m[1] is not None:
             for line in re.sub(r'\\\n\s*', ' ', m[1]).splitlines():
                 line = re.sub(r'\s+#.*$', '', line).strip()
                 if line and not line.startswith('#'):
-                    found.extend(part.strip() for part in line.split(' && '))
+                    found.extend((part.strip(), False) for part in line.split(' && '))
         elif m[2] is not None and _COMMAND.match(m[2]) and m[2] not in _MENTIONS:
-            found.append(m[2].strip())
-    return found
+            found.append((m[2].strip(), True))
+    return found if inline_flags else [c for c, _ in found]
 
 
 def page(name: str) -> str:
@@ -224,18 +85,227 @@ def page(name: str) -> str:
     return (ROOT / 'docs' / f'{name}.md').read_text()
 
 
-def test_every_documented_command_is_covered():
-    uncovered = [f'{p.relative_to(ROOT)}: {c}' for p in PAGES for c in commands(p.read_text())
-                 if not any(re.fullmatch(pat, c) for pat, _ in COVERED)]
-    assert not uncovered, ('commands that no test runs; run them in a test and add them to '
-                           'COVERED, or say there why none can:\n' + '\n'.join(uncovered))
-    documented = [c for p in PAGES for c in commands(p.read_text())]
-    stale = [pat for pat, _ in COVERED if not any(re.fullmatch(pat, c) for c in documented)]
-    assert not stale, f'COVERED entries that no page uses any more: {stale}'
-    for _, where in COVERED:
-        for path, name in re.findall(r'(tests/\w+\.py)::(\w+)', where):
-            assert re.search(rf'^def {name}\(', (ROOT / path).read_text(), re.M), (
-                f'COVERED names {path}::{name}, which does not exist')
+# ----------------------------------------------------------------- every command parses
+class _Parsed(Exception):
+    """Raised by the argparse stand-in once a program has parsed its arguments."""
+
+    def __init__(self, namespace):
+        super().__init__('parsed')
+        self.namespace = namespace
+
+
+@contextlib.contextmanager
+def _stop_after_parsing():
+    """``ArgumentParser.parse_args`` / ``parse_known_args`` parse as usual, then stop the
+    program (:class:`_Parsed`); the calls they make themselves (``parse_args`` calls
+    ``parse_known_args``, subparsers parse their part) return normally."""
+    parser = argparse.ArgumentParser
+    originals = parser.parse_args, parser.parse_known_args
+    depth = [0]
+
+    def stopping(method):
+        def call(self, args=None, namespace=None):
+            depth[0] += 1
+            try:
+                result = method(self, args, namespace)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:
+                raise _Parsed(result[0] if isinstance(result, tuple) else result)
+            return result
+        return call
+
+    parser.parse_args, parser.parse_known_args = (stopping(m) for m in originals)
+    try:
+        yield
+    finally:
+        parser.parse_args, parser.parse_known_args = originals
+
+
+def parse_only(target: str, argv: list, module: bool = False):
+    """Run the program ``target`` (a script path, or a module with ``module=True``) on
+    ``argv`` until it has parsed its arguments; returns the namespace. Raises AssertionError
+    with the parser's message if it refuses them, or if the program never parses."""
+    saved_argv = sys.argv
+    sys.argv = [target, *argv]
+    err = io.StringIO()
+    try:
+        with _stop_after_parsing(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(err), warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            if module:
+                runpy.run_module(target, run_name='__main__', alter_sys=True)
+            else:
+                runpy.run_path(target, run_name='__main__')
+    except _Parsed as parsed:
+        return parsed.namespace
+    except SystemExit as e:
+        raise AssertionError(f'refused (exit {e.code}): {err.getvalue().strip()[-600:]}') from None
+    finally:
+        sys.argv = saved_argv
+    raise AssertionError('ran to its end without parsing its arguments with argparse')
+
+
+@functools.lru_cache(maxsize=None)
+def _scope(config: str) -> str:
+    from mmengine.config import Config
+    return Config.fromfile(config).get('default_scope', 'mmdet')
+
+
+def _check_launch(tool: str, argv: list, created: dict):
+    """``tools/train.py`` / ``tools/test.py``: the config exists (or the page creates it), and
+    the stock script of its framework parses the rest as the launcher hands it over."""
+    from inline_mm.cli.launch import stock_script
+    assert argv and not argv[0].startswith('-'), 'no config given'
+    config = argv[0]
+    source = created.get(config, config)
+    if placeholder(config) or not source.endswith('.py'):
+        scope = 'mmdet'
+    elif (ROOT / source).is_file():
+        scope = _scope(str(ROOT / source))
+    else:
+        assert config in created, f'{config}: no such config, and the page does not create it'
+        scope = 'mmdet'
+    parse_only(stock_script(scope, tool), argv)
+
+
+def _check_mim(argv: list, mention: bool):
+    import click
+    from mim.cli import cli
+    command = cli.get_command(click.Context(cli), argv[0]) if argv else None
+    assert command is not None, f'mim has no command {argv[:1]}'
+    if mention and len(argv) <= 2:
+        return                                     # prose: `mim train inline_mm`
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        command.make_context(argv[0], list(argv[1:]))
+
+
+#: parses pip command lines with pip's own parsers, in a process of its own: importing pip
+#: switches setuptools' distutils shim off for the rest of the process (mim then fails)
+_PIP_PARSE = """
+import json, sys
+from pip._internal.commands import commands_dict, create_command
+for argv in json.loads(sys.argv[1]):
+    if not argv or argv[0] not in commands_dict:
+        sys.exit(f'pip has no command {argv[:1]}')
+    create_command(argv[0]).parse_args(argv[1:])
+"""
+
+
+def _check_pip(lines: list):
+    """Each of ``lines`` (pip's arguments) parses with pip's parser for its subcommand."""
+    if lines:
+        out = subprocess.run([sys.executable, '-c', _PIP_PARSE, json.dumps(lines)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, f'pip refuses one of {lines}: {out.stderr[-600:]}'
+
+
+@functools.lru_cache(maxsize=None)
+def _make_targets() -> frozenset:
+    return frozenset(re.findall(r'^([A-Za-z][\w-]*):', (ROOT / 'Makefile').read_text(), re.M))
+
+
+def _defined_files(text: str) -> dict:
+    """Files a page writes in a code block that starts with a ``# name.py`` comment."""
+    return {m[1]: m[1] for m in re.finditer(r'```python\n# ([\w./-]+\.py)\b', text)}
+
+
+def check_command(cmd: str, created: dict, mention: bool = False):
+    """Parse one documented command (see the module docstring); ``created`` maps the files
+    earlier commands of the page made to where they came from. A ``mention`` (inline code
+    naming a program without arguments, as prose does) needs only the program. pip lines are
+    left to :func:`test_every_documented_pip_line_parses`."""
+    words = shlex.split(cmd)
+    while words and re.match(r'^[A-Za-z_]\w*=', words[0]):
+        words.pop(0)                                         # environment variables
+    assert words, 'empty command'
+    program, args = words[0], words[1:]
+    name = Path(program).name
+    if name in ('python', 'python3'):
+        if not args:
+            assert mention, 'python without a program'
+            return
+        if args[0] == '-m':
+            module, rest = args[1], args[2:]
+            if module == 'pytest':
+                tests = [a for a in rest if a.startswith('tests/')]
+                assert tests and all((ROOT / t.split('::')[0]).is_file() for t in tests), rest
+                return
+            import importlib.util     # `python -m pytest` from the checkout finds benchmarks/
+            assert importlib.util.find_spec(module) is not None, f'no module {module}'
+            if rest or not mention:
+                parse_only(module, rest, module=True)
+        elif args[0] in EXTERNAL:
+            return
+        else:
+            script = ROOT / args[0]
+            assert script.is_file(), f'{args[0]}: no such file in the checkout'
+            if mention and not args[1:]:
+                return
+            if args[0] in ('tools/train.py', 'tools/test.py'):
+                _check_launch(Path(args[0]).stem, args[1:], created)
+            else:
+                parse_only(str(script), args[1:])
+    elif program == 'bash':
+        assert args and (ROOT / args[0]).is_file(), f'{args[:1]}: no such script'
+    elif program == 'make':
+        assert args and set(args) <= _make_targets(), f'no make target {args}'
+    elif program == 'mim':
+        _check_mim(args, mention)
+    elif name == 'pip':
+        return
+    elif program in ('cp', 'mv'):
+        *sources, dest = [a for a in args if not a.startswith('-')]
+        for src in sources:
+            if src.startswith(('configs/', 'tools/')):
+                assert (ROOT / src).is_file(), f'{src}: no such file in the checkout'
+            created[dest] = src
+    elif program not in SHELL_ONLY:
+        raise AssertionError(f'no rule for the program {program!r}: add one to '
+                             'tests/test_readme.py')
+
+
+@pytest.mark.parametrize('doc', PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_documented_command_parses(doc):
+    text = doc.read_text()
+    created, failed = _defined_files(text), []
+    for cmd, inline in commands(text, inline_flags=True):
+        try:
+            check_command(cmd, created, mention=inline)
+        except AssertionError as e:
+            failed.append(f'$ {cmd}\n    {e}')
+    assert not failed, f'{doc.relative_to(ROOT)}:\n' + '\n'.join(failed)
+
+
+@pytest.mark.subprocess
+def test_every_documented_pip_line_parses():
+    lines = []
+    for doc in PAGES:
+        for cmd in commands(doc.read_text()):
+            words = [w for w in shlex.split(cmd) if not re.match(r'^[A-Za-z_]\w*=', w)]
+            if words and Path(words[0]).name == 'pip':
+                lines.append(words[1:])
+    assert lines
+    _check_pip(lines)
+    with pytest.raises(AssertionError, match='pip refuses'):
+        _check_pip([['install', 'openmim'], ['instal', 'openmim']])
+
+
+def test_the_parse_check_refuses_what_a_reader_could_not_run():
+    """The check itself: a misspelt option, a missing script, a missing config and an
+    unknown target each fail; a placeholder passes."""
+    for bad in ('python tools/analysis_tools/get_flops.py CONFIG --size 800',
+                'python tools/no_such_tool.py', 'make no-such-target',
+                'python tools/train.py configs/inline_swin/no_such_config.py',
+                'python tools/convert.py', 'mim trian mmdet CONFIG'):
+        with pytest.raises(AssertionError):
+            check_command(bad, {})
+    check_command('python tools/analysis_tools/get_flops.py CONFIG --shape 800 1280', {})
+    check_command('python tools/train.py configs/my_dataset.py --work-dir W',
+                  {'configs/my_dataset.py': 'configs/custom/'
+                   'inline-swin-t-in1k-pre_upernet_1xb4-20k_custom-512x512.py'})
+    check_command('python tools/demo.py', {}, mention=True)      # prose naming a tool
 
 
 def test_readme_usage_config_builds(tmp_path):
@@ -429,22 +499,10 @@ printf '\\n' >> "$RECORD"
 
 
 def _stock_parser(tool: str):
-    """``parse_args`` of mmdet's own tools/<tool>.py, reading a given argv."""
-    import importlib.util
+    """mmdet's own tools/<tool>.py parsing a given argv (stopped after parsing)."""
     import mmdet
-    path = Path(mmdet.__file__).parent / '.mim' / 'tools' / f'{tool}.py'
-    spec = importlib.util.spec_from_file_location(f'_stock_{tool}', path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-
-    def parse(argv):
-        saved = sys.argv
-        sys.argv = [str(path), *argv]
-        try:
-            return mod.parse_args()
-        finally:
-            sys.argv = saved
-    return parse
+    path = str(Path(mmdet.__file__).parent / '.mim' / 'tools' / f'{tool}.py')
+    return functools.partial(parse_only, path)
 
 
 @pytest.mark.subprocess

@@ -5,6 +5,7 @@ tools/train.py does); that a bare import switches nothing on is in test_package.
 end-to-end versions (real processes killed with SIGKILL) are in
 tests/test_reliability_training.py."""
 import logging
+import re
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import inline_mm.engine
 from inline_mm.engine import checkpointing, data_checks, distributed
 from inline_mm.engine.checkpointing import find_resumable, is_complete_checkpoint
+from inline_mm.patches import PATCHES, find
 
 
 class _Toy(BaseModel):
@@ -126,7 +128,8 @@ def test_installed_once_and_only_for_cpu_distributed():
     wrap = Runner.wrap_model
     build = Runner.build_dataloader
     distributed.install()
-    checkpointing.install()
+    checkpointing.install_prune()
+    checkpointing.install_fallback()
     data_checks.install()
     assert Runner.wrap_model is wrap and Runner.build_dataloader is build
     assert not getattr(wrap.__wrapped__, '_inline_mm_cpu_ddp', False)
@@ -150,7 +153,7 @@ class _Gadget:
     """An object no allowlist names: a checkpoint holding one must be refused."""
 
 
-def test_checkpoint_outside_the_allowlist_is_refused_on_either_stack(tmp_path, monkeypatch):
+def test_checkpoint_outside_the_allowlist_is_refused_on_either_stack(tmp_path):
     """mmengine's loader (what ``load_from``, ``--resume`` and test.py use) refuses a file
     holding an object outside torch's allowlist: torch refuses it on upstream mmengine 0.10.7;
     onedl-mmengine 0.10.12 would retry it with ``weights_only=False`` (code from the file
@@ -164,19 +167,67 @@ def test_checkpoint_outside_the_allowlist_is_refused_on_either_stack(tmp_path, m
     torch.save({'state_dict': {}, 'gadget': _Gadget()}, path)
     with pytest.raises(pickle.UnpicklingError, match='weights_only|Unsupported global'):
         load_from_local(str(path), 'cpu')
-    # the patch is on exactly where the feature check found the retry
-    assert loading.installed_strict() == loading.needed_strict()[0]
+    # the patch is on exactly where the feature check finds the retrying loader
+    assert loading.installed_strict() == find('strict_checkpoint_loading').needed()[0]
     # mmengine's own checkpoints still load (the allowlist of inline_mm.compat)
     runner = _toy_runner(tmp_path, 'strict')
     runner.train()
     ckpt = load_from_local(str(tmp_path / 'iter_6.pth'), 'cpu')
     assert ckpt['meta']['iter'] == 6
-    # and torch's own safe load, after the feature check ran onedl's loader (whose allowlist
-    # context removes mmengine's types from torch's global allowlist on exit)
-    from mmengine.runner import checkpoint as ckpt
-    original = getattr(ckpt, '_inline_mm_original_safe_torch_load', None)   # onedl only
-    if original is not None:
-        monkeypatch.setattr(ckpt, '_safe_torch_load', original)
-    monkeypatch.setattr(loading, '_strict_needed', None)
-    assert loading.needed_strict()[0] == (original is not None)
+    # and so does torch's own safe load after mmengine's loader has run (onedl-mmengine's
+    # allowlist context removes mmengine's types from torch's global allowlist on exit)
     assert torch.load(tmp_path / 'iter_6.pth', weights_only=True)['meta']['iter'] == 6
+
+
+def test_feature_checks_run_nothing_and_read_no_source(monkeypatch):
+    """Every row of the patch table decides from versions and attributes: no source text is
+    read, no file is written, no checkpoint is saved or loaded, no optimiser is built."""
+    import builtins
+    import inspect
+    import tempfile
+
+    import mmengine.optim
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f'a feature check ran a probe: {args[:1]}')
+
+    for module, name in ((inspect, 'getsource'), (inspect, 'getsourcelines'),
+                         (inspect, 'findsource'), (torch, 'save'), (torch, 'load'),
+                         (tempfile, 'mkstemp'), (tempfile, 'NamedTemporaryFile'),
+                         (mmengine.optim, 'build_optim_wrapper')):
+        monkeypatch.setattr(module, name, refuse)
+    real_open = builtins.open
+
+    def read_only_open(file, mode='r', *args, **kwargs):
+        if any(c in mode for c in 'wax+'):
+            refuse(file, mode)
+        return real_open(file, mode, *args, **kwargs)
+    monkeypatch.setattr(builtins, 'open', read_only_open)
+    for patch in PATCHES:
+        need, why = patch.needed()
+        assert isinstance(need, bool) and why, patch.name
+    names = [p.name for p in PATCHES]
+    assert len(set(names)) == len(names)
+    assert all(p.replaces and p.reason and p.versions for p in PATCHES)
+
+
+def test_the_patch_table_is_documented():
+    """docs/patches.md lists every row of the table, and the rows it lists exist."""
+    from pathlib import Path
+    page = (Path(__file__).resolve().parents[1] / 'docs' / 'patches.md').read_text()
+    listed = set(re.findall(r'^\| `(\w+)` \|', page, re.M))
+    assert listed == {p.name for p in PATCHES}, listed ^ {p.name for p in PATCHES}
+
+
+def test_env_report_states(monkeypatch):
+    """``python -m inline_mm.env``'s states: on, needed but off, not needed, and switched off
+    by the row's environment setting."""
+    from inline_mm import env, patches
+    rows = [patches.Patch(name, 'x', 'y', 'v', patches.AT_START, lambda n=need: (n, 'why'),
+                          lambda a=on: a, switch_off='INLINE_MM_TEST_ROW=0')
+            for name, need, on in (('a', True, True), ('b', True, False), ('c', False, False))]
+    monkeypatch.setattr(patches, 'PATCHES', tuple(rows))
+    monkeypatch.delenv('INLINE_MM_TEST_ROW', raising=False)
+    assert [r[1] for r in env.describe_patches()] == ['on', 'needed, off', 'off']
+    monkeypatch.setenv('INLINE_MM_TEST_ROW', '0')
+    assert [r[1] for r in env.describe_patches()] == ['on', 'switched off', 'off']

@@ -1,4 +1,4 @@
-"""The detection commands of the README and docs/ (detection.md, performance.md), run as
+"""The detection commands of the README and docs/ (detection.md, model_size.md), run as
 written on toy data: ``tools/train.py`` / ``tools/test.py``, OpenMMLab's ``mim train``
 (pytorch launcher, 2 CPU processes) and ``mim test``, and mmdet's own
 ``analysis_tools/analyze_logs.py`` and ``browse_dataset.py`` from the scripts the mmdet wheel
@@ -201,7 +201,7 @@ def test_mim_get_flops_on_toy_coco(tmp_path):
 
 
 def test_mim_mmseg_get_flops_fails_as_documented():
-    """docs/performance.md sends segmentation users to tools/analysis_tools/get_flops.py because the
+    """docs/model_size.md sends segmentation users to tools/analysis_tools/get_flops.py because the
     stock mmseg script cannot run with upstream mmengine 0.10.7; once it can, the page must
     change. With onedl-mmengine 0.10.12 it runs, as the page says too."""
     config = ROOT / 'configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'

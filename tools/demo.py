@@ -135,6 +135,24 @@ def read_metrics(test_dir: str) -> dict:
     return metrics
 
 
+def draw_label(img, text: str, x: int, y: int, colour) -> tuple:
+    """``text`` once, on a filled box of ``colour`` whose bottom-left is ``(x, y)`` (moved
+    inside the image), in black or white, whichever reads better; returns the box
+    ``(x0, y0, x1, y1)``. (One ``putText`` per label: Hershey glyphs advance by their stroke
+    width, so a thicker outline pass drawn under the text would run ahead of it.)"""
+    import cv2
+    font, scale = cv2.FONT_HERSHEY_SIMPLEX, 0.35
+    (w, h), base = cv2.getTextSize(text, font, scale, 1)
+    x0 = min(max(int(x), 0), img.shape[1] - w - 2)
+    y0 = min(max(int(y) - h - base - 2, 0), img.shape[0] - h - base - 2)
+    x1, y1 = x0 + w + 2, y0 + h + base + 2
+    cv2.rectangle(img, (x0, y0), (x1 - 1, y1 - 1), tuple(int(c) for c in colour), -1)
+    ink = (0, 0, 0) if 0.299 * colour[0] + 0.587 * colour[1] + 0.114 * colour[2] > 140 \
+        else (255, 255, 255)
+    cv2.putText(img, text, (x0 + 1, y0 + h + 1), font, scale, ink, 1, cv2.LINE_AA)
+    return x0, y0, x1, y1
+
+
 def draw(pred_file: str, out_png: str, classes, title: str, num_images: int,
          score_thr: float = 0.5):
     """Val images with predicted masks (class colour), boxes and scores, in a grid."""
@@ -163,11 +181,8 @@ def draw(pred_file: str, out_png: str, classes, title: str, num_images: int,
             cv2.drawContours(img, contours, -1, (255, 255, 255), 1)
             x0, y0, x1, y1 = (int(v) for v in inst['bboxes'][i].tolist())
             cv2.rectangle(img, (x0, y0), (x1, y1), colour, 1)
-            label = f"{classes[int(inst['labels'][i])]} {float(inst['scores'][i]):.2f}"
-            cv2.putText(img, label, (x0 + 2, max(y0 - 3, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.35,
-                        (255, 255, 255), 2, cv2.LINE_AA)
-            cv2.putText(img, label, (x0 + 2, max(y0 - 3, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.35,
-                        (0, 0, 0), 1, cv2.LINE_AA)
+            draw_label(img, f"{classes[int(inst['labels'][i])]} {float(inst['scores'][i]):.2f}",
+                       x0, y0, colour)
         tiles.append(img)
     if not tiles:
         sys.exit(f'demo: {pred_file} holds no predictions')

@@ -5,21 +5,22 @@ What mmengine 0.10.7 already gets right (verified by
 writing a checkpoint): it writes ``work_dir/last_checkpoint`` only after the checkpoint
 file is complete, so ``--resume`` never picks a half-written file.
 
-What it gets wrong, and :func:`install` fixes:
+What it gets wrong, and this module fixes (rows ``checkpoint_prune_order`` and
+``resume_fallback`` of :data:`inline_mm.patches.PATCHES`):
 
 * With ``max_keep_ckpts`` set, ``CheckpointHook`` deletes the oldest kept checkpoint
   *before* writing the new one.  With ``max_keep_ckpts=1`` (popular for saving disk) a
   kill during the save leaves only a truncated file while ``last_checkpoint`` still
-  names the deleted one: every iteration of the run is lost.  The fix defers the
-  deletion until the new checkpoint and ``last_checkpoint`` are written; the hook's
+  names the deleted one: every iteration of the run is lost.  :func:`install_prune` defers
+  the deletion until the new checkpoint and ``last_checkpoint`` are written; the hook's
   bookkeeping (which steps are kept, as stored in the checkpoint) is unchanged.  The
   best checkpoint (``save_best``) is replaced the same way: old one deleted last.
 * ``last_checkpoint`` is rewritten in place (truncate, then write), and a work dir
   may hold a checkpoint that was cut short (disk full, a copy interrupted).  When
   ``--resume`` finds ``last_checkpoint`` empty, or naming a missing or incomplete
-  file, it now falls back to the newest complete ``iter_*.pth`` / ``epoch_*.pth`` in
-  the work dir, with a warning naming both; with none it fails with a clear message
-  instead of starting over or crashing on an empty path.
+  file, :func:`install_fallback` makes it fall back to the newest complete
+  ``iter_*.pth`` / ``epoch_*.pth`` in the work dir, with a warning naming both; with none
+  it fails with a clear message instead of starting over or crashing on an empty path.
 """
 import functools
 import logging
@@ -29,10 +30,12 @@ import re
 import zipfile
 from typing import List, Optional
 
-__all__ = ['install', 'installed', 'needed', 'is_complete_checkpoint', 'complete_checkpoints',
-           'find_resumable']
+__all__ = ['install_prune', 'installed_prune', 'install_fallback', 'installed_fallback',
+           'is_complete_checkpoint', 'complete_checkpoints', 'find_resumable']
 
 _CKPT_NAME = re.compile(r'^(iter|epoch)_(\d+)\.pth$')
+#: the CheckpointHook methods that delete an old file before saving
+_SAVES = ('_save_checkpoint_with_step', '_save_best_checkpoint')
 
 
 def is_complete_checkpoint(path: str) -> bool:
@@ -137,34 +140,26 @@ def _prune_after(save):
     return save_then_prune
 
 
-def needed():
-    """Feature check: ``(needed, why)``.  Needed while ``CheckpointHook`` removes outdated
-    checkpoints before it saves the new one (upstream mmengine 0.10.7 and onedl-mmengine
-    0.10.12 both do; read from the installed source)."""
-    import inspect
-
+def install_prune():
+    """Make ``CheckpointHook`` delete outdated checkpoints after the save (idempotent)."""
     from mmengine.hooks import CheckpointHook
-    try:
-        source = inspect.getsource(inspect.unwrap(CheckpointHook._save_checkpoint_with_step))
-    except (OSError, TypeError):
-        return True, "CheckpointHook's source is unreadable: assumed to need it"
-    remove, save = source.find('.remove('), source.find('save_checkpoint(')
-    if remove != -1 and save != -1 and remove < save:
-        return True, 'CheckpointHook deletes old checkpoints before writing the new one'
-    return False, 'CheckpointHook writes the new checkpoint before deleting old ones'
-
-
-def install():
-    """Patch ``CheckpointHook`` and the runner's ``find_latest_checkpoint`` (idempotent)."""
-    import mmengine.runner.runner as runner_module
-    from mmengine.hooks import CheckpointHook
-    from mmengine.logging import print_log
 
     # The periodic save and the best-checkpoint save both delete an old file first.
-    for name in ('_save_checkpoint_with_step', '_save_best_checkpoint'):
+    for name in _SAVES:
         method = getattr(CheckpointHook, name)
         if not getattr(method, '_inline_mm_safe', False):
             setattr(CheckpointHook, name, _prune_after(method))
+
+
+def installed_prune() -> bool:
+    from mmengine.hooks import CheckpointHook
+    return all(getattr(getattr(CheckpointHook, n), '_inline_mm_safe', False) for n in _SAVES)
+
+
+def install_fallback():
+    """Make ``--resume`` fall back to the newest complete checkpoint (idempotent)."""
+    import mmengine.runner.runner as runner_module
+    from mmengine.logging import print_log
 
     find = runner_module.find_latest_checkpoint
     if not getattr(find, '_inline_mm_safe', False):
@@ -178,9 +173,6 @@ def install():
         runner_module.find_latest_checkpoint = find_latest_checkpoint
 
 
-def installed() -> bool:
+def installed_fallback() -> bool:
     import mmengine.runner.runner as runner_module
-    from mmengine.hooks import CheckpointHook
-    return (all(getattr(getattr(CheckpointHook, n), '_inline_mm_safe', False)
-                for n in ('_save_checkpoint_with_step', '_save_best_checkpoint'))
-            and getattr(runner_module.find_latest_checkpoint, '_inline_mm_safe', False))
+    return getattr(runner_module.find_latest_checkpoint, '_inline_mm_safe', False)

@@ -13,9 +13,8 @@ something else: a run that resumed (torch rebuilds the groups as dicts) or a sta
 constructor writes dicts is left as it is.
 """
 import functools
-import logging
 
-__all__ = ['install', 'installed', 'needed', 'plain_param_groups']
+__all__ = ['install', 'installed', 'plain_param_groups']
 
 
 def plain_param_groups(optim_wrapper) -> int:
@@ -43,36 +42,6 @@ def _plain_before_compile(maybe_compile):
 
     wrapper._inline_mm_plain_groups = True
     return wrapper
-
-
-@functools.lru_cache(maxsize=None)
-def needed():
-    """Feature check: ``(needed, why)``. Needed while the Runner can compile (it has
-    ``_maybe_compile``) and mmengine's optimiser constructor gives a ``paramwise_cfg``'s
-    parameter groups as something other than plain dicts (upstream mmengine 0.10.7 and
-    onedl-mmengine 0.10.12 give ``ConfigDict``s): probed once by building a two-parameter
-    optimiser the way a config does."""
-    import torch
-    from mmengine.config import ConfigDict
-    from mmengine.optim import build_optim_wrapper
-    from mmengine.runner import Runner
-    if getattr(Runner, '_maybe_compile', None) is None:
-        return False, 'this mmengine Runner has no compile option'
-    model = torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.LayerNorm(1))
-    cfg = ConfigDict(type='OptimWrapper',
-                     optimizer=dict(type='SGD', lr=0.1, weight_decay=0.1),
-                     paramwise_cfg=dict(norm_decay_mult=0.))
-    previous = logging.root.manager.disable
-    logging.disable(logging.INFO)          # the constructor logs every group it makes
-    try:
-        groups = build_optim_wrapper(model, cfg).optimizer.param_groups
-    finally:
-        logging.disable(previous)
-    kinds = sorted({type(g).__name__ for g in groups})
-    if kinds == ['dict']:
-        return False, 'the optimiser constructor writes plain dict parameter groups'
-    return True, (f"the optimiser constructor writes {'/'.join(kinds)} parameter groups, on "
-                  'which Dynamo stops at the optimiser step')
 
 
 def install():

@@ -41,7 +41,7 @@ from ..datasets.checks import (FileTally, Problem, check_coco, check_dataset_fil
                                dataset_file_problems, default_jobs)
 
 __all__ = ['DatasetCheckHook', 'check_coco', 'dataset_file_problems',
-           'install', 'installed', 'needed']
+           'install', 'installed']
 
 #: at most this many problems are listed in one error message (the count is exact)
 MAX_LISTED = 20
@@ -264,13 +264,6 @@ def dropped_annotations(dataset) -> Optional[str]:
     return (f'{getattr(dataset, "ann_file", "the COCO file")}: {sum(dropped.values())} '
             f'annotation(s) of {len(dropped)} category id(s) not in metainfo.classes are not '
             f'trained on (ids {sorted(dropped)[:10]}{" ..." if len(dropped) > 10 else ""})')
-
-
-def needed():
-    """``(needed, why)``: these checks are inline_mm's own (no mmengine release has them:
-    upstream 0.10.7 and onedl-mmengine 0.10.12 both stop with numpy's "need at least one array
-    to concatenate"), so they are on for every stack."""
-    return True, "mmengine names no reason for an empty dataset (inline_mm's own checks)"
 
 
 def install():

@@ -28,7 +28,7 @@ import os
 
 import torch.nn as nn
 
-__all__ = ['install', 'installed', 'needed', 'sync_bn_layers', 'wrap_cpu_distributed']
+__all__ = ['install', 'installed', 'sync_bn_layers', 'wrap_cpu_distributed']
 
 SYNC_BN_WARNING = (
     'SyncBatchNorm needs GPU tensors, and this distributed run is on CPU: {n} SyncBN '
@@ -109,23 +109,6 @@ def init_cpu_process_group(backend: str = 'gloo', init_backend: str = 'torch', *
                       "the configured 'nccl'", logger='current', level=logging.INFO)
         backend = 'gloo'
     dist.init_process_group(backend=backend, **kwargs)
-
-
-def needed():
-    """Feature check: ``(needed, why)``.  Needed while mmengine's ``pytorch`` launcher calls
-    ``torch.cuda.set_device`` unconditionally (upstream 0.10.7 and onedl-mmengine 0.10.12
-    both do; read from the installed source, so a release that fixes it turns this off)."""
-    import inspect
-
-    import mmengine.dist.utils as dist_utils
-    init = inspect.unwrap(dist_utils._init_dist_pytorch)
-    try:
-        source = inspect.getsource(init)
-    except (OSError, TypeError):
-        return True, "mmengine's launcher source is unreadable: assumed to need it"
-    if 'torch.cuda.set_device' in source:
-        return True, "mmengine's pytorch launcher calls torch.cuda.set_device (no CPU DDP)"
-    return False, "mmengine's pytorch launcher does not call torch.cuda.set_device"
 
 
 def install():

@@ -13,7 +13,7 @@
 
 mmdet batches images of different sizes by zero-padding them bottom/right (after
 normalisation, to a multiple of 32). Every measurement runs twice, with the backbone's
-``pad_aware`` switched off (the behaviour before issue #14) and on.
+``pad_aware`` switched off (the plain behaviour of mmdet's backbones) and on.
 
 (a) **Alone vs batched.** Each val image (as the test pipeline gives it) is resized to
 ``--small-size`` (default 256x160, W x H) and run through the model's own

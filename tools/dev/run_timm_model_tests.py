@@ -20,6 +20,7 @@ Only ``inline_*`` models run (``-k inline``).  The tests that do not apply are l
 with the reasons, in docs/export_and_timm.md (timm section); pass ``--deselect`` or
 ``-m`` to narrow further, e.g. ``-m "not fxforward and not fxbackward and not torchscript"``.
 """
+import argparse
 import os
 import re
 import subprocess
@@ -45,12 +46,12 @@ def patched(source: str) -> str:
 
 
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ('-h', '--help'):
-        print(__doc__)
-        return 0 if argv else 2
-    checkout, extra = Path(argv[0]), argv[1:]
-    test_file = checkout / 'tests' / 'test_models.py'
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog='Arguments after the checkout go to pytest, e.g. -k "inline and fx".')
+    parser.add_argument('checkout', type=Path, help='the root of a timm checkout')
+    args, extra = parser.parse_known_args(argv)
+    test_file = args.checkout / 'tests' / 'test_models.py'
     if not test_file.is_file():
         raise SystemExit(f'{test_file} not found: pass the root of a timm checkout')
     with tempfile.TemporaryDirectory(prefix='timm-tests-') as tmp:

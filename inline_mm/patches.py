@@ -1,0 +1,257 @@
+"""Every change inline_mm makes to code of another package, in one table.
+
+Each row says what it replaces, why, the versions it applies to, when it is switched on, and
+how the running process decides whether it is needed. The feature checks run nothing and read
+no source text: they compare installed versions or look an attribute up, so they are cheap,
+free of side effects and safe at import. ``python -m inline_mm.env`` prints the table with what
+is on in that process; :func:`inline_mm.engine.install` switches on the rows it owns.
+
+When each row is switched on:
+
+- ``interpreter start``: the one-line ``inline_mm_mmcv_ext.pth`` that the wheel (or
+  ``make setup``) puts in site-packages runs ``_inline_mm_mmcv_hook`` before any code, because
+  mmdet and mmseg import ``mmcv.ops`` and mmengine reads config bases before a config could
+  import inline_mm; each of its rows has an environment variable that switches it off;
+- ``import inline_mm``: only the checkpoint allowlist (the README names it);
+- ``inline_mm.engine.install()``: the tools call it, and configs list
+  ``'inline_mm.engine.enable'`` in ``custom_imports`` (which calls it).
+"""
+import importlib.util
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
+
+__all__ = ['Patch', 'PATCHES', 'AT_START', 'AT_IMPORT', 'BY_ENGINE', 'find', 'switched_off']
+
+AT_START = 'interpreter start'
+AT_IMPORT = 'import inline_mm'
+BY_ENGINE = 'inline_mm.engine.install()'
+
+#: mmengine versions with the faults some rows fix: every release so far (upstream 0.10.7,
+#: the last; onedl-mmengine 0.10.12). A release from 0.11 on is assumed fixed until measured.
+MMENGINE_FIXED_IN = (0, 11)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One change to another package.
+
+    Attributes:
+        name (str): Short name (``python -m inline_mm.env`` prints it).
+        replaces (str): What of which package it replaces or extends.
+        reason (str): What goes wrong without it.
+        versions (str): The versions it applies to.
+        switched_on_by (str): :data:`AT_START`, :data:`AT_IMPORT` or :data:`BY_ENGINE`.
+        needed (callable): ``() -> (bool, why)``, the feature check of the installed stack.
+        active (callable): ``() -> bool``, whether it is on in this process.
+        install (callable, optional): Switches it on (idempotent).
+        switch_off (str): ``VAR=0``, the environment setting that keeps an interpreter-start
+            row off.
+    """
+    name: str
+    replaces: str
+    reason: str
+    versions: str
+    switched_on_by: str
+    needed: Callable[[], Tuple[bool, str]]
+    active: Callable[[], bool]
+    install: Optional[Callable[[], None]] = None
+    switch_off: str = ''
+
+
+def _version(text: str) -> tuple:
+    return tuple(int(n) for n in re.findall(r'\d+', text)[:3])
+
+
+def _mmengine_version() -> str:
+    import mmengine
+    return mmengine.__version__
+
+
+def _before_fixed_mmengine(fault: str) -> Callable[[], Tuple[bool, str]]:
+    def needed():
+        v = _mmengine_version()
+        if _version(v) < MMENGINE_FIXED_IN:
+            return True, f'mmengine {v}: {fault}'
+        return False, f'mmengine {v} is past the releases with this fault'
+    return needed
+
+
+def _always(why: str) -> Callable[[], Tuple[bool, str]]:
+    return lambda: (True, why)
+
+
+def _hook():
+    """The interpreter-start hook module, or None when it is not importable."""
+    try:
+        import _inline_mm_mmcv_hook as hook
+    except ImportError:
+        return None
+    return hook
+
+
+# ------------------------------------------------------------ interpreter start
+def _mmcv_ext_needed():
+    hook = _hook()
+    if importlib.util.find_spec('mmcv') is None:
+        return False, 'mmcv is not installed'
+    if hook is not None and hook.compiled_ext_present():
+        return False, 'mmcv has its compiled mmcv._ext'
+    return True, 'mmcv has no compiled ops (mmcv-lite, or onedl-mmcv built with MMCV_WITH_OPS=0)'
+
+
+def _mmcv_ext_active():
+    hook = _hook()
+    return hook is not None and hook.fallback_active()
+
+
+def _bases_active():
+    hook = _hook()
+    return hook is not None and hook.config_bases_active()
+
+
+def _scope_needed():
+    hook = _hook()
+    if hook is None:
+        return False, 'the interpreter-start hook is not importable'
+    if importlib.util.find_spec('mmengine') is None:
+        return False, 'mmengine is not installed'
+    importlib.import_module(hook.CONFIG_UTILS)      # the table, as mmengine holds it
+    unresolved = hook.unresolved_scopes()
+    if unresolved:
+        return True, ', '.join(f'{scope}:: names the distribution {package!r}, which is not '
+                               'installed' for scope, package in unresolved.items())
+    return False, "mmengine's own look-up finds every installed scope"
+
+
+def _scope_active():
+    hook = _hook()
+    return bool(hook is not None and hook.REPOINTED_SCOPES)
+
+
+# ------------------------------------------------------------ import inline_mm
+def _allowlist_needed():
+    import torch
+    if not hasattr(torch.serialization, 'add_safe_globals'):
+        return False, f'torch {torch.__version__} has no weights_only allowlist'
+    return True, (f'torch {torch.__version__} refuses types off its allowlist under '
+                  'weights_only=True (the default from 2.6)')
+
+
+def _allowlist_active():
+    import torch
+    get = getattr(torch.serialization, 'get_safe_globals', None)
+    if get is None:
+        return False
+    from inline_mm import compat
+    allowed = {id(g[0] if isinstance(g, tuple) else g) for g in get()}
+    ours = compat.MMENGINE_CHECKPOINT_GLOBALS or []
+    return bool(ours) and all(id(g[0] if isinstance(g, tuple) else g) in allowed for g in ours)
+
+
+def _allowlist_install():
+    from inline_mm import compat
+    compat.allow_mmengine_checkpoints()
+
+
+# ------------------------------------------------------------ inline_mm.engine.install()
+def _strict_needed():
+    from mmengine.runner import checkpoint
+    if getattr(checkpoint, '_safe_torch_load', None) is None:
+        return False, f"mmengine {_mmengine_version()}'s loader calls torch.load plainly"
+    return True, (f"mmengine {_mmengine_version()}'s loader (_safe_torch_load) retries a "
+                  'refused checkpoint with weights_only=False')
+
+
+def _compile_needed():
+    from mmengine.runner import Runner
+    if getattr(Runner, '_maybe_compile', None) is None:
+        return False, 'this mmengine Runner has no compile option'
+    return _before_fixed_mmengine('ConfigDict parameter groups stop Dynamo at the optimiser '
+                                  'step')()
+
+
+def _engine(module: str, attr: str) -> Callable:
+    """``inline_mm.engine.<module>.<attr>``, imported when called (they import mmengine)."""
+    def call():
+        return getattr(importlib.import_module(f'inline_mm.engine.{module}'), attr)()
+    call.__name__ = attr
+    return call
+
+
+PATCHES = (
+    Patch('mmcv_ext_fallback', '`import mmcv._ext` (mmcv): answered by inline_mm/mmcv_ext.py, '
+          'nms and RoIAlign on torchvision.ops',
+          'mmcv without compiled ops cannot run Mask R-CNN (its NMS and RoIAlign are C++)',
+          'mmcv without compiled ops', AT_START, _mmcv_ext_needed, _mmcv_ext_active,
+          switch_off='INLINE_MM_MMCV_FALLBACK=0'),
+    Patch('inline_mm_bases', "mmengine's MODULE2PACKAGE table gains 'inline_mm'",
+          "mmengine resolves `pkg::` config bases only for the OpenMMLab packages it lists",
+          'every mmengine', AT_START,
+          _always("mmengine's table lists OpenMMLab projects only"), _bases_active,
+          switch_off='INLINE_MM_CONFIG_BASES=0'),
+    Patch('mmseg_scope', "MODULE2PACKAGE['mmseg'] re-pointed at the import name",
+          "no `mmseg::` base resolves where mmseg's distribution is not 'mmsegmentation'",
+          'onedl-mmsegmentation', AT_START, _scope_needed, _scope_active,
+          switch_off='INLINE_MM_SCOPE_FIX=0'),
+    Patch('checkpoint_allowlist', "torch's weights_only allowlist gains mmengine's checkpoint "
+          'types (numpy arrays and scalars, HistoryBuffer, a getattr limited to it)',
+          "resume, load_from and the inferencers refuse mmengine's own checkpoints",
+          'torch >= 2.4', AT_IMPORT, _allowlist_needed,
+          _allowlist_active, _allowlist_install),
+    Patch('cpu_distributed', "mmengine's pytorch launcher and Runner.wrap_model, on machines "
+          'without an accelerator only',
+          'no distributed run on CPU processes: the launcher calls torch.cuda.set_device, DDP '
+          'gets device_ids, SyncBN needs GPUs', 'mmengine < 0.11', BY_ENGINE,
+          _before_fixed_mmengine('its pytorch launcher calls torch.cuda.set_device'),
+          _engine('distributed', 'installed'), _engine('distributed', 'install')),
+    Patch('checkpoint_prune_order', 'CheckpointHook: old checkpoints deleted after the new '
+          'one is written',
+          'with max_keep_ckpts, a kill while saving loses every checkpoint', 'mmengine < 0.11',
+          BY_ENGINE, _before_fixed_mmengine('CheckpointHook deletes old checkpoints first'),
+          _engine('checkpointing', 'installed_prune'), _engine('checkpointing', 'install_prune')),
+    Patch('resume_fallback', "mmengine's find_latest_checkpoint: past an empty last_checkpoint "
+          'or a missing or cut file, to the newest complete one',
+          '--resume crashes or starts over', 'every mmengine', BY_ENGINE,
+          _always("mmengine resumes only from what last_checkpoint names"),
+          _engine('checkpointing', 'installed_fallback'),
+          _engine('checkpointing', 'install_fallback')),
+    Patch('checkpoint_file_messages', "mmengine's local checkpoint loader (through "
+          'CheckpointLoader.register_scheme): a file that is no checkpoint is named for what '
+          'it is', "torch's message advises weights_only=False for an HTML page or an image",
+          'every mmengine', BY_ENGINE,
+          _always("torch's message for a file that is no checkpoint advises weights_only=False"),
+          _engine('loading', 'installed'), _engine('loading', 'install')),
+    Patch('strict_checkpoint_loading', "mmengine's _safe_torch_load without its "
+          'weights_only=False retry', 'any checkpoint torch refuses would run code on load',
+          'onedl-mmengine >= 0.10.8', BY_ENGINE, _strict_needed,
+          _engine('loading', 'installed_strict'), _engine('loading', 'install_strict')),
+    Patch('empty_dataset_messages', 'Runner.build_dataloader: why a dataset is empty; COCO '
+          'classes that name no category refused',
+          "numpy's 'need at least one array to concatenate' at start-up",
+          'every mmengine', BY_ENGINE,
+          _always('mmengine names no reason for an empty dataset'),
+          _engine('data_checks', 'installed'), _engine('data_checks', 'install')),
+    Patch('compile_param_groups', "Runner._maybe_compile: a paramwise_cfg's parameter groups "
+          'made plain dicts first', "compile=True stops at the optimiser step ('"
+          "UserDefinedDictVariable' object has no attribute 'items')", 'mmengine < 0.11',
+          BY_ENGINE, _compile_needed, _engine('compiling', 'installed'),
+          _engine('compiling', 'install')),
+)
+
+
+def find(name: str) -> Patch:
+    """The row of :data:`PATCHES` called ``name``."""
+    for patch in PATCHES:
+        if patch.name == name:
+            return patch
+    raise KeyError(f'no patch {name!r}; the table has {[p.name for p in PATCHES]}')
+
+
+def switched_off(patch: Patch) -> bool:
+    """Whether the environment switches ``patch`` off (its ``switch_off`` setting is set)."""
+    if not patch.switch_off:
+        return False
+    import os
+    var, value = patch.switch_off.split('=')
+    return os.environ.get(var) == value
