@@ -251,6 +251,16 @@ def fallback_active() -> bool:
             and fallback_path() is not None and not compiled_ext_present())
 
 
+def ops_guard_active() -> bool:
+    """Whether the op modules the stand-in cannot serve refuse to be built here (or will, as
+    ``mmcv.ops`` is imported with the stand-in)."""
+    if OPS in sys.modules:
+        ext = sys.modules.get(TARGET)
+        return bool(getattr(ext, 'FALLBACK_NAME', None)) and ext.unserved_refused()
+    return (any(isinstance(f, OpsGuardFinder) for f in sys.meta_path)
+            and os.environ.get('INLINE_MM_MMCV_FALLBACK', '1') != '0' and fallback_active())
+
+
 def config_bases_active() -> bool:
     """Whether ``inline_mm::`` bases resolve in this process (finder in place and switched
     on, or the entry already added)."""

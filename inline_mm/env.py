@@ -76,7 +76,7 @@ def describe_mmcv_ops() -> str:
         import torchvision
         ext = sys.modules['mmcv._ext']
         served = ', '.join(n for n in ext.SERVED if not n.startswith('get_'))
-        refused = ', '.join(c for names in ext.UNSERVED_MODULES.values() for c in names)
+        refused = ', '.join(c for names, _ in ext.UNSERVED_MODULES.values() for c in names)
         return (f'inline_mm stand-in (mmcv without compiled ops; torchvision '
                 f'{torchvision.__version__} and PyTorch) answers {served}; every other '
                 f'compiled op raises when called, and {refused} refuse to be built '

@@ -261,32 +261,23 @@ def _missing_op(name: str):
 
 
 #: mmcv's op modules whose forward has no PyTorch path on any device and calls only
-#: functions this file does not serve: building one raises (see :func:`refuse_unserved`),
-#: so that a head that needs one fails as its model is built, not at the first iteration.
-#: Subclasses (``DeformConv2dPack`` = ``DCN``, ``ModulatedDeformConv2dPack`` = ``DCNv2``,
+#: functions this file does not serve (module -> its classes, the ``mmcv._ext`` functions it
+#: asks mmcv's loader for): building one raises (see :func:`refuse_unserved`), so that a head
+#: that needs one fails as its model is built, not at the first iteration. Subclasses
+#: (``DeformConv2dPack`` = ``DCN``, ``ModulatedDeformConv2dPack`` = ``DCNv2``,
 #: ``DeformRoIPoolPack`` ...) are refused with their base.
 UNSERVED_MODULES = {
-    'mmcv.ops.deform_conv': ('DeformConv2d',),
-    'mmcv.ops.modulated_deform_conv': ('ModulatedDeformConv2d',),
-    'mmcv.ops.carafe': ('CARAFENaive', 'CARAFE', 'CARAFEPack'),
-    'mmcv.ops.psa_mask': ('PSAMask',),
-    'mmcv.ops.deform_roi_pool': ('DeformRoIPool',),
-    'mmcv.ops.roi_pool': ('RoIPool',),
+    'mmcv.ops.deform_conv': (('DeformConv2d',), (
+        'deform_conv_forward', 'deform_conv_backward_input', 'deform_conv_backward_parameters')),
+    'mmcv.ops.modulated_deform_conv': (('ModulatedDeformConv2d',), (
+        'modulated_deform_conv_forward', 'modulated_deform_conv_backward')),
+    'mmcv.ops.carafe': (('CARAFENaive', 'CARAFE', 'CARAFEPack'), (
+        'carafe_naive_forward', 'carafe_naive_backward', 'carafe_forward', 'carafe_backward')),
+    'mmcv.ops.psa_mask': (('PSAMask',), ('psamask_forward', 'psamask_backward')),
+    'mmcv.ops.deform_roi_pool': (('DeformRoIPool',), (
+        'deform_roi_pool_forward', 'deform_roi_pool_backward')),
+    'mmcv.ops.roi_pool': (('RoIPool',), ('roi_pool_forward', 'roi_pool_backward')),
 }
-
-
-def requested_functions(module) -> list:
-    """The ``mmcv._ext`` functions an mmcv op module asks mmcv's loader for (its
-    ``ext_loader.load_ext('_ext', [...])`` call, read from its source)."""
-    import ast
-    import inspect
-    names = []
-    for node in ast.walk(ast.parse(inspect.getsource(module))):
-        if isinstance(node, ast.Call) and getattr(node.func, 'attr', None) == 'load_ext':
-            for arg in node.args[1:2]:
-                names += [e.value for e in getattr(arg, 'elts', [])
-                          if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    return names
 
 
 def _refusing_init(init, functions, where: str):
@@ -304,15 +295,14 @@ def _refusing_init(init, functions, where: str):
 def refuse_unserved() -> list:
     """Make the classes of :data:`UNSERVED_MODULES` raise :class:`MissingCompiledOpError`
     when built (idempotent); the hook calls it once ``mmcv.ops`` has been imported with
-    this file as ``mmcv._ext``. Returns the classes refused."""
+    this file as ``mmcv._ext``. Returns the classes refused by this call."""
     import importlib
     refused = []
-    for module_name, class_names in UNSERVED_MODULES.items():
+    for module_name, (class_names, functions) in UNSERVED_MODULES.items():
         try:
             module = importlib.import_module(module_name)
         except ImportError:                 # another mmcv without this op module
             continue
-        functions = [f for f in requested_functions(module) if f not in SERVED]
         for class_name in class_names:
             cls = getattr(module, class_name, None)
             if cls is None or getattr(cls.__init__, '_inline_mm_refused', False):
@@ -320,6 +310,16 @@ def refuse_unserved() -> list:
             cls.__init__ = _refusing_init(cls.__init__, functions, module_name)
             refused.append(cls)
     return refused
+
+
+def unserved_refused() -> bool:
+    """Whether every class of :data:`UNSERVED_MODULES` that mmcv has refuses to be built."""
+    import sys
+    classes = [getattr(sys.modules.get(m), c, None)
+               for m, (names, _) in UNSERVED_MODULES.items() for c in names]
+    classes = [c for c in classes if c is not None]
+    return bool(classes) and all(getattr(c.__init__, '_inline_mm_refused', False)
+                                 for c in classes)
 
 
 def __getattr__(name: str):

@@ -394,6 +394,20 @@ def _unserved_forward(cls):
     return lambda: call(module)
 
 
+def requested_functions(module) -> list:
+    """The ``mmcv._ext`` functions an mmcv op module asks mmcv's loader for (its
+    ``ext_loader.load_ext('_ext', [...])`` call, read from its source)."""
+    import ast
+    import inspect
+    names = []
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+        if isinstance(node, ast.Call) and getattr(node.func, 'attr', None) == 'load_ext':
+            for arg in node.args[1:2]:
+                names += [e.value for e in getattr(arg, 'elts', [])
+                          if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return names
+
+
 @pytest.mark.skipif(_inline_mm_mmcv_hook.backend() != 'fallback',
                     reason='a compiled mmcv answers mmcv._ext here')
 def test_op_modules_the_stand_in_cannot_serve_refuse_to_be_built():
@@ -401,11 +415,15 @@ def test_op_modules_the_stand_in_cannot_serve_refuse_to_be_built():
     from mmcv.cnn import build_conv_layer
     from mmdet.models.backbones import ResNet
     refused = [getattr(importlib.import_module(m), c)
-               for m, names in FALLBACK.UNSERVED_MODULES.items() for c in names]
+               for m, (names, _) in FALLBACK.UNSERVED_MODULES.items() for c in names]
     assert len(refused) == 8
+    for module, (_, functions) in FALLBACK.UNSERVED_MODULES.items():
+        # the table names what mmcv's module asks for, none of it served here
+        assert list(functions) == requested_functions(sys.modules[module]), module
+        assert not set(functions) & set(FALLBACK.SERVED), module
+    assert FALLBACK.unserved_refused()
     for cls in refused:
-        functions = FALLBACK.requested_functions(sys.modules[cls.__module__])
-        assert functions and not set(functions) & set(FALLBACK.SERVED), cls
+        functions = FALLBACK.UNSERVED_MODULES[cls.__module__][1]
         # the table is honest: forward needs one of the module's unserved functions ...
         with pytest.raises(NotImplementedError,
                            match=f"`({'|'.join(functions)})` needs .*INLINE_MM_MMCV=full"):
