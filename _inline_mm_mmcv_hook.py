@@ -2,6 +2,9 @@
 
 1. ``import mmcv._ext`` answered by inline_mm's torchvision stand-in (``inline_mm/mmcv_ext.py``)
    when mmcv has no compiled extension (mmcv-lite).  Off: ``INLINE_MM_MMCV_FALLBACK=0``.
+   Once ``mmcv.ops`` has been imported with the stand-in, the op modules it cannot serve
+   (deformable convolution, CARAFE, ... : ``mmcv_ext.UNSERVED_MODULES``) refuse to be built,
+   naming the fix, so that such a model fails as it is built, not at its first iteration.
 2. ``inline_mm::path`` config bases (``_base_ = 'inline_mm::inline_swin/xxx.py'``) resolved like
    ``mmdet::`` ones, to ``<inline_mm>/.mim/configs/path``.  mmengine accepts ``pkg::`` only for
    the packages of ``mmengine.config.utils.MODULE2PACKAGE``, a fixed table of OpenMMLab projects;
@@ -22,11 +25,12 @@ environment's site-packages, ``inline_mm_mmcv_ext.pth`` (``pip install`` puts it
 
     import importlib.util as u; u.find_spec('_inline_mm_mmcv_hook') and __import__(...).install()
 
-What it touches: two finders on ``sys.meta_path``, each answering for one module name.  The
+What it touches: three finders on ``sys.meta_path``, each answering for one module name.  The
 ``mmcv._ext`` one sits at the *end*: Python asks it only after every normal finder has failed,
 so a compiled ``mmcv._ext`` always wins.  The ``mmengine.config.utils`` one sits at the front
 and finds the module with the finders behind it, unchanged; it only adds the table entry after
-the module has run.  The hook imports only the standard library; torch and torchvision load
+the module has run.  The ``mmcv.ops`` one, also at the front, likewise acts only after that
+package has run, and only when the stand-in answered ``mmcv._ext``.  The hook imports only the standard library; torch and torchvision load
 when mmcv loads its ops.  If inline_mm has been uninstalled it finds nothing and does nothing.
 
 Remove it: ``python -m _inline_mm_mmcv_hook uninstall`` (or delete the ``.pth`` file; ``pip
@@ -140,6 +144,20 @@ def _register_config_scope(module):
         _repoint_scopes(module.MODULE2PACKAGE)
 
 
+def _find_then(finder, fullname, path, target, then):
+    """The spec the finders behind ``finder`` give ``fullname``, its loader running
+    ``then(module)`` after the module (None when none finds it)."""
+    for other in sys.meta_path:
+        if other is finder or not hasattr(other, 'find_spec'):
+            continue
+        spec = other.find_spec(fullname, path, target)
+        if spec is not None:
+            if spec.loader is not None and hasattr(spec.loader, 'exec_module'):
+                spec.loader = _AfterExec(spec.loader, then)
+            return spec
+    return None
+
+
 class ConfigScopeFinder(importlib.abc.MetaPathFinder):
     """Lets mmengine accept ``inline_mm::`` bases: adds inline_mm to ``MODULE2PACKAGE`` once
     ``mmengine.config.utils`` has been imported by the normal finders."""
@@ -149,15 +167,28 @@ class ConfigScopeFinder(importlib.abc.MetaPathFinder):
             return None
         if importlib.util.find_spec('inline_mm') is None:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, 'find_spec'):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, 'exec_module'):
-                    spec.loader = _AfterExec(spec.loader, _register_config_scope)
-                return spec
-        return None
+        return _find_then(self, fullname, path, target, _register_config_scope)
+
+
+#: the package whose import makes mmcv's op modules exist
+OPS = 'mmcv.ops'
+
+
+def _refuse_unserved(module=None):
+    """With the stand-in as ``mmcv._ext``, its unserved op modules refuse to be built."""
+    ext = sys.modules.get(TARGET)
+    if getattr(ext, 'FALLBACK_NAME', None):
+        ext.refuse_unserved()
+
+
+class OpsGuardFinder(importlib.abc.MetaPathFinder):
+    """Once ``mmcv.ops`` has run (found by the finders behind this one, unchanged), the op
+    modules the stand-in cannot serve refuse to be built (:func:`_refuse_unserved`)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != OPS or os.environ.get('INLINE_MM_MMCV_FALLBACK', '1') == '0':
+            return None
+        return _find_then(self, fullname, path, target, _refuse_unserved)
 
 
 def fallback_path():
@@ -175,9 +206,13 @@ def fallback_path():
 
 
 def install() -> None:
-    """Put both finders in place once (idempotent)."""
+    """Put the finders in place once (idempotent)."""
     if not any(isinstance(f, MmcvExtFallbackFinder) for f in sys.meta_path):
         sys.meta_path.append(MmcvExtFallbackFinder())
+    if not any(isinstance(f, OpsGuardFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, OpsGuardFinder())
+        if OPS in sys.modules and os.environ.get('INLINE_MM_MMCV_FALLBACK', '1') != '0':
+            _refuse_unserved()              # imported before the hook
     if not any(isinstance(f, ConfigScopeFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, ConfigScopeFinder())
         # imported before the hook (e.g. install() called by hand): register now
@@ -214,6 +249,16 @@ def fallback_active() -> bool:
     return (any(isinstance(f, MmcvExtFallbackFinder) for f in sys.meta_path)
             and os.environ.get('INLINE_MM_MMCV_FALLBACK', '1') != '0'
             and fallback_path() is not None and not compiled_ext_present())
+
+
+def ops_guard_active() -> bool:
+    """Whether the op modules the stand-in cannot serve refuse to be built here (or will, as
+    ``mmcv.ops`` is imported with the stand-in)."""
+    if OPS in sys.modules:
+        ext = sys.modules.get(TARGET)
+        return bool(getattr(ext, 'FALLBACK_NAME', None)) and ext.unserved_refused()
+    return (any(isinstance(f, OpsGuardFinder) for f in sys.meta_path)
+            and os.environ.get('INLINE_MM_MMCV_FALLBACK', '1') != '0' and fallback_active())
 
 
 def config_bases_active() -> bool:

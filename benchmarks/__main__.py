@@ -7,6 +7,7 @@
     python -m benchmarks --deit           # InLine-DeiT-T vs DeiT-T, 224 .. 1536, + split
     python -m benchmarks --padding        # pad_aware=True vs False, 800x1333 and 1024
     python -m benchmarks --floor          # InLineAttention vs its own linears, 16k/65k tokens
+    python -m benchmarks --resolution     # backbones and segmentors, 512x1024 .. 2048x4096
     python -m benchmarks.compile          # torch.compile on a stream of sizes (compile.py)
 
 InLine (Han et al., "Bridging the Divide: Reconsidering Softmax and Linear
@@ -63,6 +64,13 @@ and on a realistic padded batch (one image at the canvas size, one at 3/4 of eac
 interleaved rounds (``benchmarks.padding``). Outputs: ``padding.csv``,
 ``meta.json``.
 
+``--resolution`` times whole-image inference at 512x1024, 1024x2048 and 2048x4096, of the
+backbones alone and of the shipped Cityscapes segmentors around them (UperNet: InLine-Swin-T,
+mmseg's Swin-T and Swin-T-global; Semantic FPN: InLine-PVT-S and PVT-S), each size
+predicted from the ones below it (a probe at half the smallest size first) and skipped,
+saying so, when a run would exceed ``--max-run-s`` (``benchmarks.resolution``). Outputs:
+``resolution.csv``, ``resolution.png``, ``meta.json``.
+
 ``--floor`` times InLineAttention against its own qkv and proj linear layers (C=96 with 3
 heads and C=384 with 12, at 16k and 65k tokens), forward and forward + backward, and
 profiles what the attention adds to them, op by op (``benchmarks.floor``). Outputs:
@@ -85,7 +93,7 @@ from benchmarks.attention import attention_table, run_attention, write_attention
 from benchmarks.backbones import (FULL_SIZES, MODELS, MODES, QUICK_SIZES, Result,
                                   backbone_tables, build_models, plot_backbones,
                                   run_backbones, write_backbone_csv)
-from benchmarks import deit, floor, padding
+from benchmarks import deit, floor, padding, resolution
 from benchmarks.measure import Timer, free_memory, machine_info
 from inline_mm.models import FAMILIES
 
@@ -126,6 +134,10 @@ def parse_args(argv=None):
                    help='InLineAttention against its own qkv + proj linears at 16k and 65k '
                         'tokens, C=96/3 heads and C=384/12 heads, with the profile of what '
                         'the attention adds')
+    p.add_argument('--resolution', action='store_true',
+                   help='whole-image inference of backbones and Cityscapes segmentors at '
+                        '512x1024, 1024x2048, 2048x4096 (sizes default to those; inference '
+                        'only)')
     p.add_argument('--compile-backend', default=None,
                    help='with --floor: time module and linears under torch.compile with this '
                         'backend (e.g. inductor)')
@@ -164,9 +176,10 @@ def parse_args(argv=None):
                         'of the available memory)')
     p.add_argument('--out-dir', type=Path, default=ROOT / 'work_dirs' / 'benchmark')
     args = p.parse_args(argv)
-    if sum(map(bool, (args.padding, args.floor, args.deit or args.attention))) > 1:
-        p.error('--padding, --floor and --deit/--attention are comparisons of their own: '
-                'choose one')
+    if sum(map(bool, (args.padding, args.floor, args.resolution,
+                      args.deit or args.attention))) > 1:
+        p.error('--padding, --floor, --resolution and --deit/--attention are comparisons of '
+                'their own: choose one')
     if args.batch is None:
         args.batch = 2 if args.padding else 1
     if args.batch < 1 or args.warmup < 0:
@@ -177,16 +190,19 @@ def parse_args(argv=None):
         p.error('--compile-backend goes with --floor')
     if args.split_only and not args.deit:
         p.error('--split-only goes with --deit')
-    choices = (FAMILIES if args.padding else deit.MODELS if args.deit else MODELS)
+    choices = (FAMILIES if args.padding else deit.MODELS if args.deit else
+               resolution.MODELS if args.resolution else MODELS)
     if args.models is None:
         args.models = list(choices)
     elif set(args.models) - set(choices):
         p.error('--models: with --deit choose among ' + ', '.join(deit.MODELS) + '; with '
-                '--padding, among ' + ', '.join(FAMILIES) + '; otherwise among '
-                + ', '.join(MODELS))
+                '--padding, among ' + ', '.join(FAMILIES) + '; with --resolution, among '
+                + ', '.join(resolution.MODELS) + '; otherwise among ' + ', '.join(MODELS))
     if args.sizes is None:
         sizes = ((padding.QUICK_SIZES, padding.FULL_SIZES) if args.padding else
-                 (deit.QUICK_SIZES, deit.FULL_SIZES) if args.deit else (QUICK_SIZES, FULL_SIZES))
+                 (deit.QUICK_SIZES, deit.FULL_SIZES) if args.deit else
+                 (resolution.QUICK_SIZES, resolution.FULL_SIZES) if args.resolution else
+                 (QUICK_SIZES, FULL_SIZES))
         args.sizes = sizes[0] if args.quick else sizes[1]
     args.sizes = sorted(args.sizes, key=lambda s: s[0] * s[1])
     args.repeats = args.repeats or (2 if args.quick else 5)
@@ -236,6 +252,9 @@ def main(argv=None):
         return
     if args.floor:
         run_floor(args, devices, info)
+        return
+    if args.resolution:
+        run_resolution(args, devices, info)
         return
     run_backbone_part = not args.attention
     run_attention_part = args.attention or args.quick
@@ -339,6 +358,21 @@ def run_floor(args, devices, info):
         paths.append(args.out_dir / 'floor_profile.csv')
     floor.write_floor_csv(rows, prof_rows, *paths)
     _write_meta(args, info, paths)
+
+
+def run_resolution(args, devices, info):
+    """``--resolution``: whole-image inference of backbones and segmentors by size."""
+    results, mem_methods = [], {}
+    for device in devices:
+        results += resolution.run(args, device)
+        mem_methods[device.type] = Timer(device).mem_method
+    print(resolution.table(results, args.models))
+    csv_path, png_path = args.out_dir / 'resolution.csv', args.out_dir / 'resolution.png'
+    resolution.write_csv(results, csv_path, args.batch, mem_methods)
+    resolution.plot(results, png_path, f'{info["cpu"]}, torch {info["torch"]}, '
+                    f'{torch.get_num_threads()} thread(s), batch {args.batch}'
+                    + (f', GPU {info["cuda"]}' if info['cuda'] else ''))
+    _write_meta(args, info, [csv_path, png_path])
 
 
 def run_padding(args, devices, info):

@@ -142,11 +142,15 @@ class Result:
         return self.size[0] * self.size[1]
 
 
-def run_backbones(args, device: torch.device, models: Dict[str, nn.Module]) -> List[Result]:
+def run_backbones(args, device: torch.device, models: Dict[str, nn.Module],
+                  probe: bool = False) -> List[Result]:
     """Per mode: (1) in order of size, predict, skip or warm up each model and measure
     its memory; (2) time every (model, size) left in rounds, all of them once per
     round in a rotating order, so that a change of load shifts every figure alike
-    (ratios between models and growth between sizes included)."""
+    (ratios between models and growth between sizes included). ``probe``: first a warm-up,
+    a timed step and a memory measurement per model at half each side of the smallest
+    size, not reported, so that the smallest size is predicted (and skipped if too
+    costly) too."""
     timer = Timer(device)
     max_mem_gb = args.max_mem_gb or default_max_mem_gb(device)
     results: List[Result] = []
@@ -156,6 +160,15 @@ def run_backbones(args, device: torch.device, models: Dict[str, nn.Module]) -> L
             model.train(mode == 'training')
         plan = []
         history: Dict[str, Dict[str, List[Tuple[int, float]]]] = {}
+        if probe:
+            h, w = (max(32, side // 2) for side in args.sizes[0])
+            x = torch.randn(args.batch, 3, h, w, device=device)
+            for name in args.models:
+                step = make_step(models[name], x, mode)
+                step()                  # (a model's first run pays one-time set-up costs)
+                history[name] = {'time': [(h * w, timer(step))],
+                                 'mem': [(h * w, timer.peak_bytes(step))]}
+            del x
         for size in args.sizes:
             for name in args.models:
                 res = Result(device.type, name, mode, size)

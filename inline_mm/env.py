@@ -74,9 +74,13 @@ def describe_mmcv_ops() -> str:
         backend = 'compiled'
     if backend == 'fallback':
         import torchvision
-        return (f'torchvision {torchvision.__version__} via inline_mm (mmcv without compiled '
-                'ops): nms, '
-                'roi_align; every other compiled op raises (compiled mmcv: docs/get_started.md)')
+        ext = sys.modules['mmcv._ext']
+        served = ', '.join(n for n in ext.SERVED if not n.startswith('get_'))
+        refused = ', '.join(c for names, _ in ext.UNSERVED_MODULES.values() for c in names)
+        return (f'inline_mm stand-in (mmcv without compiled ops; torchvision '
+                f'{torchvision.__version__} and PyTorch) answers {served}; every other '
+                f'compiled op raises when called, and {refused} refuse to be built '
+                '(compiled mmcv: docs/get_started.md)')
     return (f'compiled mmcv (compiler {get_compiler_version()}, '
             f'CUDA {get_compiling_cuda_version()})')
 

@@ -105,6 +105,11 @@ def _mmcv_ext_active():
     return hook is not None and hook.fallback_active()
 
 
+def _ops_guard_active():
+    hook = _hook()
+    return hook is not None and hook.ops_guard_active()
+
+
 def _bases_active():
     hook = _hook()
     return hook is not None and hook.config_bases_active()
@@ -181,9 +186,17 @@ def _engine(module: str, attr: str) -> Callable:
 
 PATCHES = (
     Patch('mmcv_ext_fallback', '`import mmcv._ext` (mmcv): answered by inline_mm/mmcv_ext.py, '
-          'nms and RoIAlign on torchvision.ops',
-          'mmcv without compiled ops cannot run Mask R-CNN (its NMS and RoIAlign are C++)',
+          'nms and RoIAlign on torchvision.ops, the sigmoid focal loss and multi-scale '
+          'deformable attention in PyTorch',
+          'mmcv without compiled ops cannot run Mask R-CNN (its NMS and RoIAlign are C++), nor '
+          'RetinaNet, FCOS, DINO or Mask2Former on a GPU (their CUDA branches call C++)',
           'mmcv without compiled ops', AT_START, _mmcv_ext_needed, _mmcv_ext_active,
+          switch_off='INLINE_MM_MMCV_FALLBACK=0'),
+    Patch('mmcv_unserved_ops_refused', "mmcv.ops' DeformConv2d, ModulatedDeformConv2d, "
+          'CARAFENaive, CARAFE, CARAFEPack, PSAMask, DeformRoIPool, RoIPool (and their '
+          'subclasses DCN, DCNv2 ...): __init__ raises, naming the compiled mmcv they need',
+          'with the stand-in a model with them builds, then stops at its first iteration',
+          'mmcv without compiled ops', AT_START, _mmcv_ext_needed, _ops_guard_active,
           switch_off='INLINE_MM_MMCV_FALLBACK=0'),
     Patch('inline_mm_bases', "mmengine's MODULE2PACKAGE table gains 'inline_mm'",
           "mmengine resolves `pkg::` config bases only for the OpenMMLab packages it lists",

@@ -58,3 +58,8 @@ SEGMENTATION = {
 ADE20K = dict(num_classes=150, crop_size=(512, 512))
 #: InLine-DeiT's UperNet (mmseg's ViT recipe): blocks 3, 6, 9, 12 through MultiLevelNeck.
 DEIT_UPERNET = dict(out_indices=(2, 5, 8, 11), final_norm=True, scales=[4, 2, 1, 0.5])
+#: Every Cityscapes config: 19 classes, 512x1024 crops, whole 1024x2048 images at test time
+#: (mmseg's test resize), 80k iterations, 8 images per step (4 GPUs x 2); the optimiser of
+#: the head's ADE20K recipe (SEGMENTATION) with its poly decay over the 80k iterations.
+CITYSCAPES = dict(num_classes=19, crop_size=(512, 1024), test_scale=(2048, 1024),
+                  max_iters=80000, gpus=4, batch_size=2)

@@ -58,15 +58,48 @@ def out_channels(backbone: dict) -> list:
 
 #: input side of the shrunken segmentors' training batches
 SEG_SIZE = 64
+#: width of the shrunken query-based heads (DINO, Mask2Former) and one-stage heads: their
+#: GroupNorms have 32 groups
+HEAD_WIDTH = 32
+
+
+def _shrink_transformer_layers(layer_cfg: dict, width: int):
+    """A DETR-style layer config (``self_attn_cfg``, ``cross_attn_cfg``, ``ffn_cfg``) at
+    ``width`` channels, 4 attention heads and a 2x feed-forward."""
+    for key in ('self_attn_cfg', 'cross_attn_cfg'):
+        if key in layer_cfg:
+            layer_cfg[key].update(embed_dims=width, num_heads=4)
+    layer_cfg.ffn_cfg.update(embed_dims=width, feedforward_channels=2 * width)
+
+
+def shrink_mask2former_head(head, in_channels: list, width: int = HEAD_WIDTH):
+    """mmdet's / mmseg's ``Mask2FormerHead`` config made CPU-test sized, in place: ``width``
+    channels, one pixel-decoder encoder layer, one decoder layer per feature level, 10
+    queries, 64 sampled points per mask."""
+    head.update(in_channels=in_channels, feat_channels=width, out_channels=width,
+                num_queries=10)
+    decoder = head.pixel_decoder
+    decoder.encoder.num_layers = 1
+    _shrink_transformer_layers(decoder.encoder.layer_cfg, width)
+    decoder.positional_encoding.num_feats = width // 2
+    head.positional_encoding.num_feats = width // 2
+    head.transformer_decoder.num_layers = head.get('num_transformer_feat_level', 3)
+    _shrink_transformer_layers(head.transformer_decoder.layer_cfg, width)
+    if head.get('train_cfg'):           # (mmdet keeps it in the model's train_cfg)
+        head.train_cfg.num_points = 64
+    return head
 
 
 def shrink_segmentor(cfg):
     """A segmentation config's model made CPU-test sized, in place: the backbone as
-    :func:`shrink_backbone`, 16-channel neck and heads, 64-pixel training inputs."""
+    :func:`shrink_backbone`, 16-channel neck and heads (a Mask2Former head as
+    :func:`shrink_mask2former_head`), 64-pixel training inputs."""
     model = cfg.model
     chans = out_channels(shrink_backbone(model.backbone))
     model.data_preprocessor.size = (SEG_SIZE, SEG_SIZE)
-    if model.get('neck'):
+    if model.decode_head.type == 'Mask2FormerHead':
+        shrink_mask2former_head(model.decode_head, chans)
+    elif model.get('neck'):
         model.neck.update(in_channels=chans, out_channels=16)
         model.decode_head.update(in_channels=[16] * 4, channels=16)
     else:
@@ -80,10 +113,43 @@ def shrink_segmentor(cfg):
 
 
 def shrink_detector(cfg):
-    """A (Cascade) Mask R-CNN config's model made CPU-test sized, in place: the backbone as
-    :func:`shrink_backbone`, a 16-channel neck, RPN and RoI heads (every cascade stage)."""
+    """A detector config's model made CPU-test sized, in place: the backbone as
+    :func:`shrink_backbone`; (Cascade) Mask R-CNN: a 16-channel neck, RPN and RoI heads
+    (every cascade stage); RetinaNet, FCOS: a 32-channel neck and one-conv head for 8
+    classes; DINO:
+    one encoder and two decoder layers, 20 queries (its width stays 256); Mask2Former:
+    :func:`shrink_mask2former_head`."""
     model = cfg.model
     chans = out_channels(shrink_backbone(model.backbone))
+    width = HEAD_WIDTH
+    if model.get('panoptic_head'):                                    # Mask2Former
+        shrink_mask2former_head(model.panoptic_head, chans, width)
+        model.train_cfg.num_points = 64
+        model.test_cfg.max_per_image = 10           # (top-k of queries x classes)
+        return cfg
+    if model.type == 'DINO':
+        width = 256         # its decoder encodes box coordinates in 4 x 128 sine features
+        model.neck.update(in_channels=chans, out_channels=width)
+        model.encoder.num_layers, model.decoder.num_layers = 1, 2
+        _shrink_transformer_layers(model.encoder.layer_cfg, width)
+        _shrink_transformer_layers(model.decoder.layer_cfg, width)
+        model.positional_encoding.num_feats = width // 2
+        model.num_queries = model.test_cfg.max_per_img = 20   # (top-k of queries x classes)
+        model.dn_cfg.group_cfg.num_dn_queries = 10
+        model.bbox_head.embed_dims = width
+        return cfg
+    if not model.get('roi_head'):                                     # RetinaNet, FCOS
+        model.neck.update(in_channels=chans, out_channels=width)
+        # 8 classes: an untrained dense head scores every anchor of every class, and
+        # ranking 80 classes' scores over a 1333x800 image costs seconds on CPU
+        model.bbox_head.update(in_channels=width, feat_channels=width, stacked_convs=1,
+                               num_classes=8)
+        if model.bbox_head.type == 'FCOSHead':
+            # its GroupNorms (32 groups by default) meet 1x1 maps at P7 of a toy image:
+            # two channels a group, so that a group of one image is not a single value
+            model.bbox_head.norm_cfg = dict(type='GN', num_groups=width // 2,
+                                            requires_grad=True)
+        return cfg
     model.neck.update(in_channels=chans[-1] if model.neck.type == 'SimpleFPN' else chans,
                       out_channels=16)
     model.rpn_head.update(in_channels=16, feat_channels=16)
@@ -102,9 +168,109 @@ def write_tiny_config(config, path: Path) -> Path:
     tool runs in seconds on CPU."""
     from mmengine.config import Config
     cfg = Config.fromfile(str(config))
-    shrink = shrink_detector if cfg.model.get('roi_head') else shrink_segmentor
+    shrink = shrink_detector if cfg.default_scope == 'mmdet' else shrink_segmentor
     shrink(cfg).dump(str(path))
     return path
+
+
+def set_num_classes(model, num_classes: int):
+    """A detector config's model predicting ``num_classes`` classes, in place: every box and
+    mask head of a (Cascade) Mask R-CNN, the head of a one-stage detector or DINO, the things
+    of a Mask2Former (no stuff; its class weights, background last, follow)."""
+    if model.get('roi_head'):
+        roi = model.roi_head
+        for head in roi.bbox_head if isinstance(roi.bbox_head, list) else [roi.bbox_head]:
+            head.num_classes = num_classes
+        roi.mask_head.num_classes = num_classes
+    elif model.get('panoptic_head'):
+        for head in (model.panoptic_head, model.panoptic_fusion_head):
+            head.update(num_things_classes=num_classes, num_stuff_classes=0)
+        model.panoptic_head.loss_cls.class_weight = [1.0] * num_classes + [0.1]
+    else:
+        model.bbox_head.num_classes = num_classes
+    return model
+
+
+def keep_low_scores(model):
+    """A detector config's model keeping predictions of any score, in place: untrained
+    heads score below the shipped thresholds (Mask R-CNN's box head, RetinaNet, FCOS).
+    Returns whether the model predicts masks."""
+    test_cfg = model.test_cfg
+    if 'rcnn' in test_cfg:
+        test_cfg.rcnn.score_thr = 0.
+    elif 'score_thr' in test_cfg:
+        test_cfg.score_thr = 0.
+    return 'mask_head' in model.get('roi_head', {}) or 'panoptic_head' in model
+
+
+def one_iteration(cfg):
+    """``cfg`` set to train one iteration, validate at its end and save a checkpoint after
+    it, logging every iteration, its loaders without worker processes; in place."""
+    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=1, val_interval=1)
+    cfg.param_scheduler = []
+    cfg.default_hooks.logger = dict(type='LoggerHook', interval=1)
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', by_epoch=False, interval=1)
+    cfg.log_processor = dict(by_epoch=False, window_size=1)
+    for split in ('train', 'val', 'test'):
+        cfg[f'{split}_dataloader'].update(num_workers=0, persistent_workers=False)
+    return cfg
+
+
+def on_toy_coco(cfg, data: Path, size: int = 64):
+    """A shrunken detector config (:func:`shrink_detector`) training one iteration
+    (:func:`one_iteration`) on the toy COCO set in ``data`` (``make_coco_toy``) at ``size``
+    px, its classes, and validating and testing on its val split, every score kept
+    (:func:`keep_low_scores`); in place. A Mask2Former's
+    large-scale-jitter padding is set to ``size`` too."""
+    from inline_mm.toydata.coco import DEFAULT_CLASSES
+    root = f'{data}/'
+    set_num_classes(cfg.model, len(DEFAULT_CLASSES))
+    masks = keep_low_scores(cfg.model)
+    load = [dict(type='LoadImageFromFile'),
+            dict(type='LoadAnnotations', with_bbox=True, with_mask=masks),
+            dict(type='Resize', scale=(size, size), keep_ratio=True)]
+    for split, pipeline in (('train', load + [dict(type='PackDetInputs')]),
+                            ('val', load + [dict(type='PackDetInputs', meta_keys=(
+                                'img_id', 'img_path', 'ori_shape', 'img_shape',
+                                'scale_factor'))])):
+        loader = cfg[f'{split}_dataloader']
+        loader.batch_size = 2 if split == 'train' else 1
+        loader.dataset.update(data_root=root, metainfo=dict(classes=DEFAULT_CLASSES),
+                              pipeline=pipeline)
+    for augment in cfg.model.data_preprocessor.get('batch_augments') or []:
+        augment.size = (size, size)                     # Mask2Former: BatchFixedSizePad
+    cfg.test_dataloader = cfg.val_dataloader
+    cfg.val_evaluator.ann_file = root + 'annotations/instances_val2017.json'
+    cfg.test_evaluator = cfg.val_evaluator
+    return one_iteration(cfg)
+
+
+def on_toy_seg(cfg, data: Path):
+    """A shrunken segmentation config (:func:`shrink_segmentor`) training one iteration
+    (:func:`one_iteration`) on the toy set in ``data`` (ADE20K or Cityscapes layout, as the
+    config reads), and validating and testing on its val split; in place. The shipped
+    pipelines are kept (the mask checks included) with their sizes scaled so that the
+    training crop is ``SEG_SIZE`` high."""
+    crop = next(t.crop_size for t in cfg.train_dataloader.dataset.pipeline
+                if t.type == 'RandomCrop')
+    factor = SEG_SIZE / crop[0]
+
+    def scaled(size):
+        return tuple(max(SEG_SIZE, round(v * factor)) for v in size)
+
+    cfg.model.data_preprocessor.size = scaled(crop)
+    for split, loader in (('train', cfg.train_dataloader), ('val', cfg.val_dataloader)):
+        for step in loader.dataset.pipeline:
+            if step.type in ('RandomResize', 'Resize'):
+                step.scale = scaled(step.scale)
+            elif step.type == 'RandomChoiceResize':                   # Mask2Former's
+                step.update(scales=[SEG_SIZE, 2 * SEG_SIZE], max_size=8 * SEG_SIZE)
+            elif step.type == 'RandomCrop':
+                step.crop_size = scaled(crop)
+        loader.dataset.data_root = str(data)
+        loader.batch_size = 2 if split == 'train' else 1
+    cfg.test_dataloader = cfg.val_dataloader
+    return one_iteration(cfg)
 
 
 def write_toy_coco_config(config, base: Path, data: Path, size: int, extra: str = '',

@@ -254,3 +254,188 @@ def test_scope_table_repointed_only_where_mmengines_lookup_fails(monkeypatch):
     except md.PackageNotFoundError:
         upstream = False
     assert MODULE2PACKAGE['mmseg'] == ('mmsegmentation' if upstream else 'mmseg')
+
+
+# ------------------------------------------------ the ops mmcv calls only on CUDA tensors
+# mmdet's FocalLoss and mmcv's MultiScaleDeformableAttention take their pure-PyTorch paths on
+# CPU and call mmcv._ext on CUDA tensors only. Here each of those CUDA-branch calls is made
+# on CPU tensors, with mmcv's op module pointed at the stand-in, against the references.
+mmcv_focal = sys.modules['mmcv.ops.focal_loss']
+mmcv_msda = sys.modules['mmcv.ops.multi_scale_deform_attn']
+
+
+@pytest.fixture
+def cuda_branch_ops(monkeypatch):
+    monkeypatch.setattr(mmcv_focal, 'ext_module', FALLBACK)
+    monkeypatch.setattr(mmcv_msda, 'ext_module', FALLBACK)
+
+
+def test_served_functions_are_defined_and_named_in_the_table():
+    for name in FALLBACK.SERVED:
+        assert getattr(FALLBACK, name).__name__ == name
+        assert f'``{name}``' in FALLBACK.__doc__, name
+
+
+@pytest.mark.parametrize('dtype,tol', [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+def test_sigmoid_focal_loss_as_mmdets_cuda_branch_equals_py_sigmoid_focal_loss(
+        cuda_branch_ops, dtype, tol):
+    import torch.nn.functional as F
+    from mmdet.models.losses.focal_loss import py_sigmoid_focal_loss, sigmoid_focal_loss
+    gen = torch.Generator().manual_seed(0)
+    n, c = 300, 11
+    logits = (torch.randn(n, c, generator=gen) * 5).to(dtype)
+    logits[0, :4] = torch.tensor([-30., 30., -80., 80.])        # saturated probabilities
+    labels = torch.randint(0, c + 1, (n,), generator=gen)       # c: background
+    weight = torch.rand(n, generator=gen).to(dtype)
+    for reduction, avg_factor, w in (('mean', None, None), ('sum', None, weight),
+                                     ('mean', 37.5, weight), ('none', None, weight)):
+        ours_in = logits.clone().requires_grad_()
+        ref_in = logits.clone().requires_grad_()
+        # FocalLoss.forward on CUDA: mmdet's sigmoid_focal_loss on (N,) class indices
+        ours = sigmoid_focal_loss(ours_in, labels, w, 2.0, 0.25, reduction, avg_factor)
+        # ... and on CPU: py_sigmoid_focal_loss on one-hot targets
+        ref = py_sigmoid_focal_loss(ref_in, F.one_hot(labels, c + 1)[:, :c], w, 2.0, 0.25,
+                                    reduction, avg_factor)
+        torch.testing.assert_close(ours, ref, rtol=tol, atol=tol)
+        grad = torch.rand_like(ref)
+        ours.backward(grad)
+        ref.backward(grad)
+        torch.testing.assert_close(ours_in.grad, ref_in.grad, rtol=tol, atol=tol)
+
+
+def test_sigmoid_focal_loss_gradcheck_and_class_weights(cuda_branch_ops):
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(12, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    labels = torch.tensor([0, 1, 2, 3, 4] * 2 + [1, 4])             # 4: background
+    for gamma, alpha in ((2.0, 0.25), (1.5, 0.5), (0.0, 0.75)):
+        assert torch.autograd.gradcheck(
+            lambda x: mmcv_focal.sigmoid_focal_loss(x, labels, gamma, alpha, None, 'sum'),
+            (logits,))
+    # mmcv's class weights (the kernel's weight[target]) scale a row by its class's weight
+    fg = labels.clamp(max=3)
+    cls_w = torch.rand(4, generator=gen, dtype=torch.float64)
+    plain = mmcv_focal.sigmoid_focal_loss(logits, fg, 2.0, 0.25, None, 'none')
+    weighted = mmcv_focal.sigmoid_focal_loss(logits, fg, 2.0, 0.25, cls_w, 'none')
+    torch.testing.assert_close(weighted, plain * cls_w[fg][:, None])
+    assert torch.autograd.gradcheck(
+        lambda x: mmcv_focal.sigmoid_focal_loss(x, fg, 2.0, 0.25, cls_w, 'mean'), (logits,))
+    # a background row has no class weight: the kernel would read past it
+    with pytest.raises(ValueError, match='background target'):
+        mmcv_focal.sigmoid_focal_loss(logits, labels.clamp(min=4), 2.0, 0.25, cls_w, 'none')
+
+
+def _deform_attn_case(dtype, gen, batch=2, heads=4, dims=8, queries=30, points=4,
+                      shapes=((12, 17), (6, 9), (3, 5), (2, 3))):
+    shapes = torch.tensor(shapes)
+    starts = torch.cat([shapes.new_zeros(1), shapes.prod(1).cumsum(0)[:-1]])
+    levels = len(shapes)
+    value = torch.randn(batch, int(shapes.prod(1).sum()), heads, dims, generator=gen)
+    # locations beyond the map on every side too (zero padding there)
+    locs = torch.rand(batch, queries, heads, levels, points, 2, generator=gen) * 1.4 - 0.2
+    weights = torch.rand(batch, queries, heads, levels * points, generator=gen).softmax(-1)
+    weights = weights.view(batch, queries, heads, levels, points)
+    return shapes, starts, value.to(dtype), locs.to(dtype), weights.to(dtype)
+
+
+@pytest.mark.parametrize('dtype,tol', [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+def test_ms_deform_attn_as_mmcvs_cuda_branch_equals_the_pytorch_reference(
+        cuda_branch_ops, dtype, tol):
+    from mmcv.ops.multi_scale_deform_attn import (MultiScaleDeformableAttnFunction,
+                                                  multi_scale_deformable_attn_pytorch)
+    shapes, starts, *inputs = _deform_attn_case(dtype, torch.Generator().manual_seed(0))
+    ours_in = [t.clone().requires_grad_() for t in inputs]
+    ref_in = [t.clone().requires_grad_() for t in inputs]
+    # MultiScaleDeformableAttention.forward on CUDA (im2col_step 64, its default) ...
+    ours = MultiScaleDeformableAttnFunction.apply(ours_in[0], shapes, starts, *ours_in[1:], 64)
+    # ... and on CPU
+    ref = multi_scale_deformable_attn_pytorch(ref_in[0], shapes, *ref_in[1:])
+    assert ours.shape == ref.shape == (2, 30, 32)
+    torch.testing.assert_close(ours, ref, rtol=tol, atol=tol)
+    grad = torch.randn_like(ref)
+    ours.backward(grad)
+    ref.backward(grad)
+    for a, b in zip(ours_in, ref_in):
+        torch.testing.assert_close(a.grad, b.grad, rtol=tol, atol=tol)
+
+
+def test_ms_deform_attn_gradcheck(cuda_branch_ops):
+    from mmcv.ops.multi_scale_deform_attn import MultiScaleDeformableAttnFunction
+    shapes, starts, *inputs = _deform_attn_case(
+        torch.float64, torch.Generator().manual_seed(2), batch=1, heads=2, dims=3, queries=5,
+        points=2, shapes=((4, 5), (2, 3)))
+    inputs = [t.requires_grad_() for t in inputs]
+    assert torch.autograd.gradcheck(
+        lambda v, loc, w: MultiScaleDeformableAttnFunction.apply(v, shapes, starts, loc, w, 64),
+        inputs)
+
+
+# --------------------------------------- op modules the stand-in cannot serve: refused early
+def _unserved_forward(cls):
+    """A small instance of ``cls`` built past the refusal, and a call of its forward."""
+    carafe, deform_conv, deform_roi_pool, modulated_deform_conv, psa_mask, roi_pool = (
+        sys.modules[f'mmcv.ops.{name}'] for name in (
+            'carafe', 'deform_conv', 'deform_roi_pool', 'modulated_deform_conv', 'psa_mask',
+            'roi_pool'))      # (as attributes of mmcv.ops, some of these names are functions)
+    x = torch.rand(1, 4, 6, 6)
+    rois = torch.tensor([[0., 0., 0., 4., 4.]])
+    args, call = {
+        deform_conv.DeformConv2d: ((4, 4, 3, 1, 1), lambda m: m(x, torch.zeros(1, 18, 6, 6))),
+        modulated_deform_conv.ModulatedDeformConv2d: (
+            (4, 4, 3, 1, 1), lambda m: m(x, torch.zeros(1, 18, 6, 6), torch.ones(1, 9, 6, 6))),
+        carafe.CARAFENaive: ((3, 1, 2), lambda m: m(x, torch.rand(1, 9, 12, 12))),
+        carafe.CARAFE: ((3, 1, 2), lambda m: m(x, torch.rand(1, 9, 12, 12))),
+        carafe.CARAFEPack: ((4, 2), lambda m: m(x)),
+        psa_mask.PSAMask: (('collect', (3, 3)), lambda m: m(torch.rand(1, 9, 6, 6))),
+        deform_roi_pool.DeformRoIPool: ((2,), lambda m: m(x, rois)),
+        roi_pool.RoIPool: ((2, 1.0), lambda m: m(x, rois)),
+    }[cls]
+    module = cls.__new__(cls)
+    cls.__init__.__wrapped__(module, *args)
+    return lambda: call(module)
+
+
+def requested_functions(module) -> list:
+    """The ``mmcv._ext`` functions an mmcv op module asks mmcv's loader for (its
+    ``ext_loader.load_ext('_ext', [...])`` call, read from its source)."""
+    import ast
+    import inspect
+    names = []
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+        if isinstance(node, ast.Call) and getattr(node.func, 'attr', None) == 'load_ext':
+            for arg in node.args[1:2]:
+                names += [e.value for e in getattr(arg, 'elts', [])
+                          if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return names
+
+
+@pytest.mark.skipif(_inline_mm_mmcv_hook.backend() != 'fallback',
+                    reason='a compiled mmcv answers mmcv._ext here')
+def test_op_modules_the_stand_in_cannot_serve_refuse_to_be_built():
+    import importlib
+    from mmcv.cnn import build_conv_layer
+    from mmdet.models.backbones import ResNet
+    refused = [getattr(importlib.import_module(m), c)
+               for m, (names, _) in FALLBACK.UNSERVED_MODULES.items() for c in names]
+    assert len(refused) == 8
+    for module, (_, functions) in FALLBACK.UNSERVED_MODULES.items():
+        # the table names what mmcv's module asks for, none of it served here
+        assert list(functions) == requested_functions(sys.modules[module]), module
+        assert not set(functions) & set(FALLBACK.SERVED), module
+    assert FALLBACK.unserved_refused()
+    for cls in refused:
+        functions = FALLBACK.UNSERVED_MODULES[cls.__module__][1]
+        # the table is honest: forward needs one of the module's unserved functions ...
+        with pytest.raises(NotImplementedError,
+                           match=f"`({'|'.join(functions)})` needs .*INLINE_MM_MMCV=full"):
+            _unserved_forward(cls)()
+        with pytest.raises(NotImplementedError, match='as the model is built'):
+            cls.__new__(cls).__init__()     # ... and building says so first
+    # a config's model that asks for one fails as it is built, naming the class: here a
+    # ResNet with DCNv2 in stages 2-4 (mmdet's *_dconv_c3-c5 configs)
+    with pytest.raises(NotImplementedError, match=r'ModulatedDeformConv2dPack \(mmcv.ops'):
+        ResNet(depth=50, dcn=dict(type='DCNv2', deform_groups=1, fallback_on_stride=False),
+               stage_with_dcn=(False, True, True, True))
+    with pytest.raises(NotImplementedError, match='DeformConv2dPack'):
+        build_conv_layer(dict(type='DCN'), 4, 4, 3)
+    # idempotent: a second pass wraps nothing again
+    assert FALLBACK.refuse_unserved() == []

@@ -18,7 +18,8 @@ from support import shrink_segmentor
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / 'configs/custom/inline-swin-t-in1k-pre_upernet_1xb4-20k_custom-512x512.py'
 SEG_CONFIGS = sorted(p for p in (ROOT / 'configs').glob('*/*.py')
-                     if p.parent.name != '_base_' and 'ade20k' in p.name
+                     if p.parent.name != '_base_' and ('ade20k' in p.name
+                                                       or 'cityscapes' in p.name)
                      or p.parent.name == 'custom')
 
 

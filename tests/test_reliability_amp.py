@@ -78,13 +78,16 @@ BACKBONES = {
 }
 
 
+@pytest.mark.parametrize('hw', [(1264, 1264), (1024, 2048)], ids=['1264x1264', 'cityscapes'])
 @pytest.mark.parametrize('name', sorted(BACKBONES))
-def test_backbone_fp16_autocast_high_resolution(name):
-    """A 1264x1264 image scaled x100: ~100k tokens in stage 1, fp16 autocast."""
+def test_backbone_fp16_autocast_high_resolution(name, hw):
+    """An image scaled x100 under fp16 autocast: 1264x1264 (~100k tokens in stage 1) and a
+    whole Cityscapes image, 1024x2048 (131k tokens, a 256x512 map), as the Cityscapes
+    configs test it."""
     cls, kw = BACKBONES[name]
     torch.manual_seed(0)
     model = cls(**kw, drop_path_rate=0.).eval()
-    x = torch.randn(1, 3, 1264, 1264) * 100
+    x = torch.randn(1, 3, *hw) * 100
     with torch.no_grad():
         ref = model(x)
         with torch.autocast('cpu', dtype=torch.float16):

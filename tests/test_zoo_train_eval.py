@@ -17,10 +17,8 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from support import SEG_SIZE, shrink_detector, shrink_segmentor
+from support import on_toy_coco, on_toy_seg, shrink_detector, shrink_segmentor
 from inline_mm.models import FAMILIES
-from inline_mm.toydata import segmentation as toy_seg
-from inline_mm.toydata.coco import DEFAULT_CLASSES, make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'
@@ -73,72 +71,6 @@ def test_every_detector_and_segmentor_pairing_is_run():
     assert sum(n.startswith('cascade-mask-rcnn_inline-swin') for n in names) == 3
 
 
-@pytest.fixture(scope='module')
-def coco(tmp_path_factory):
-    data = tmp_path_factory.mktemp('zoo_coco')
-    make_coco_toy(str(data), num_train=2, num_val=2, size=64, max_objects=2, seed=1)
-    return data
-
-
-@pytest.fixture(scope='module')
-def ade(tmp_path_factory):
-    data = tmp_path_factory.mktemp('zoo_ade')
-    toy_seg.make_ade_toy(str(data), num_train=2, num_val=2, size=SEG_SIZE)
-    return data
-
-
-def _one_iteration(cfg: Config):
-    """One training iteration, validation at its end, a checkpoint after it."""
-    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=1, val_interval=1)
-    cfg.param_scheduler = []
-    cfg.default_hooks.logger = dict(type='LoggerHook', interval=1)
-    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', by_epoch=False, interval=1)
-    cfg.log_processor = dict(by_epoch=False, window_size=1)
-    for split in ('train', 'val', 'test'):
-        cfg[f'{split}_dataloader'].update(num_workers=0, persistent_workers=False)
-
-
-def _on_toy_coco(cfg: Config, data: Path) -> Config:
-    root = f'{data}/'
-    num_classes = len(DEFAULT_CLASSES)
-    roi = cfg.model.roi_head
-    for head in roi.bbox_head if isinstance(roi.bbox_head, list) else [roi.bbox_head]:
-        head.num_classes = num_classes
-    roi.mask_head.num_classes = num_classes
-    load = [dict(type='LoadImageFromFile'),
-            dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-            dict(type='Resize', scale=(64, 64), keep_ratio=True)]
-    for split, pipeline in (('train', load + [dict(type='PackDetInputs')]),
-                            ('val', load + [dict(type='PackDetInputs', meta_keys=(
-                                'img_id', 'img_path', 'ori_shape', 'img_shape',
-                                'scale_factor'))])):
-        loader = cfg[f'{split}_dataloader']
-        loader.batch_size = 2 if split == 'train' else 1
-        loader.dataset.update(data_root=root, metainfo=dict(classes=DEFAULT_CLASSES),
-                              pipeline=pipeline)
-    cfg.test_dataloader = cfg.val_dataloader
-    cfg.val_evaluator.ann_file = root + 'annotations/instances_val2017.json'
-    cfg.test_evaluator = cfg.val_evaluator
-    _one_iteration(cfg)
-    return cfg
-
-
-def _on_toy_ade(cfg: Config, data: Path) -> Config:
-    crop = (SEG_SIZE, SEG_SIZE)
-    # the shipped steps, at the toy size (the mask checks included)
-    for split, loader in (('train', cfg.train_dataloader), ('val', cfg.val_dataloader)):
-        for step in loader.dataset.pipeline:
-            if step.type in ('RandomResize', 'Resize'):
-                step.scale = (4 * SEG_SIZE, SEG_SIZE)
-            if step.type == 'RandomCrop':
-                step.crop_size = crop
-        loader.dataset.data_root = str(data)
-        loader.batch_size = 2 if split == 'train' else 1
-    cfg.test_dataloader = cfg.val_dataloader
-    _one_iteration(cfg)
-    return cfg
-
-
 def _run(*args) -> str:
     env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONUNBUFFERED='1')
     env['PYTHONPATH'] = str(ROOT) + os.pathsep + env.get('PYTHONPATH', '')
@@ -160,10 +92,10 @@ def _metrics(log: str, keys) -> dict:
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize('path', DISTINCT, ids=[p.name for p in DISTINCT])
-def test_trains_a_step_and_evaluates_through_the_tools(path, coco, ade, tmp_path):
+def test_trains_a_step_and_evaluates_through_the_tools(path, tiny_coco, tiny_ade, tmp_path):
     cfg = _shrunk(path)
     detection = cfg.default_scope == 'mmdet'
-    cfg = _on_toy_coco(cfg, coco) if detection else _on_toy_ade(cfg, ade)
+    cfg = on_toy_coco(cfg, tiny_coco) if detection else on_toy_seg(cfg, tiny_ade)
     config = tmp_path / path.name
     cfg.dump(str(config))
     keys = ('coco/bbox_mAP', 'coco/segm_mAP') if detection else ('mIoU',)

@@ -2,6 +2,7 @@
 
     inline-mm-make-toy-dataset coco   data/toy_coco      # COCO instance segmentation
     inline-mm-make-toy-dataset ade    data/toy_ade       # ADE20K directory layout
+    inline-mm-make-toy-dataset cityscapes data/toy_city  # Cityscapes directory layout
     inline-mm-make-toy-dataset folder data/toy_folder    # images/ + masks/ folders
 
 Each kind's options: ``inline-mm-make-toy-dataset KIND --help``.
@@ -13,6 +14,7 @@ import importlib
 KINDS = {
     'coco': 'inline_mm.toydata.coco',
     'ade': 'inline_mm.toydata.segmentation',
+    'cityscapes': 'inline_mm.toydata.segmentation',
     'folder': 'inline_mm.toydata.segmentation',
 }
 

@@ -13,6 +13,16 @@ shape here) and value ``k`` is the ADE20K class ``k - 1`` (the configs use
 ``reduce_zero_label=True``).  Backgrounds are labelled 'wall', shapes 'tree'
 (discs), 'person' (triangles) and 'car' (rectangles).
 
+``python tools/misc/make_toy_dataset.py cityscapes OUT`` writes the Cityscapes layout that
+mmseg's ``CityscapesDataset`` and the ``*_cityscapes-512x1024`` configs read::
+
+    OUT/leftImg8bit/train/aachen/aachen_000000_000019_leftImg8bit.png         PNG images
+    OUT/gtFine/train/aachen/aachen_000000_000019_gtFine_labelTrainIds.png     train ids
+    OUT/leftImg8bit/val/frankfurt/...  OUT/gtFine/val/frankfurt/...
+
+with images twice as wide as high and Cityscapes' train ids: 'road' backgrounds, shapes
+'vegetation', 'person' and 'car', and 255 (ignored) around each shape.
+
 ``python tools/misc/make_toy_dataset.py folder OUT`` writes the simple layout of a
 user's own data, read by ``inline_mm``'s ``SegFolderDataset``::
 
@@ -40,12 +50,14 @@ import numpy as np
 from PIL import Image
 
 __all__ = ['KIND_HELP', 'FOLDER_CLASSES', 'FOLDER_PALETTE', 'ADE_VALUES', 'BROKEN_VARIANTS',
-           'add_arguments', 'run', 'make_ade_toy', 'make_folder_toy', 'make_broken_variants',
-           'save_index_png']
+           'CITYSCAPES_TRAIN_IDS', 'add_arguments', 'run', 'make_ade_toy',
+           'make_cityscapes_toy', 'make_folder_toy', 'make_broken_variants', 'save_index_png']
 
 KIND_HELP = {
     'ade': 'ADE20K layout (images/, annotations/ with values 0..150) for the '
            '*_ade20k configs',
+    'cityscapes': 'Cityscapes layout (leftImg8bit/, gtFine/ *_labelTrainIds.png, 2:1 '
+                  'images) for the *_cityscapes configs',
     'folder': 'your-own-data layout: images/{train,val}, masks/{train,val}, meta.json '
               '(--broken-dir also writes broken variants)',
 }
@@ -59,6 +71,11 @@ FOLDER_PALETTE = ((0, 0, 0), (220, 20, 60), (0, 128, 255), (255, 200, 0))
 #: mask value of each region in the ``ade`` kind (ADE20K numbering: value = class + 1)
 ADE_VALUES = {'unlabelled': 0, 'background': 1, 'circle': 5, 'triangle': 13,
               'rectangle': 21}    # wall, tree, person, car
+
+#: train id of each region in the ``cityscapes`` kind (255: ignored, as Cityscapes' void)
+CITYSCAPES_TRAIN_IDS = {'unlabelled': 255, 'background': 0, 'circle': 8, 'triangle': 11,
+                        'rectangle': 13}    # road, vegetation, person, car
+CITYSCAPES_CITIES = {'train': ('aachen', 'bremen'), 'val': ('frankfurt', 'lindau')}
 
 #: broken variant -> the problem code tools/misc/check_dataset.py must report for it
 BROKEN_VARIANTS = {
@@ -127,15 +144,16 @@ def _draw_shape(rng: np.random.Generator, shape: str, h: int, w: int) -> np.ndar
     return mask
 
 
-def _draw_sample(rng: np.random.Generator, size: int, band: int = 0
+def _draw_sample(rng: np.random.Generator, size: int, band: int = 0, aspect: float = 1.
                  ) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
     """One RGB image and a boolean region per label name.
 
     ``band`` > 0 carves an unlabelled ring of that width around each shape (the
-    ADE20K look); regions are then 'background', shapes and 'unlabelled'.
+    ADE20K look); regions are then 'background', shapes and 'unlabelled'. The image is
+    about ``size`` high and ``aspect`` times as wide.
     """
     h = int(size * rng.uniform(0.75, 1.25))
-    w = int(size * rng.uniform(0.75, 1.25))
+    w = int(size * aspect * rng.uniform(0.75, 1.25))
     img, background = _texture(rng, h, w)
     label = np.zeros((h, w), np.int64)                      # index into names
     names = ('background',) + SHAPES + ('unlabelled',)
@@ -191,6 +209,30 @@ def make_ade_toy(out: str, num_train: int = 40, num_val: int = 10, size: int = 1
             stem = f'ADE_{tag}_{i + 1:08d}'
             _save_image(osp.join(out, 'images', split, stem + '.jpg'), img)
             save_index_png(osp.join(out, 'annotations', split, stem + '.png'), ann)
+        counts[split] = n
+    return counts
+
+
+def make_cityscapes_toy(out: str, num_train: int = 12, num_val: int = 4, size: int = 64,
+                       seed: int = 0) -> Dict[str, int]:
+    """Write a Cityscapes-layout toy set under ``out`` (images twice as wide as high, as
+    Cityscapes' 1024x2048, in two cities per split); returns images per split."""
+    rng = np.random.default_rng(seed)
+    counts = {}
+    for split, n in (('train', num_train), ('val', num_val)):
+        for i in range(n):
+            city = CITYSCAPES_CITIES[split][i % 2]
+            img, regions = _draw_sample(rng, size, band=max(1, size // 64), aspect=2.)
+            ann = np.zeros(img.shape[:2], np.int64)
+            for name, region in regions.items():
+                ann[region] = CITYSCAPES_TRAIN_IDS[name]
+            stem = f'{city}_{i // 2:06d}_{19:06d}'
+            for folder in ('leftImg8bit', 'gtFine'):
+                os.makedirs(osp.join(out, folder, split, city), exist_ok=True)
+            Image.fromarray(img).save(osp.join(out, 'leftImg8bit', split, city,
+                                               f'{stem}_leftImg8bit.png'))
+            save_index_png(osp.join(out, 'gtFine', split, city,
+                                    f'{stem}_gtFine_labelTrainIds.png'), ann)
         counts[split] = n
     return counts
 
@@ -297,7 +339,7 @@ def make_broken_variants(out: str, size: int = 64, seed: int = 1) -> Dict[str, s
 
 # ------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser, kind: str):
-    defaults = {'ade': (40, 10, 128), 'folder': (24, 8, 96)}[kind]
+    defaults = {'ade': (40, 10, 128), 'cityscapes': (12, 4, 64), 'folder': (24, 8, 96)}[kind]
     parser.add_argument('--num-train', type=int, default=defaults[0],
                         help=f'training images ({defaults[0]})')
     parser.add_argument('--num-val', type=int, default=defaults[1],
@@ -321,6 +363,12 @@ def run(args: argparse.Namespace):
         counts = make_ade_toy(args.out, args.num_train, args.num_val, args.size, args.seed)
         print(f'wrote ADE20K-layout toy set to {args.out}: '
               f'{counts["training"]} training, {counts["validation"]} validation images')
+        return
+    if args.kind == 'cityscapes':
+        counts = make_cityscapes_toy(args.out, args.num_train, args.num_val, args.size,
+                                     args.seed)
+        print(f'wrote Cityscapes-layout toy set to {args.out}: {counts["train"]} training, '
+              f'{counts["val"]} validation images')
         return
     stems = make_folder_toy(args.out, args.num_train, args.num_val, args.size, args.seed)
     print(f'wrote folder dataset to {args.out}: {len(stems["train"])} train, '

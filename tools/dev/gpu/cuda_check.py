@@ -15,12 +15,20 @@
    forward and backward on the device against CPU, and finite under fp16 autocast;
 7. the figures of ``tools/benchmark.py`` on the device: padding awareness on a padded
    800x1333 batch (every family, inference and training) and InLineAttention against its
-   own linears (``benchmarks.padding``, ``benchmarks.floor``).
+   own linears (``benchmarks.padding``, ``benchmarks.floor``);
+8. the stand-in's sigmoid focal loss and multi-scale deformable attention, which mmdet and
+   mmcv call only on CUDA tensors: through mmcv's CUDA-branch functions and through the
+   modules (mmdet's ``FocalLoss``, mmcv's ``MultiScaleDeformableAttention``) on the device,
+   against the CPU's PyTorch paths, forward and gradients;
+9. one fp32 training iteration each of the shipped RetinaNet, DINO and Mask2Former
+   (instance) configs at real size, losses finite, with the ``mmcv._ext`` functions the
+   iteration called (recorded by the stand-in).
 
 Check 2 runs every backbone on a padded batch too (the padding-aware kernel on the device).
 
-Prints one line per check and a summary; exits non-zero if any check fails.  ``--device cpu``
-runs the same code on CPU (fp32 steps instead of AMP) to check the script itself.
+Prints one line per check and a summary; exits non-zero if any check fails.  ``--only
+KEY[,KEY...]`` runs some checks (``--list`` names them).  ``--device cpu`` runs the same code
+on CPU (fp32 steps instead of AMP, smaller inputs) to check the script itself.
 """
 import argparse
 import os
@@ -150,19 +158,24 @@ def check_switches(device):
     return '; '.join(lines)
 
 
-def amp_step(config, data_fn, device, scope):
+def amp_step(config, data_fn, device, scope, adjust=None):
     from mmengine.config import Config
     from mmengine.optim import build_optim_wrapper
     from mmengine.registry import DefaultScope
     import inline_mm  # noqa: F401
     cfg = Config.fromfile(str(ROOT / config))
     cfg.model.backbone.init_cfg = None  # no ImageNet file on the test machine
-    if device == 'cpu':  # AmpOptimWrapper is CUDA-only in mmengine: plain fp32 step
+    if adjust is not None:
+        adjust(cfg)
+    if device == 'cpu' and cfg.optim_wrapper.type == 'AmpOptimWrapper':
+        # AmpOptimWrapper is CUDA-only in mmengine: plain fp32 step
         cfg.optim_wrapper.type = 'OptimWrapper'
         cfg.optim_wrapper.pop('loss_scale', None)
     with DefaultScope.overwrite_default_scope(scope):
         registry = __import__(f'{scope}.registry', fromlist=['MODELS']).MODELS
-        model = registry.build(cfg.model).to(device)
+        model = registry.build(cfg.model)
+        model.init_weights()            # the heads' own initialisation (focal-loss priors ...)
+        model = model.to(device)
         if device == 'cpu':
             from mmengine.model import revert_sync_batchnorm
             model = revert_sync_batchnorm(model)
@@ -207,6 +220,131 @@ def check_upernet(device):
     return amp_step(
         'configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-amp-160k_ade20k-512x512.py',
         data, device, 'mmseg')
+
+
+def _detection_batch(device):
+    """Two COCO-like images (640x800 and 608x832 on the device; half each side on CPU,
+    where the script only checks itself: still more encoder tokens than DINO's 900
+    queries) with boxes and masks."""
+    from mmdet.testing import demo_mm_inputs
+    shapes = [(3, 640, 800), (3, 608, 832)] if device != 'cpu' else [(3, 320, 400),
+                                                                     (3, 304, 416)]
+    d = demo_mm_inputs(batch_size=2, image_shapes=shapes, num_items=[3, 2], num_classes=80,
+                       with_mask=True)
+    return dict(inputs=list(d['inputs']), data_samples=d['data_samples'])
+
+
+@check("stand-in focal loss and deformable attention on device vs CPU's PyTorch paths")
+def check_head_ops(device):
+    """mmcv's CUDA-branch calls on ``device`` (answered by the stand-in without compiled
+    mmcv) against the PyTorch paths mmdet and mmcv take on CPU; with ``--device cpu`` the
+    CUDA-branch calls run on CPU tensors (as tests/test_mmcv_fallback.py makes them)."""
+    import torch.nn.functional as F
+    from mmcv.ops import MultiScaleDeformableAttention
+    from mmcv.ops.multi_scale_deform_attn import (MultiScaleDeformableAttnFunction,
+                                                  multi_scale_deformable_attn_pytorch)
+    from mmdet.models.losses import FocalLoss
+    from mmdet.models.losses.focal_loss import py_sigmoid_focal_loss, sigmoid_focal_loss
+    gen = torch.Generator().manual_seed(0)
+    lines = []
+    # focal loss: mmdet's CUDA branch (class indices) against its CPU branch (one-hot)
+    logits = torch.randn(4000, 80, generator=gen) * 4
+    labels = torch.randint(0, 81, (4000,), generator=gen)
+    weight = torch.rand(4000, generator=gen)
+    outs = {}
+    for side, dev in (('ref', 'cpu'), ('dev', device)):
+        x = logits.to(dev).requires_grad_()
+        if side == 'ref':
+            loss = py_sigmoid_focal_loss(x, F.one_hot(labels, 81)[:, :80], weight, 2., .25,
+                                         'mean', 123.)
+        else:
+            loss = sigmoid_focal_loss(x, labels.to(dev), weight.to(dev), 2., .25, 'mean', 123.)
+        loss.backward()
+        outs[side] = (loss.detach(), x.grad)
+    fwd, bwd = rel_err(outs['dev'][0], outs['ref'][0]), rel_err(outs['dev'][1], outs['ref'][1])
+    assert fwd < 1e-5 and bwd < 1e-5, ('sigmoid_focal_loss', fwd, bwd)
+    lines.append(f'sigmoid_focal_loss fwd {fwd:.1e} bwd {bwd:.1e}')
+    if device != 'cpu':     # the module as RetinaNet and DINO hold it, branch by device
+        module = {dev: FocalLoss(use_sigmoid=True, gamma=2., alpha=.25)(
+            logits.to(dev), labels.to(dev), avg_factor=50.) for dev in ('cpu', device)}
+        assert rel_err(module[device], module['cpu']) < 1e-5, 'FocalLoss module'
+    # deformable attention: mmcv's CUDA-branch function against its PyTorch function
+    shapes = torch.tensor([[64, 96], [32, 48], [16, 24], [8, 12]])
+    starts = torch.cat([shapes.new_zeros(1), shapes.prod(1).cumsum(0)[:-1]])
+    value = torch.randn(2, int(shapes.prod(1).sum()), 8, 32, generator=gen)
+    locs = torch.rand(2, 300, 8, 4, 4, 2, generator=gen) * 1.2 - 0.1
+    attw = torch.rand(2, 300, 8, 16, generator=gen).softmax(-1).view(2, 300, 8, 4, 4)
+    outs = {}
+    for side, dev in (('ref', 'cpu'), ('dev', device)):
+        ins = [t.to(dev).requires_grad_() for t in (value, locs, attw)]
+        if side == 'ref':
+            out = multi_scale_deformable_attn_pytorch(ins[0], shapes, *ins[1:])
+        else:
+            out = MultiScaleDeformableAttnFunction.apply(ins[0], shapes.to(dev),
+                                                         starts.to(dev), *ins[1:], 64)
+        out.backward(torch.ones_like(out))
+        outs[side] = [out.detach()] + [t.grad for t in ins]
+    errs = [rel_err(a, b) for a, b in zip(outs['dev'], outs['ref'])]
+    assert max(errs) < 1e-4, ('ms_deform_attn', errs)
+    lines.append('ms_deform_attn fwd {:.1e}, grads value/loc/weight {:.1e}/{:.1e}/{:.1e}'.format(
+        *errs))
+    if device != 'cpu':     # the module, same weights: its CUDA branch against its CPU one
+        torch.manual_seed(0)
+        attn = MultiScaleDeformableAttention(embed_dims=256, num_levels=4, batch_first=True)
+        query = torch.randn(2, 300, 256, generator=gen)
+        feat = torch.randn(2, int(shapes.prod(1).sum()), 256, generator=gen)
+        ref_points = torch.rand(2, 300, 4, 2, generator=gen)
+        res = {}
+        for dev in ('cpu', device):
+            res[dev] = attn.to(dev)(query.to(dev), value=feat.to(dev),
+                                    reference_points=ref_points.to(dev),
+                                    spatial_shapes=shapes.to(dev),
+                                    level_start_index=starts.to(dev))
+        err = rel_err(res[device], res['cpu'])
+        assert err < 1e-4, ('MultiScaleDeformableAttention', err)
+        lines.append(f'MultiScaleDeformableAttention module {err:.1e}')
+    return '; '.join(lines)
+
+
+def _cpu_sized(cfg):
+    """The script's CPU dry run: Mask2Former's batch padding at 256 instead of 1024."""
+    for augment in cfg.model.data_preprocessor.get('batch_augments') or []:
+        augment.size = (256, 256)
+
+
+def _recorded_step(config, device, scope, data_fn):
+    """One training iteration of ``config`` with the mmcv._ext functions it calls."""
+    calls = Path(os.environ.get('OUT', '/tmp')) / f'mmcv_ext_calls_{os.getpid()}.txt'
+    calls.unlink(missing_ok=True)
+    os.environ['INLINE_MM_RECORD_OPS'] = str(calls)
+    try:
+        line = amp_step(config, data_fn, device, scope,
+                        adjust=_cpu_sized if device == 'cpu' else None)
+    finally:
+        os.environ.pop('INLINE_MM_RECORD_OPS')
+    called = sorted(set(calls.read_text().split())) if calls.exists() else []
+    return line, called
+
+
+def _head_step(config, must_call):
+    def run(device):
+        line, called = _recorded_step(config, device, 'mmdet', _detection_batch)
+        if device != 'cpu' and _inline_mm_mmcv_hook.backend() == 'fallback':
+            missing = set(must_call) - set(called)
+            assert not missing, f'the CUDA branch did not reach {sorted(missing)}: {called}'
+        return f'{line}; mmcv._ext called: {", ".join(called) or "nothing"}'
+    return run
+
+
+FOCAL = ('sigmoid_focal_loss_forward', 'sigmoid_focal_loss_backward')
+DEFORM = ('ms_deform_attn_forward', 'ms_deform_attn_backward')
+check_retinanet = check('RetinaNet step (configs/inline_swin/retinanet_inline-swin-t_fpn_1x_coco.py)')(
+    _head_step('configs/inline_swin/retinanet_inline-swin-t_fpn_1x_coco.py', FOCAL))
+check_dino = check('DINO step (configs/inline_swin/dino-4scale_inline-swin-t_8xb2-12e_coco.py)')(
+    _head_step('configs/inline_swin/dino-4scale_inline-swin-t_8xb2-12e_coco.py', FOCAL + DEFORM))
+check_mask2former = check(
+    'Mask2Former step (configs/inline_swin/mask2former_inline-swin-t_8xb2-lsj-50e_coco.py)')(
+    _head_step('configs/inline_swin/mask2former_inline-swin-t_8xb2-lsj-50e_coco.py', DEFORM))
 
 
 @check('python -m benchmarks --quick')
@@ -265,25 +403,48 @@ def check_floor_and_padding(device, out_dir):
     return f'padded aware/plain at most {worst:.3f}; floor tables above, CSV in {out_dir}'
 
 
+#: --only key -> (check, whether it takes the output folder), in the order they run
+CHECKS = {
+    'ops': (check_ops, False),
+    'backbones': (check_backbones, False),
+    'switches': (check_switches, False),
+    'mask_rcnn': (check_mask_rcnn, False),
+    'upernet': (check_upernet, False),
+    'benchmark': (check_benchmark, True),
+    'compile': (check_compile, True),
+    'floor': (check_floor_and_padding, True),
+    'head_ops': (check_head_ops, False),
+    'retinanet': (check_retinanet, False),
+    'dino': (check_dino, False),
+    'mask2former': (check_mask2former, False),
+}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cuda', choices=['cuda', 'cpu'])
     parser.add_argument('--out-dir', default=os.environ.get('OUT', 'work_dirs/cuda_check'))
+    parser.add_argument('--only', default=None,
+                        help='comma-separated checks to run (default: all); --list names them')
+    parser.add_argument('--list', action='store_true', help='print the check keys and exit')
     args = parser.parse_args()
+    if args.list:
+        print('\n'.join(CHECKS))
+        return
+    keys = list(CHECKS) if args.only is None else [k.strip() for k in args.only.split(',')]
+    unknown = [k for k in keys if k not in CHECKS]
+    if unknown:
+        parser.error(f'--only: unknown check(s) {", ".join(unknown)}; choose among '
+                     f'{", ".join(CHECKS)}')
     if args.device == 'cuda' and not torch.cuda.is_available():
         sys.exit('no CUDA device visible to torch')
     print(f'torch {torch.__version__}, device: '
           f'{torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"}; '
           f'mmcv._ext: {_inline_mm_mmcv_hook.backend()}', flush=True)
     start = time.perf_counter()
-    check_ops(args.device)
-    check_backbones(args.device)
-    check_switches(args.device)
-    check_mask_rcnn(args.device)
-    check_upernet(args.device)
-    check_benchmark(args.device, Path(args.out_dir))
-    check_compile(args.device, Path(args.out_dir))
-    check_floor_and_padding(args.device, Path(args.out_dir))
+    for key in keys:
+        fn, takes_out_dir = CHECKS[key]
+        fn(args.device, Path(args.out_dir)) if takes_out_dir else fn(args.device)
     failed = [n for n, ok in RESULTS if not ok]
     print(f'{len(RESULTS) - len(failed)} passed, {len(failed)} failed '
           f'({time.perf_counter() - start:.0f} s)')

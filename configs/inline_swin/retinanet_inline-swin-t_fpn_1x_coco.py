@@ -1,0 +1,20 @@
+# RetinaNet + FPN, InLine-Swin-T on COCO, 1x (12 epochs). RetinaNet's FPN starts at stride 8
+# (P3-P7), so the backbone's stride-4 map is no output: an output that nothing reads would
+# leave its norm without gradients, which distributed training refuses.
+_base_ = '../_base_/retinanet_fpn_1x_coco.py'
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='InLineSwin',
+        arch='tiny',
+        drop_path_rate=0.2,  # as in its ImageNet recipe
+        out_indices=(1, 2, 3),
+        with_cp=False,
+        # Official ImageNet weights: downloaded once into the weights cache (checkpoints/README.md).
+        init_cfg=dict(type='Pretrained', checkpoint='inline://swin_t')),
+    neck=dict(in_channels=[192, 384, 768], start_level=0, add_extra_convs='on_input'))
+# No decay on the relative position bias tables of the softmax blocks either (the recipe
+# exempts the norms): they set positional preferences rather than capacity (Swin recipe).
+optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
+    'relative_position_bias_table': dict(decay_mult=0.),
+}))
