@@ -340,6 +340,10 @@ def _inline(packed, kernels, bias, hw, scale, prefix=0, valid: ValidMap = NO_PAD
     image's region)."""
     if is_exporting() or batched_path(valid, packed.device):
         q, k, v = packed.unbind(1)
+        if valid.is_padded:
+            # Keys and values outside an image are zero (tokens there may hold anything).
+            keep = valid.mask[:, None, :, None]
+            k, v = torch.where(keep, k, k.new_zeros(())), torch.where(keep, v, v.new_zeros(()))
         out = plain_attention(q, k, v, scale, valid.mask, valid.counts)
         return out if kernels is None else _add_local(
             out, depthwise3x3(_v_map(v, hw, prefix), kernels), bias, prefix)

@@ -327,13 +327,15 @@ class ValidMap:
         ``grid_sample`` with a per-image grid: no loop over the images."""
         b = len(self)
         gh, gw = table.shape[-2:]
-        sizes = self.size_tensor.float()
+        # Coordinates in fp64 for an fp64 table (fp32 ones are off by ~1e-7 of a pixel).
+        dt = torch.float64 if table.dtype == torch.float64 else torch.float32
+        sizes = self.size_tensor.to(dt)
         h, w = hw
         # The source pixel of output pixel i of an image of side s: (i + 0.5) * g / s - 0.5
         # (F.interpolate's, clamped at 0 as it clamps; the far side is clamped by the
         # border mode). grid_sample's normalised coordinate of source pixel p: (2p + 1) / g - 1.
         def axis(n: int, side: torch.Tensor, g: int) -> torch.Tensor:
-            i = torch.arange(n, device=table.device, dtype=sizes.dtype)
+            i = torch.arange(n, device=table.device, dtype=dt)
             src = ((i[None, :] + 0.5) * (g / side[:, None]) - 0.5).clamp_min(0)
             return (2 * src + 1) / g - 1                                   # (B, n)
         ys, xs = axis(h, sizes[:, 0], gh), axis(w, sizes[:, 1], gw)
