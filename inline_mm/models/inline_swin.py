@@ -165,7 +165,7 @@ class WindowAttention(nn.Module):
         if symbolic(h, w) or hp != h or wp != w:
             x = F.pad(x, (0, 0, 0, wp - w, 0, hp - h))
         if valid.is_padded:
-            rows, cols, mask = self._image_layouts(valid, (hp, wp), (wh, ww))
+            rows, cols, mask = self._image_layouts(valid, (hp, wp), (wh, ww), (sh > 0, sw > 0))
             if rows is not None:
                 x = x[torch.arange(b, device=x.device)[:, None, None], rows[0][:, :, None],
                       cols[0][:, None, :]]
@@ -211,14 +211,13 @@ class WindowAttention(nn.Module):
                                                                             self.BLOCKED)
 
     def _image_layouts(self, valid: ValidMap, padded: Tuple[int, int],
-                       window: Tuple[int, int]):
+                       window: Tuple[int, int], shift: Tuple[bool, bool]):
         """Per-image gathers ``((src, dst) rows, (src, dst) cols)`` (None when no image
         is shifted) and the ``(B, nW, N, N)`` mask of a padded batch, made once per map
-        for the blocks of a stage that share this layout."""
-        ws = self.window_size
-        # An axis that fits in one window is unshifted and that window for every image.
-        shift = (self.shift and padded[0] > ws, self.shift and padded[1] > ws)
-        key = ('swin', ws, shift)
+        for the blocks of a stage that share this layout. ``shift``: whether the map's
+        layout shifts each axis (an axis that fits in one window is unshifted, and that
+        window, for every image)."""
+        key = ('swin', self.window_size, shift)
 
         def make():
             sizes = valid.size_tensor
