@@ -111,8 +111,8 @@ def _mmdet_pvt_t() -> nn.Module:
 
 
 #: mmdet's backbones the families are compared with
-REFERENCES: Dict[str, Callable[[], nn.Module]] = {'mmdet Swin-T': _mmdet_swin_t,
-                                                 'mmdet PVT-T': _mmdet_pvt_t}
+REFERENCES: Dict[str, Callable[[], nn.Module]] = {
+    'mmdet Swin-T': _mmdet_swin_t, 'mmdet PVT-T': _mmdet_pvt_t}
 
 
 @dataclass
@@ -174,7 +174,8 @@ def table(rows: Sequence[Row]) -> str:
             for b in batches:
                 if padded and b == 1:
                     continue
-                r = [r for r in rows if (r.model, r.path, r.padded, r.batch) == (model, path, padded, b)]
+                r = [r for r in rows
+                     if (r.model, r.path, r.padded, r.batch) == (model, path, padded, b)]
                 cells.append(f'{r[0].ops:,} ({r[0].reads})' if r else '-')
         padded_rows = [r for r in rows if (r.model, r.path, r.padded) == (model, path, True)]
         cells.append(f'{growth(rows, model, path, True):.2f}x' if len(padded_rows) > 1 else '-')

@@ -11,7 +11,7 @@ import torch
 from conftest import rel_err
 
 from inline_mm.models import InLineAttention, InLineSwin, inline_attention, local_residual
-from inline_mm.models.inline_function import (_inline, _InLineFunction, reference_attention,
+from inline_mm.models.inline_function import (_inline, reference_attention,
                                               reference_inline_attention, reference_local_residual)
 from inline_mm.models.padding import NO_PADDING, ValidMap
 

@@ -82,7 +82,7 @@ def model_name(model):
 @pytest.mark.parametrize('name', NAMES)
 def test_image_alone_and_in_a_larger_padded_batch_agree_forward_and_backward(name, path):
     torch.manual_seed(0)
-    model = build(name, batched=PATHS[path]).train()          # smoke configs have no dropout or drop path
+    model = build(name, batched=PATHS[path]).train()   # smoke: no dropout or drop path
     a, b = torch.randn(3, 72, 104), torch.randn(3, 150, 180)
     alone = canvas([a], (96, 128))        # what a batch of one is padded to (multiple of 32)
     batched = canvas([b, a], (160, 192))  # next to a larger image

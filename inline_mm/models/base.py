@@ -331,7 +331,8 @@ class InLineBackbone(BaseModule):
                     raise ValueError(f'valid_sizes must give one (h, w) per image of the batch '
                                      f'({b}): a ({b}, 2) tensor, got {tuple(valid_sizes.shape)}')
                 sizes = valid_sizes.to(x.device, torch.long)
-                sizes = torch.stack([sizes[:, 0].clamp(floor_h, h), sizes[:, 1].clamp(floor_w, w)], 1)
+                sizes = torch.stack([sizes[:, 0].clamp(floor_h, h),
+                                     sizes[:, 1].clamp(floor_w, w)], 1)
                 return ValidMap((h, w), sizes, x.device)
             sizes = [tuple(int(v) for v in s) for s in valid_sizes]
             if len(sizes) != b or any(len(s) != 2 for s in sizes):

@@ -334,6 +334,7 @@ class ValidMap:
         # The source pixel of output pixel i of an image of side s: (i + 0.5) * g / s - 0.5
         # (F.interpolate's, clamped at 0 as it clamps; the far side is clamped by the
         # border mode). grid_sample's normalised coordinate of source pixel p: (2p + 1) / g - 1.
+
         def axis(n: int, side: torch.Tensor, g: int) -> torch.Tensor:
             i = torch.arange(n, device=table.device, dtype=dt)
             src = ((i[None, :] + 0.5) * (g / side[:, None]) - 0.5).clamp_min(0)
