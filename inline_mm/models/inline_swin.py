@@ -107,6 +107,7 @@ class WindowAttention(nn.Module):
             raise ValueError(f'dim ({dim}) must be divisible by num_heads ({num_heads})')
         self.dim, self.num_heads, self.window_size = dim, num_heads, window_size
         self.shift = shift
+        self.scale = (dim // num_heads) ** -0.5     # SDPA's default, kept for readers
         self.relative_position_bias_table = nn.Parameter(
             torch.zeros((2 * window_size - 1) ** 2, num_heads))
         # Not in the state dict (the converter drops the official one): made from the size.
