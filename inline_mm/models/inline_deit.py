@@ -156,6 +156,8 @@ class InLineDeiT(InLineBackbone):
     official_keys = OFFICIAL_KEYS
     block_key = r'blocks\.(?P<block>\d+)\.'
     min_input_size = 16          # one patch (at the default patch size)
+    stage_downsample = 1         # every block keeps the patch grid
+    no_weight_decay_keys = ('norm', 'pos_embed', 'cls_token')
 
     def __init__(self, arch: str = 'tiny', embed_dims: Optional[int] = None,
                  depth: Optional[int] = None, num_heads: Optional[int] = None,

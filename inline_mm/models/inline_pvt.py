@@ -229,6 +229,7 @@ class InLinePVT(InLineBackbone):
     presets = ARCH_SETTINGS
     official_keys = OFFICIAL_KEYS
     official_final_norm = False     # the official PVT has no final norm
+    no_weight_decay_keys = ('norm', 'pos_embed')
 
     def __init__(self, arch: str = 'tiny', embed_dims: Optional[Sequence[int]] = None,
                  depths: Optional[Sequence[int]] = None,

@@ -287,6 +287,7 @@ class InLineSwin(InLineBackbone):
     presets = ARCH_SETTINGS
     official_keys = OFFICIAL_KEYS
     block_key = r'layers\.(?P<stage>\d+)\.blocks\.(?P<block>\d+)\.'
+    no_weight_decay_keys = ('norm', 'relative_position_bias_table')
 
     def __init__(self, arch: str = 'tiny', embed_dims: Optional[int] = None,
                  depths: Optional[Sequence[int]] = None,

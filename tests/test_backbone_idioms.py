@@ -1,0 +1,85 @@
+"""What users of timm and mmdet expect of a backbone: ``feature_info``, ``no_weight_decay()``
+(and the configs' ``custom_keys`` that follow it), checkpoints of another Swin window size,
+timm's position-table resampler, norm and activation layers from config dicts."""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+from mmengine.optim import DefaultOptimWrapperConstructor
+
+from inline_mm.models import FAMILIES
+
+FAMILY_NAMES = list(FAMILIES)
+
+
+@pytest.mark.parametrize('name', FAMILY_NAMES)
+def test_feature_info_describes_each_output(name):
+    """Channels and stride of every output as the forward gives them (a non-square size
+    that no stride divides), and the module it names returns that output."""
+    family = FAMILIES[name]
+    model = family.cls(**family.smoke).eval()
+    info = model.feature_info
+    assert [i['num_chs'] for i in info] == list(model.out_channels)
+    assert [i['reduction'] for i in info] == [family.stride(i) for i in model.out_indices]
+    seen = {}
+    for k, entry in enumerate(info):
+        model.get_submodule(entry['module']).register_forward_hook(
+            lambda module, args, out, k=k: seen.__setitem__(k, out))
+    h, w = 72, 104
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, h, w))
+    for k, (entry, out) in enumerate(zip(info, outs)):
+        r = entry['reduction']
+        assert out.shape[1:] == (entry['num_chs'], math.ceil(h / r), math.ceil(w / r)), entry
+        tokens = out.flatten(2).transpose(1, 2)
+        assert torch.equal(seen[k][:, -tokens.shape[1]:], tokens), entry
+
+
+def _decay_mults(model: nn.Module, custom_keys: dict) -> dict:
+    """Parameter name -> weight decay, as mmengine's optimiser constructor sets it
+    (``custom_keys`` matched as the configs' are: the longest key in the name wins)."""
+    ctor = DefaultOptimWrapperConstructor(
+        dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-4, weight_decay=1.)),
+        dict(custom_keys=custom_keys))
+    groups = []
+    ctor.add_params(groups, model)
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {names[id(p)]: g.get('weight_decay', 1.) for g in groups for p in g['params']}
+
+
+@pytest.mark.parametrize('name', FAMILY_NAMES)
+def test_no_weight_decay_keys_select_exactly_no_weight_decay(name):
+    """In every preset (built on the meta device), the keys the configs give
+    ``decay_mult=0.`` (the shipped configs' ``custom_keys`` equal them: config_spec.NO_DECAY)
+    exempt exactly the parameters of ``no_weight_decay()``: every normalisation layer's,
+    and the family's position tables; nothing else (a parameter with 'norm' in its name
+    that is no norm would show here)."""
+    family = FAMILIES[name]
+    keys = family.cls.no_weight_decay_keys
+    for arch in family.presets:
+        with torch.device('meta'):
+            wrapper = nn.Module()
+            wrapper.backbone = family.cls(arch=arch)
+        backbone = wrapper.backbone
+        no_decay = backbone.no_weight_decay()
+        norms = {f'{m}.{p}' for m, mod in backbone.named_modules()
+                 if isinstance(mod, nn.LayerNorm) for p, _ in mod.named_parameters()}
+        assert norms and norms <= no_decay
+        for key in keys:
+            assert any(key in n for n in no_decay), (arch, key)
+        decay = _decay_mults(wrapper, {k: dict(decay_mult=0.) for k in keys})
+        exempt = {n[len('backbone.'):] for n, wd in decay.items() if wd == 0.}
+        assert exempt == no_decay, (arch, sorted(exempt ^ no_decay)[:5])
+        assert no_decay < {n for n, _ in backbone.named_parameters()}
+
+
+def test_timm_classifier_takes_the_backbones_no_weight_decay():
+    from inline_mm import timm as inline_timm
+    family = FAMILIES['InLineDeiT']
+    model = inline_timm.InLineClassifier(
+        family.cls(**dict(family.smoke, out_indices=(11,))), family, num_classes=3)
+    assert model.no_weight_decay() == {f'backbone.{n}' for n in
+                                       model.backbone.no_weight_decay()}
+    assert {'backbone.pos_embed', 'backbone.cls_token', 'backbone.norm.weight'} <= \
+        model.no_weight_decay()
