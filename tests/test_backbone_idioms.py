@@ -83,3 +83,69 @@ def test_timm_classifier_takes_the_backbones_no_weight_decay():
                                        model.backbone.no_weight_decay()}
     assert {'backbone.pos_embed', 'backbone.cls_token', 'backbone.norm.weight'} <= \
         model.no_weight_decay()
+
+
+def _bicubic(grid, size: int):
+    """Bicubic resize of a square 2-D array written out (Keys' kernel, a = -0.75, pixel
+    centres at half-integers, edge samples repeated): independent of ``F.interpolate``."""
+    import numpy as np
+
+    def kernel(t):
+        t, a = abs(t), -0.75
+        if t <= 1:
+            return (a + 2) * t ** 3 - (a + 3) * t ** 2 + 1
+        return a * t ** 3 - 5 * a * t ** 2 + 8 * a * t - 4 * a if t < 2 else 0.
+
+    n = grid.shape[0]
+    m = np.zeros((size, n))
+    for i in range(size):
+        x = (i + 0.5) * n / size - 0.5
+        for k in range(math.floor(x) - 1, math.floor(x) + 3):
+            m[i, min(max(k, 0), n - 1)] += kernel(x - k)
+    return m @ grid @ m.T
+
+
+@pytest.mark.parametrize('src,dst', [(7, 12), (12, 7)])
+def test_swin_checkpoint_of_another_window_size_loads_resized(src, dst, tmp_path,
+                                                              monkeypatch):
+    """A checkpoint made at window ``src`` (official layout: ``relative_position_index``
+    buffers and ``attn_mask`` in it) loads into a model at window ``dst``: each table
+    resized bicubically, the index buffers dropped, one log line naming the sizes."""
+    import inline_mm.models.inline_swin as swin
+    family = FAMILIES['InLineSwin']
+    made = family.cls(**dict(family.smoke, window_size=src))
+    state = made.state_dict()
+    tables = [k for k in state if k.endswith('relative_position_bias_table')]
+    assert tables and all(state[k].shape[0] == (2 * src - 1) ** 2 for k in tables)
+    for k in tables:
+        state[k.replace('bias_table', 'index')] = torch.zeros(src ** 2, src ** 2,
+                                                              dtype=torch.long)
+    torch.save({'model': state}, tmp_path / 'ckpt.pth')
+    logged = []
+    monkeypatch.setattr(swin, 'print_log', lambda msg, **kw: logged.append(msg))
+    model = family.cls(**dict(family.smoke, window_size=dst),
+                       init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'ckpt.pth')))
+    model.init_weights()
+    s, d = 2 * src - 1, 2 * dst - 1
+    assert logged == [f'InLineSwin: {len(tables)} relative position bias tables of window '
+                      f'{src} ({s}x{s} offsets) resized to window {dst} ({d}x{d}), bicubic']
+    loaded = model.state_dict()
+    for k in tables:
+        table = state[k].double().numpy()                         # (s * s, heads)
+        want = [_bicubic(table[:, h].reshape(s, s), d).reshape(-1)
+                for h in range(table.shape[1])]
+        got = loaded[k].double().numpy()
+        assert got.shape == (d * d, table.shape[1])
+        for h, w in enumerate(want):
+            assert abs(got[:, h] - w).max() < 1e-6, (k, h)
+    assert not any('relative_position_index' in k for k in loaded)
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, 96, 80))[-1].shape[-2:] == (3, 3)
+
+
+def test_swin_resize_keeps_a_table_of_the_same_window():
+    from inline_mm.models.inline_swin import resize_relative_position_bias_table
+    table = torch.randn(13 * 13, 3)
+    assert resize_relative_position_bias_table(table, 13) is table
+    with pytest.raises(ValueError, match='no square grid'):
+        resize_relative_position_bias_table(torch.randn(12, 3), 13)

@@ -483,6 +483,11 @@ class InLineBackbone(BaseModule):
         family = identify_family(state, families)
         check_layout(state, type(self).__name__, family, self.depths,
                      getattr(self, 'arch_name', 'custom'), self.presets, self.block_key)
+        return self._fit_checkpoint(state)
+
+    def _fit_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Resize what a checkpoint of this variant may hold at another size (InLine-Swin:
+        relative position bias tables of another window); the state dict by default."""
         return state
 
     def _init_default(self, m: nn.Module):

@@ -2,6 +2,7 @@
 
 The family's presets, official-key pattern and converter live here, next to the model.
 """
+import math
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -12,13 +13,14 @@ from timm.layers import trunc_normal_
 
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
+from .checkpoint import print_log
 from .layers import (BlockStage, PatchEmbed, TransformerBlock, crop, drop_path_rates,
                      pad_amount, round_up, symbolic, window_merge, window_partition)
 from .padding import NO_PADDING, ValidMap
 from .tracing import fx_leaf
 
-__all__ = ['InLineSwin', 'WindowAttention', 'convert_swin_checkpoint', 'ARCH_SETTINGS',
-           'OFFICIAL_KEYS']
+__all__ = ['InLineSwin', 'WindowAttention', 'convert_swin_checkpoint',
+           'resize_relative_position_bias_table', 'ARCH_SETTINGS', 'OFFICIAL_KEYS']
 
 #: official and converted InLine-Swin state dicts, and no other family's, have such keys
 OFFICIAL_KEYS = (r'^layers\.0\.blocks\.',)
@@ -343,6 +345,23 @@ class InLineSwin(InLineBackbone):
     def _convert_official(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         return convert_swin_checkpoint(state, last_stage=len(self.dims) - 1)
 
+    def _fit_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Relative position bias tables of another window size resized to this model's
+        (:func:`resize_relative_position_bias_table`), with a log line naming the sizes."""
+        own = self.state_dict()
+        resized = {}
+        for k, v in state.items():
+            if k.endswith('relative_position_bias_table') and k in own \
+                    and v.shape != own[k].shape and v.shape[1:] == own[k].shape[1:]:
+                side = math.isqrt(own[k].shape[0])
+                state[k] = resize_relative_position_bias_table(v, side)
+                resized.setdefault((math.isqrt(v.shape[0]), side), []).append(k)
+        for (src, dst), keys in resized.items():
+            print_log(f'{type(self).__name__}: {len(keys)} relative position bias tables of '
+                      f'window {(src + 1) // 2} ({src}x{src} offsets) resized to window '
+                      f'{(dst + 1) // 2} ({dst}x{dst}), bicubic', logger='current')
+        return state
+
     def forward(self, x: torch.Tensor, valid_sizes=None) -> Tuple[torch.Tensor, ...]:
         x, valid = self.prepare_input(x, valid_sizes)
         x, hw = self.patch_embed(x)
@@ -358,6 +377,25 @@ class InLineSwin(InLineBackbone):
                 x, hw = stage.downsample(valid.zero_own(x), hw)
                 valid = valid.scaled(hw, 2)
         return tuple(outs)
+
+
+def resize_relative_position_bias_table(table: torch.Tensor, side: int) -> torch.Tensor:
+    """A ``(S * S, heads)`` relative position bias table -> ``(side * side, heads)``.
+
+    Each head's ``S x S`` grid of offsets (``S = 2 * window - 1``) is resized bicubically
+    (``align_corners=False``, computed in fp32), as mmdet's Swin resizes tables on load.
+    Returns the table itself when the sizes agree.
+    """
+    n, heads = table.shape
+    src = math.isqrt(n)
+    if src * src != n:
+        raise ValueError(f'a relative position bias table of {n} rows is no square grid of '
+                         'offsets: not a Swin window table')
+    if src == side:
+        return table
+    grid = table.float().t().reshape(1, heads, src, src)
+    grid = F.interpolate(grid, size=(side, side), mode='bicubic', align_corners=False)
+    return grid.reshape(heads, side * side).t().contiguous().to(table.dtype)
 
 
 def convert_swin_checkpoint(state: Dict[str, torch.Tensor],
