@@ -7,8 +7,7 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from timm.layers import trunc_normal_
+from timm.layers import resample_abs_pos_embed, trunc_normal_
 
 from .attention import INLINE, InLineAttention
 from .base import InLineBackbone, parse_inline_cfg
@@ -42,17 +41,16 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_grid: Tuple[int, int],
 
     The official resize (timm ``resize_pos_embed`` as used by the released
     ``checkpoint_filter_fn``): the class-token entries are kept, the grid part is
-    resized with ``F.interpolate(mode='bilinear', align_corners=False)``. Returns
-    the table itself when the grids agree.
+    resized bilinearly (``align_corners=False``, no antialiasing), through timm's
+    ``resample_abs_pos_embed`` (which computes in fp32 and returns the table's dtype).
+    Returns the table itself when the grids agree.
     """
     src_grid, dst_grid = tuple(src_grid), tuple(dst_grid)
     if src_grid == dst_grid:
         return pos_embed
-    prefix, grid = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
-    c = grid.shape[-1]
-    grid = grid.reshape(1, *src_grid, c).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid, size=dst_grid, mode='bilinear', align_corners=False)
-    return torch.cat([prefix, grid.flatten(2).transpose(1, 2)], dim=1)
+    return resample_abs_pos_embed(pos_embed, list(dst_grid), list(src_grid),
+                                  num_prefix_tokens=num_prefix, interpolation='bilinear',
+                                  antialias=False)
 
 
 # Under FX the grid is unknown while tracing: the resize is a node run with the graph.
