@@ -126,7 +126,7 @@ class SpatialReductionAttention(nn.Module):
         q = self.q(x).view(b, n, heads, d).transpose(1, 2)
         if symbolic(n):
             # Under torch.compile q is a saved tensor of the training graph; as a view with
-            # symbolic strides Inductor (torch 2.14) fails to order them ("cannot determine
+            # symbolic strides Inductor has failed to order them ("cannot determine
             # truth value of Relational: 16*((s0 + 3)//4)*((s1 + 3)//4) < 1"): a copy.
             q = q.clone(memory_format=torch.contiguous_format)
         if self.sr_ratio > 1:
