@@ -149,3 +149,57 @@ def test_swin_resize_keeps_a_table_of_the_same_window():
     assert resize_relative_position_bias_table(table, 13) is table
     with pytest.raises(ValueError, match='no square grid'):
         resize_relative_position_bias_table(torch.randn(12, 3), 13)
+
+
+def _norms(model):
+    return [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+
+
+@pytest.mark.parametrize('name', FAMILY_NAMES)
+def test_norm_and_act_from_config_dicts(name):
+    """``norm_cfg`` sets every LayerNorm (``dict(type='LN')`` alone keeps the released
+    eps at each place), ``act_cfg`` the MLPs' activation; the InLine local-kernel
+    predictor keeps its GELU."""
+    family = FAMILIES[name]
+    plain = family.cls(**family.smoke)
+    same = family.cls(**family.smoke, norm_cfg=dict(type='LN'), act_cfg=dict(type='GELU'))
+    assert [n.eps for n in _norms(same)] == [n.eps for n in _norms(plain)]
+    assert [type(m) for m in same.modules()] == [type(m) for m in plain.modules()]
+    model = family.cls(**family.smoke, norm_cfg=dict(type='LN', eps=1e-3, requires_grad=False),
+                       act_cfg=dict(type='ReLU'))
+    assert len(_norms(model)) == len(_norms(plain))
+    assert all(n.eps == 1e-3 and not n.weight.requires_grad for n in _norms(model))
+    acts = [type(m.act) for m in model.modules() if hasattr(m, 'fc1')]   # timm Mlp
+    assert acts and set(acts) == {nn.ReLU}
+    assert any(isinstance(m, nn.GELU) for m in model.modules()) == \
+        any(isinstance(m, nn.GELU) for n, m in plain.named_modules() if 'mlp' not in n)
+    model.load_state_dict(plain.state_dict())          # the same parameters
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        assert not torch.allclose(model(x)[-1], plain(x)[-1])
+
+
+def test_unknown_norm_or_act_is_refused_clearly():
+    family = FAMILIES['InLineSwin']
+    with pytest.raises(ValueError, match=r"norm_cfg type 'BN' is not supported by the InLine "
+                                         r"backbones: choose one of LN"):
+        family.cls(**family.smoke, norm_cfg=dict(type='BN'))
+    with pytest.raises(ValueError, match=r"act_cfg type 'Gelu' is not supported.*GELU"):
+        family.cls(**family.smoke, act_cfg=dict(type='Gelu'))
+    with pytest.raises(ValueError, match='norm_cfg: LayerNorm takes no momentum; its options'):
+        family.cls(**family.smoke, norm_cfg=dict(type='LN', momentum=0.1))
+    with pytest.raises(ValueError, match='must be a dict with a type'):
+        family.cls(**family.smoke, act_cfg='GELU')
+
+
+def test_norm_and_act_types_are_known_to_config_checks():
+    """The names are mmcv's: ``inline_mm.config_types`` (and mmdet) know them."""
+    from mmengine.config import Config
+
+    from inline_mm.config_types import unknown_types
+    from inline_mm.models.norm_act import ACT_LAYERS, NORM_LAYERS
+    for norm in NORM_LAYERS:
+        for act in ACT_LAYERS:
+            cfg = Config(dict(model=dict(type='MaskRCNN', backbone=dict(
+                type='InLineSwin', norm_cfg=dict(type=norm), act_cfg=dict(type=act)))))
+            assert unknown_types(cfg, 'mmdet') == [], (norm, act)

@@ -44,6 +44,7 @@ from .attention import INLINE, INLINE_OPTIONS, SOFTMAX, check_inline_options
 from .checkpoint import check_layout, identify_family, load_pretrained
 from .inline_function import is_exporting
 from .layers import to_nchw
+from .norm_act import norm_layer
 from .padding import NO_PADDING, ValidMap, detect_valid_sizes
 from .tracing import is_fx_proxy, refuse_script, size_guard
 
@@ -263,12 +264,13 @@ class InLineBackbone(BaseModule):
         self.in_channels = in_channels
         self.pad_aware = bool(pad_aware)
 
-    def _finish_init(self, with_cp: bool, output_norm_eps: Optional[float] = 1e-5):
+    def _finish_init(self, with_cp: bool, output_norm_eps: Optional[float] = 1e-5,
+                     norm_cfg: Optional[dict] = None):
         """The end of every family's ``__init__``: a LayerNorm ``norm{i}`` (eps
-        ``output_norm_eps``; None: none) for each output, ``with_cp`` on every stage,
-        ``frozen_stages`` applied."""
+        ``output_norm_eps``; None: none; ``norm_cfg`` as :func:`.norm_act.norm_layer`
+        takes it) for each output, ``with_cp`` on every stage, ``frozen_stages`` applied."""
         if output_norm_eps is not None:
-            self._add_output_norms(self.dims, output_norm_eps)
+            self._add_output_norms(self.dims, output_norm_eps, norm_cfg)
         self.with_cp = with_cp
         self._freeze_stages()
 
@@ -410,9 +412,11 @@ class InLineBackbone(BaseModule):
         return to_nchw(valid.zero_(norm(x)), hw)
 
     # ------------------------------------------------------------------ outputs
-    def _add_output_norms(self, dims: Sequence[int], eps: float = 1e-5):
+    def _add_output_norms(self, dims: Sequence[int], eps: float = 1e-5,
+                          norm_cfg: Optional[dict] = None):
+        build = norm_layer(norm_cfg, eps)
         for i in self.out_indices:
-            self.add_module(f'norm{i}', nn.LayerNorm(dims[i], eps=eps))
+            self.add_module(f'norm{i}', build(dims[i]))
 
     def _output_norm(self, i: int) -> Optional[nn.Module]:
         return getattr(self, f'norm{i}', None)

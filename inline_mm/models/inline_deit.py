@@ -13,6 +13,7 @@ from .attention import INLINE, InLineAttention
 from .base import InLineBackbone, parse_inline_cfg
 from .checkpoint import CheckpointError
 from .layers import PatchEmbed, TransformerBlock, drop_path_rates, run_block, to_nchw
+from .norm_act import act_layer, norm_layer
 from .padding import ValidMap
 
 __all__ = ['InLineDeiT', 'InLineAttentionWithClsToken', 'resize_pos_embed',
@@ -141,6 +142,12 @@ class InLineDeiT(InLineBackbone):
             docs/backbones.md): one dict for every block, or one entry (dict or None)
             per block (the "stages" of this family). ``window_size`` is InLine-Swin's
             only (ValueError here). None: the released model. Default: None.
+        norm_cfg (dict, optional): Every LayerNorm, as mmseg's ViT ``norm_cfg``:
+            ``dict(type='LN', eps=...)`` (without ``eps``: 1e-6, the released model's).
+            Default: None (the released model).
+        act_cfg (dict, optional): The MLPs' activation, e.g. ``dict(type='GELU')``
+            (``inline_mm.models.norm_act.ACT_LAYERS``; the InLine local-kernel predictor
+            keeps its GELU). Default: None (GELU).
         init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
             Default: None.
 
@@ -166,6 +173,7 @@ class InLineDeiT(InLineBackbone):
                  final_norm: bool = True, frozen_stages: int = -1, with_cp: bool = False,
                  pad_aware: bool = True,
                  inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
+                 norm_cfg: Optional[dict] = None, act_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depth=depth, num_heads=num_heads,
                                 pretrain_img_size=pretrain_img_size)
@@ -198,15 +206,16 @@ class InLineDeiT(InLineBackbone):
         self.pos_embed = nn.Parameter(
             torch.zeros(1, 1 + self.pos_grid[0] * self.pos_grid[1], embed_dims))
         self.pos_drop = nn.Dropout(drop_rate)
+        norm, act = norm_layer(norm_cfg, NORM_EPS), act_layer(act_cfg)
         (dpr,) = drop_path_rates(drop_path_rate, (depth,))
         # The official InLineBlock: a pre-norm block with InLine attention.
         self.blocks = nn.ModuleList(
             TransformerBlock(embed_dims, num_heads, INLINE, InLineAttentionWithClsToken,
                              mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], NORM_EPS,
-                             self.inline_options[i])
+                             self.inline_options[i], norm_layer=norm, act_layer=act)
             for i in range(depth))
         if final_norm:
-            self.norm = nn.LayerNorm(embed_dims, eps=NORM_EPS)
+            self.norm = norm(embed_dims)
         self._finish_init(with_cp, output_norm_eps=None)
 
     # The blocks are the "stages" of the base class: out_indices and frozen_stages

@@ -4,7 +4,7 @@ The family's presets, official-key pattern and converter live here, next to the 
 """
 import math
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -14,6 +14,7 @@ from timm.layers import trunc_normal_
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
 from .checkpoint import print_log
+from .norm_act import act_layer, norm_layer
 from .layers import (BlockStage, PatchEmbed, TransformerBlock, crop, drop_path_rates,
                      pad_amount, round_up, symbolic, window_merge, window_partition)
 from .padding import NO_PADDING, ValidMap
@@ -204,9 +205,9 @@ class PatchMerging(nn.Module):
     Concatenation order is the official one: (0,0), (1,0), (0,1), (1,1) as (row, col).
     """
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int, norm_layer: Callable[[int], nn.Module] = nn.LayerNorm):
         super().__init__()
-        self.norm = nn.LayerNorm(4 * dim)
+        self.norm = norm_layer(4 * dim)
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
 
     @fx_leaf
@@ -277,6 +278,12 @@ class InLineSwin(InLineBackbone):
             or one entry (dict or None) per stage. ``window_size`` (InLine-Swin only):
             the InLine blocks attend within non-overlapping windows of that side, no
             shift. None: the released model. Default: None.
+        norm_cfg (dict, optional): Every LayerNorm, as mmdet's ``norm_cfg``:
+            ``dict(type='LN', eps=...)`` (without ``eps``: 1e-5, the released model's).
+            Default: None (the released model).
+        act_cfg (dict, optional): The MLPs' activation, e.g. ``dict(type='GELU')``
+            (``inline_mm.models.norm_act.ACT_LAYERS``; the InLine local-kernel predictor
+            keeps its GELU). Default: None (GELU).
         init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
             Default: None.
 
@@ -301,6 +308,7 @@ class InLineSwin(InLineBackbone):
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
                  with_cp: bool = False, pad_aware: bool = True,
                  inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
+                 norm_cfg: Optional[dict] = None, act_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
                                 stage_types=stage_types)
@@ -320,7 +328,8 @@ class InLineSwin(InLineBackbone):
         self.inline_options = parse_inline_cfg(inline_cfg, block_types, type(self).__name__,
                                                window=True)
 
-        self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size)
+        norm, act = norm_layer(norm_cfg, 1e-5), act_layer(act_cfg)
+        self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size, norm_layer=norm)
         self.drop_after_pos = nn.Dropout(drop_rate)
         dpr = drop_path_rates(drop_path_rate, depths)
         self.layers = nn.ModuleList()
@@ -330,11 +339,11 @@ class InLineSwin(InLineBackbone):
                 dims[i], num_heads[i], t, ATTENTION_TYPES[t], mlp_ratio, qkv_bias, drop_rate,
                 attn_drop_rate, dpr[i][j],
                 attn_options=dict(window_size=window_size, shift=j % 2 == 1) if t == SOFTMAX
-                else self.inline_options[i])
+                else self.inline_options[i], norm_layer=norm, act_layer=act)
                 for j, t in enumerate(block_types[i])]
-            down = PatchMerging(dims[i]) if i < len(depths) - 1 else None
+            down = PatchMerging(dims[i], norm) if i < len(depths) - 1 else None
             self.layers.append(SwinStage(blocks, down))
-        self._finish_init(with_cp)
+        self._finish_init(with_cp, norm_cfg=norm_cfg)
 
     def _stage_list(self):
         return self.layers        # official key names: layers.{i}.blocks.{j}
