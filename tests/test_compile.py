@@ -21,6 +21,14 @@ from inline_mm.models import FAMILIES
 #: sizes of one stream; for the smoke presets every stage of each is wider than a window
 #: or none is, so InLine-Swin's window layout is the same (see test_recompile_bound)
 STREAM = [(64, 96), (72, 80), (88, 64)]
+#: padded batches of one stream: (canvas, each image's size); image sizes change from
+#: batch to batch, canvases too (docs/export_and_timm.md states the graph bound)
+PADDED_STREAM = [((64, 96), [(64, 96), (40, 70)]),
+                 ((96, 96), [(70, 96), (96, 50), (33, 40)]),
+                 ((80, 80), [(80, 80), (64, 48)])]
+#: graphs a padded stream may compile per family: the first size, then one dynamic graph,
+#: and InLine-Swin one more where a stage's map crosses its window (a Python decision)
+PADDED_GRAPHS = {'InLineSwin': 3, 'InLinePVT': 2, 'InLineCSwin': 2, 'InLineDeiT': 2}
 
 
 def _smoke(name):
@@ -45,6 +53,35 @@ def test_dynamo_graph_serves_sizes(name, dynamic):
         _check_close(compiled, model, torch.randn(2, 3, *size))
     # dynamic=True: no recompile; default: one, the dynamic graph for the second size
     assert counts.frame_count - first <= (0 if dynamic else 1), (first, counts.frame_count)
+
+
+def _padded_batch(canvas, sizes, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.zeros(len(sizes), 3, *canvas)
+    for i, (h, w) in enumerate(sizes):
+        x[i, :, :h, :w] = torch.randn(3, h, w, generator=gen)
+    return x
+
+
+@pytest.mark.parametrize('name', list(FAMILIES))
+def test_compiled_backbone_keeps_padding_awareness_over_a_stream(name):
+    """Compiled (default ``dynamic``), each padded batch of a stream gives the eager
+    padding-aware outputs and input gradient, and each image its features alone; the
+    number of graphs stays within the stated bound."""
+    torch._dynamo.reset()
+    model = _smoke(name)
+    counts = torch._dynamo.testing.CompileCounterWithBackend('aot_eager')
+    compiled = torch.compile(model, backend=counts, fullgraph=True)
+    for seed, (canvas, sizes) in enumerate(PADDED_STREAM):
+        x = _padded_batch(canvas, sizes, seed)
+        _check_close(compiled, model, x)
+        h, w = sizes[-1]
+        with torch.no_grad():
+            alone, batched = model(x[-1:, :, :h, :w]), compiled(x)
+        for a, o in zip(alone, batched):
+            torch.testing.assert_close(o[-1:, :, :a.shape[2], :a.shape[3]], a,
+                                       rtol=1e-5, atol=1e-5)
+    assert counts.frame_count <= PADDED_GRAPHS[name], counts.frame_count
 
 
 @pytest.mark.parametrize('name', ['InLineSwin', 'InLineCSwin'])
