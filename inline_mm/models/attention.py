@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .inline_function import KERNELS, apply_kernel, inline_qkv, plain_qkv
+from .inline_function import KERNELS, apply_kernel, inline_folded, inline_qkv, is_exporting, plain_qkv
 from .layers import crop, round_up, symbolic, window_merge, window_partition
 from .padding import NO_PADDING, ValidMap, batched_path
 
@@ -200,6 +200,37 @@ class InLineAttention(nn.Module):
         """
         return self._attend(qkv, hw, token_mean, valid)
 
+    def _local_kernels(self, b: int, token_mean: Optional[torch.Tensor]):
+        """The local term's ``(B, C, 3, 3)`` kernels (or None) and its bias (LePE's)."""
+        kernels = self.predict_kernels(token_mean) if self.local_residual else None
+        bias = None
+        if self.lepe is not None:
+            # conv(V, k_pred) + conv(V, k_lepe) + b is one convolution with k_pred + k_lepe.
+            lepe = self.lepe.weight.view(1, self.dim, 3, 3)
+            kernels = lepe.expand(b, -1, -1, -1) if kernels is None else kernels + lepe
+            bias = self.lepe.bias
+        return kernels, bias
+
+    def _folds(self, x: torch.Tensor, valid: ValidMap) -> bool:
+        """Whether :meth:`forward` folds its ``qkv`` projection into the kernel
+        (:func:`.inline_function.inline_folded`): InLine attention, identity kernel,
+        global, on the per-sample path, in eager mode without autocast, with a plain
+        ``nn.Linear`` projection nobody watches (no hooks, no dispatch mode such as a MAC
+        counter, ``_attend`` not wrapped: :func:`inline_mm.attention_maps.capture_attention`
+        reads the projection output, so a wrapped ``_attend`` takes the unfolded path)."""
+        qkv = self.qkv
+        return (self.attention == 'inline' and self.kernel == 'identity'
+                and self.window_size is None and type(qkv) is nn.Linear
+                and '_attend' not in vars(self)
+                and not (qkv._forward_hooks or qkv._forward_pre_hooks
+                         or nn.modules.module._global_forward_hooks
+                         or nn.modules.module._global_forward_pre_hooks)
+                and x.dim() == 3 and x.dtype == qkv.weight.dtype
+                and not torch.is_autocast_enabled(x.device.type)
+                and not is_exporting() and not batched_path(valid, x.device)
+                and torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FUNCTIONAL) is None
+                and not torch.utils._python_dispatch._get_current_dispatch_mode())
+
     def _attend(self, qkv, hw, token_mean, valid) -> torch.Tensor:
         if token_mean is None and self.local_residual:
             raise ValueError(f'{type(self).__name__}.attend needs the (B, C) token mean the '
@@ -208,14 +239,7 @@ class InLineAttention(nn.Module):
             raise ValueError(f'qkv has {qkv.shape[-1]} channels, expected 3 * {self.dim}')
         if self.window_size is not None:
             return self.attn_drop(self._attend_windows(qkv, hw, token_mean, valid))
-        b = qkv.shape[0]
-        kernels = self.predict_kernels(token_mean) if self.local_residual else None
-        bias = None
-        if self.lepe is not None:
-            # conv(V, k_pred) + conv(V, k_lepe) + b is one convolution with k_pred + k_lepe.
-            lepe = self.lepe.weight.view(1, self.dim, 3, 3)
-            kernels = lepe.expand(b, -1, -1, -1) if kernels is None else kernels + lepe
-            bias = self.lepe.bias
+        kernels, bias = self._local_kernels(qkv.shape[0], token_mean)
         if self.attention == 'linear' or batched_path(valid, qkv.device):
             out = plain_qkv(qkv, self.num_heads, hw, self.scale, kernels, bias,
                             self.num_prefix_tokens, valid.mask, valid.counts,
@@ -323,5 +347,14 @@ class InLineAttention(nn.Module):
         if token_mean is None and self.local_residual:
             token_mean = valid.mean(x) if self.window_size is None \
                 else self.window_means(x, hw, valid)
-        out = self._attend(self.qkv(x), hw, token_mean, valid)
+        if self._folds(x, valid):
+            if token_mean is None and self.local_residual:
+                raise ValueError('InLineAttention needs the (B, C) token mean the local kernels '
+                                 'are predicted from')
+            kernels, bias = self._local_kernels(x.shape[0], token_mean)
+            out = self.attn_drop(inline_folded(x, self.qkv.weight, self.qkv.bias,
+                                               self.num_heads, hw, self.scale, kernels, bias,
+                                               self.num_prefix_tokens, valid))
+        else:
+            out = self._attend(self.qkv(x), hw, token_mean, valid)
         return self.proj_drop(self.proj(out))

@@ -72,7 +72,7 @@ import torch.nn.functional as F
 
 from .padding import NO_PADDING, Regions, ValidMap, batched_path, zero_outside_
 
-__all__ = ['inline_qkv', 'inline_attention', 'local_residual', 'depthwise3x3', 'is_exporting',
+__all__ = ['inline_qkv', 'inline_folded', 'inline_attention', 'local_residual', 'depthwise3x3', 'is_exporting',
            'KERNELS', 'LINEAR_EPS', 'apply_kernel', 'guard_denominator', 'plain_qkv',
            'plain_attention',
            'reference_inline_attention', 'reference_local_residual', 'reference_attention']
@@ -275,6 +275,195 @@ class _InLineFunction(torch.autograd.Function):
             if need_bias and ctx.has_bias:
                 grad_bias = (grad_sum if p == 0 else grad[:, p:].sum(dim=1, dtype=_F32)).sum(0)
         return grad_qkv, grad_kernels, grad_bias, None, None, None, None, None
+
+
+# --------------------------------------------------------------------------- the fold
+# On the per-sample path, for InLine attention with the identity kernel, the module's own
+# qkv projection joins the kernel: q M = (x W_q^T + b_q) M = x (W_q^T M) + b_q M, so the
+# queries are never made and the forward's q M, the backward's dQ = dO M^T and
+# dM = Q^T dO products (skinny, inner dimension d) become one dense C x C projection of
+# x and d x C products of the weights.
+
+class _FoldedInLineFunction(torch.autograd.Function):
+    """InLine attention with the qkv projection folded in (identity kernel).
+
+    Inputs: ``x`` ``(B, N, C)``, the qkv projection's ``weight`` ``(3C, C)`` and
+    ``qkv_bias`` ``(3C,)`` or None, then as :class:`_InLineFunction`: ``kernels``,
+    ``bias``, ``hw``, ``scale``, ``prefix``, ``counts``, ``regions``; ``heads``.
+    Output: ``(B, N, C)``, what ``_InLineFunction`` gives on ``x``'s projection.
+
+    Forward: K and V from their own projections into dense token-layout buffers (V is
+    then the local term's channels-last input as it is: no copy), the statistics and
+    ``M`` per head, then per sample one ``addmm``: ``x A_i + c_i`` with
+    ``A_i = [W_q,h^T M_h]_h`` (``C x C``) and ``c_i = b_q M + mean(V)``. Padded: K and V
+    are zeroed outside each image (their own buffers), so plain sums over the map are
+    the images' sums. Saved: ``x``, K, V (the module's ``qkv`` output, 3 N x C, is not
+    made at all).
+
+    Backward (``dO`` the output gradient, ``dA_i = dO_i^T x_i``, ``dc_i = colsum dO_i``):
+    ``dx = dO A^T + [dK dV] W_kv``, ``dW_q,h = M_h dA_h``,
+    ``dM_h = W_q,h dA_h^T + b_q,h^T dc_h``, ``db_q = dc M^T``; ``dCov = s dM`` gives dK
+    and dV as in :class:`_InLineFunction` (``colsum(dO)`` is ``d mean(V)``), then
+    ``dW_kv = [dK dV]^T x`` in one product over the batch.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, qkv_bias, kernels, bias, hw, scale, heads, prefix=0,
+                counts=None, regions=None):
+        b, n, c = x.shape
+        d = c // heads
+        dt = x.dtype
+        p = prefix
+        w_q, w_k, w_v = weight.detach().split(c)
+        b_q, b_k, b_v = (None,) * 3 if qkv_bias is None else qkv_bias.detach().split(c)
+        k = F.linear(x, w_k, b_k)                                           # (B, N, C)
+        v = F.linear(x, w_v, b_v)
+        if regions is not None:
+            zero_outside_(k[:, p:].unflatten(1, hw), regions)
+            zero_outside_(v[:, p:].unflatten(1, hw), regions)
+            per = counts.view(b, 1, 1, 1)
+        else:
+            per = n
+        k_h = k.view(b, n, heads, d).transpose(1, 2)                        # (B, heads, N, d)
+        v_h = v.view(b, n, heads, d).transpose(1, 2)
+        means = torch.stack([k.sum(dim=1, dtype=_F32), v.sum(dim=1, dtype=_F32)], 1)
+        means = means.view(b, 2, heads, 1, d).div_(
+            n if regions is None else counts.view(b, 1, 1, 1, 1))
+        k_mean, v_mean = means.unbind(1)                                    # (B, heads, 1, d)
+        cov = x.new_empty((b, heads, d, d), dtype=_F32)
+        for i in range(b):
+            torch.bmm(_f32(k_h[i]).transpose(1, 2), _f32(v_h[i]), out=cov[i])
+        cov.div_(per).sub_(k_mean.transpose(-2, -1) @ v_mean)
+        m = cov.mul_(scale).to(dt)                                          # (B, heads, d, d)
+        # A_i as a linear layer's (out, in) weight: row h*d + j is (M_h^T W_q,h)[j].
+        wq_h = w_q.view(heads, d, c)
+        w_fold = (m.transpose(-2, -1) @ wq_h).view(b, c, c)
+        c_fold = v_mean.to(dt).reshape(b, 1, c)
+        if b_q is not None:
+            c_fold = c_fold + (b_q.view(1, heads, 1, d) @ m).reshape(b, 1, c)
+        out = torch.baddbmm(c_fold, x, w_fold.transpose(1, 2))              # (B, N, C)
+        if kernels is not None:
+            kernels = kernels.to(dt).reshape(b, c, 1, 3, 3)
+            h, w = hw
+            x_img = _conv_cl(v[:, p:].view(b, h, w, c))
+            conv_bias = None if bias is None else bias.to(dt)
+            for i in range(b):
+                local = F.conv2d(x_img[i:i + 1], kernels[i], conv_bias, padding=1, groups=c)
+                out[i, p:].add_(local.permute(0, 2, 3, 1).reshape(n - p, c))
+        ctx.save_for_backward(x, weight, qkv_bias, k, v, m, means, w_fold, kernels, counts)
+        ctx.scale, ctx.hw, ctx.prefix, ctx.heads = scale, hw, prefix, heads
+        ctx.has_bias, ctx.regions = bias is not None, regions
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight, qkv_bias, k, v, m, means, w_fold, kernels, counts = ctx.saved_tensors
+        need_x, need_w, need_qb, need_kernels, need_bias = ctx.needs_input_grad[:5]
+        scale, p, regions, heads = ctx.scale, ctx.prefix, ctx.regions, ctx.heads
+        b, n, c = x.shape
+        d = c // heads
+        dt = x.dtype
+        grad = grad.contiguous()
+        grad_sum = grad.sum(dim=1, dtype=_F32)                              # (B, C): dc
+        grad_x = grad_w = grad_qb = grad_kernels = grad_bias = None
+        w_q = weight.detach()[:c]
+        w_kv = weight.detach()[c:]
+        b_q = None if qkv_bias is None else qkv_bias.detach()[:c]
+
+        grad_local = None
+        if kernels is not None and (need_x or need_w or need_qb or need_kernels):
+            h, w = ctx.hw
+            grad_img = _conv_cl(grad[:, p:].view(b, h, w, c))
+            x_img = _conv_cl(v[:, p:].view(b, h, w, c))
+            grad_local, dk_list = [], []
+            for i in range(b):
+                dx, dw, _ = torch.ops.aten.convolution_backward(
+                    grad_img[i:i + 1], x_img[i:i + 1], kernels[i], None, [1, 1], [1, 1],
+                    [1, 1], False, [0, 0], c, [True, need_kernels, False])
+                grad_local.append(dx)
+                if need_kernels:
+                    dk_list.append(dw.view(c, 3, 3))
+            if need_kernels:
+                grad_kernels = torch.stack(dk_list)
+
+        if need_x or need_w or need_qb:
+            k_mean, v_mean = means.unbind(1)
+            # dA_i = dO_i^T x_i: (B, C_out, C_in), rows h*d + j.
+            grad_fold = torch.bmm(grad.transpose(1, 2), x)
+            gf_h = grad_fold.view(b, heads, d, c)
+            wq_h = w_q.view(heads, d, c)
+            # dM_h = W_q,h dA_h^T (+ b_q,h^T dc_h), in fp32.
+            dm = torch.matmul(_f32(wq_h), _f32(gf_h).transpose(-2, -1))     # (B, heads, d, d)
+            dc = grad_sum.view(b, heads, 1, d)
+            if b_q is not None:
+                dm += _f32(b_q).view(1, heads, d, 1) * dc
+            if counts is None:
+                per = n
+                dcov_n = dm.mul_(scale / n)
+            else:
+                per = counts.view(b, 1, 1, 1)
+                dcov_n = dm.mul_(scale).div_(per)
+            off_k = -(v_mean @ dcov_n.transpose(-2, -1))
+            off_v = dc / per - k_mean @ dcov_n
+            dcov_n, off_k, off_v = dcov_n.to(dt), off_k.to(dt), off_v.to(dt)
+
+            k_h = k.view(b, n, heads, d).transpose(1, 2)
+            v_h = v.view(b, n, heads, d).transpose(1, 2)
+            grad_kv = x.new_empty((b, n, 2, heads, d))
+            dk, dv = grad_kv.permute(0, 2, 3, 1, 4).unbind(1)              # (B, heads, N, d)
+            for i in range(b):
+                torch.baddbmm(off_k[i], v_h[i], dcov_n[i].transpose(1, 2), out=dk[i])
+                torch.baddbmm(off_v[i], k_h[i], dcov_n[i], out=dv[i])
+                if grad_local is not None:
+                    dxl = grad_local[i]
+                    grad_local[i] = None
+                    grad_kv[i, p:, 1].view(n - p, c).add_(
+                        dxl.permute(0, 2, 3, 1).reshape(n - p, c))
+            if regions is not None:
+                zero_outside_(grad_kv[:, p:].unflatten(1, ctx.hw), regions)
+            grad_kv = grad_kv.view(b, n, 2 * c)
+            if need_x:
+                grad_x = torch.matmul(grad_kv, w_kv).baddbmm_(grad, w_fold)
+            if need_w:
+                grad_w = weight.new_empty(weight.shape)
+                # dW_q,h = M_h dA_h, summed over the batch.
+                torch.matmul(m.permute(1, 2, 0, 3).reshape(heads, d, b * d),
+                             gf_h.transpose(0, 1).reshape(heads, b * d, c),
+                             out=grad_w[:c].view(heads, d, c))
+                torch.mm(grad_kv.reshape(b * n, 2 * c).t(), x.reshape(b * n, c),
+                         out=grad_w[c:])
+            if need_qb and qkv_bias is not None:
+                grad_qb = qkv_bias.new_empty(qkv_bias.shape)
+                # db_q,h = dc_h M_h^T.
+                grad_qb[:c] = (dc.to(dt) @ m.transpose(-2, -1)).sum(0).reshape(c)
+                torch.sum(grad_kv, dim=(0, 1), out=grad_qb[c:])
+        if need_bias and ctx.has_bias:
+            grad_bias = (grad_sum if p == 0 else grad[:, p:].sum(dim=1, dtype=_F32)).sum(0)
+        return (grad_x, grad_w, grad_qb, grad_kernels, grad_bias, None, None, None, None,
+                None, None)
+
+
+def inline_folded(x: torch.Tensor, weight: torch.Tensor, qkv_bias: Optional[torch.Tensor],
+                  num_heads: int, hw: Tuple[int, int], scale: float,
+                  kernels: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+                  num_prefix_tokens: int = 0, valid: ValidMap = NO_PADDING) -> torch.Tensor:
+    """:func:`inline_qkv` of ``F.linear(x, weight, qkv_bias)`` with the projection folded
+    into the kernel (identity kernel, the per-sample path; see
+    :class:`_FoldedInLineFunction`). ``x`` ``(B, N, C)``, ``weight`` ``(3C, C)``; the
+    other arguments as :func:`inline_qkv`. Returns ``(B, N, C)`` before any output
+    projection."""
+    b, n, c = x.shape
+    (h, w), p = hw, num_prefix_tokens
+    if p + h * w != n:
+        raise ValueError(f'{n} tokens are not {p} prefix token(s) plus a {h}x{w} map')
+    if weight.shape != (3 * c, c):
+        raise ValueError(f'weight must be (3C, C) = {(3 * c, c)}, got {tuple(weight.shape)}')
+    if valid.is_padded and valid.sizes is None:
+        raise ValueError('the per-sample InLine kernel needs the images\' sizes on the host: '
+                         'give ValidMap Python (h, w) pairs, or run the batched path')
+    regions = tuple(valid.sizes) if valid.is_padded else None
+    return _FoldedInLineFunction.apply(x, weight, qkv_bias, kernels, bias, hw, scale, num_heads,
+                                       p, valid.counts if regions else None, regions)
 
 
 def _depthwise3x3_shifted(x_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
