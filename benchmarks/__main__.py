@@ -62,8 +62,9 @@ the linear layers (``benchmarks.deit``). Outputs: ``deit.csv``, ``deit.png``,
 batch 2, ``pad_aware=True`` against ``False`` (the same model), on batches with no padding
 and on a realistic padded batch (one image at the canvas size, one at 3/4 of each side), at
 800x1333 and 1024x1024 (canvas: rounded up to a multiple of 32), forward and training, in
-interleaved rounds (``benchmarks.padding``). Outputs: ``padding.csv``,
-``meta.json``.
+interleaved rounds (``benchmarks.padding``); ``--sweep``: batch 2 at 800x1344 and batch 4 at
+512x768 instead, the second image at 1/2, 3/4 and 15/16 of each side. Both report wall clock
+and CPU time. Outputs: ``padding.csv``, ``meta.json``.
 
 ``--resolution`` times whole-image inference at 512x1024, 1024x2048 and 2048x4096, of the
 backbones alone and of the shipped Cityscapes segmentors around them (UperNet: InLine-Swin-T,
@@ -154,6 +155,10 @@ def parse_args(argv=None):
                    default=list(padding.CONDITIONS),
                    help='with --padding: none (every image fills the canvas), padded (image 0 '
                         'fills it, the others are 3/4 of each side)')
+    p.add_argument('--sweep', action='store_true',
+                   help='with --padding: the sweep instead of --sizes/--conditions/--batch: '
+                        'batch 2 at 800x1344 and batch 4 at 512x768, the second image at 1/2, '
+                        '3/4 and 15/16 of each side, the others full')
     p.add_argument('--split-only', action='store_true',
                    help='with --deit: only the attention / linear-layer split')
     p.add_argument('--split-repeats', type=int, default=None,
@@ -195,6 +200,8 @@ def parse_args(argv=None):
         p.error('--batch must be >= 1 and --warmup >= 0')
     if args.padding and args.batch < 2:
         p.error('--padding needs --batch >= 2 (a padded batch holds a smaller image)')
+    if args.sweep and not args.padding:
+        p.error('--sweep goes with --padding')
     if args.compile_backend and not args.floor:
         p.error('--compile-backend goes with --floor')
     if args.split_only and not args.deit:
@@ -406,10 +413,13 @@ def run_padding(args, devices, info):
     results, mem_methods = [], {}
     for device in devices:
         print(f'\n{device.type.upper()}: {", ".join(args.models)} '
-              f'({"smoke" if args.quick else "tiny"}); canvases '
-              f'{", ".join(f"{h}x{w}" for h, w in map(padding.canvas, args.sizes))}; '
-              f'{args.warmup} warm-up + {args.repeats} timed runs of each variant, '
-              f'batch {args.batch}', flush=True)
+              f'({"smoke" if args.quick else "tiny"}); '
+              + ('the sweep (batch 2 at 800x1344, batch 4 at 512x768; second image at '
+                 + ', '.join(padding.SWEEP_FRACTIONS) + ' of each side); ' if args.sweep else
+                 'canvases ' + ', '.join(f'{h}x{w}' for h, w in map(padding.canvas, args.sizes))
+                 + f', batch {args.batch}; ')
+              + f'{args.warmup} warm-up + {args.repeats} timed runs of each variant',
+              flush=True)
         results += padding.run(args, device)
         mem_methods[device.type] = Timer(device).mem_method
     print(padding.padding_table(results))

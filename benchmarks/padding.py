@@ -46,6 +46,7 @@ from .backbones import MODES, _size
 from .measure import Timer, free_memory, is_oom, make_step
 
 __all__ = ['FULL_SIZES', 'QUICK_SIZES', 'CONDITIONS', 'VARIANTS', 'DIVISOR', 'SMALLER',
+           'SWEEP_CASES', 'SWEEP_FRACTIONS', 'sweep_cases',
            'Measurement', 'canvas', 'image_sizes', 'make_batch', 'build_model',
            'check_condition', 'run',
            'padding_table', 'write_csv']
@@ -59,6 +60,11 @@ VARIANTS = {'plain': False, 'aware': True}
 DIVISOR = 32
 #: side of the smaller images of a ``padded`` batch, as a fraction of the size
 SMALLER = 3 / 4
+#: ``--sweep``: (canvas, batch) cases, each with the second image at every fraction of
+#: :data:`SWEEP_FRACTIONS` of each side (condition ``second<a>/<b>``), the others full
+SWEEP_CASES = [((800, 1344), 2), ((512, 768), 4)]
+QUICK_SWEEP_CASES = [((64, 96), 2), ((64, 96), 4)]
+SWEEP_FRACTIONS = ('1/2', '3/4', '15/16')
 
 
 def canvas(size: Tuple[int, int]) -> Tuple[int, int]:
@@ -73,7 +79,18 @@ def image_sizes(size: Tuple[int, int], condition: str, batch: int) -> List[Tuple
         return [full] * batch
     if condition == 'padded':
         return [full] + [(int(size[0] * SMALLER), int(size[1] * SMALLER))] * (batch - 1)
-    raise ValueError(f'condition must be one of {CONDITIONS}, got {condition!r}')
+    if condition.startswith('second') and condition[6:] in SWEEP_FRACTIONS:
+        num, den = map(int, condition[6:].split('/'))
+        return [full, (size[0] * num // den, size[1] * num // den)] + [full] * (batch - 2)
+    raise ValueError(f'condition must be one of {CONDITIONS} or second<fraction> with a '
+                     f'fraction of {SWEEP_FRACTIONS}, got {condition!r}')
+
+
+def sweep_cases(quick: bool = False) -> List[Tuple[Tuple[int, int], int, str]]:
+    """``--sweep``: (size, batch, condition) of every case: each of :data:`SWEEP_CASES`
+    (:data:`QUICK_SWEEP_CASES`) with the second image at each of :data:`SWEEP_FRACTIONS`."""
+    return [(size, batch, f'second{f}') for size, batch in
+            (QUICK_SWEEP_CASES if quick else SWEEP_CASES) for f in SWEEP_FRACTIONS]
 
 
 def make_batch(size: Tuple[int, int], condition: str, batch: int,
@@ -134,7 +151,7 @@ def check_condition(model: nn.Module, x: torch.Tensor, condition: str):
             valid = model.valid_map(x)
     finally:
         model.pad_aware = aware
-    if (valid is not None) != (condition == 'padded'):
+    if (valid is not None) != (condition != 'none'):
         raise RuntimeError(f'a {condition!r} batch of {tuple(x.shape)} was read as '
                            f'{valid!r} by {type(model).__name__}: the benchmark would not time '
                            'what it says')
@@ -178,8 +195,11 @@ def run(args, device: torch.device) -> List[Measurement]:
     """Every (family, mode, size, condition) of ``args`` on ``device``, both variants.
 
     ``args``: ``models`` (family names), ``modes``, ``sizes``, ``conditions``,
-    ``batch``, ``warmup``, ``repeats``, ``quick``.
+    ``batch``, ``warmup``, ``repeats``, ``quick``; with ``sweep`` (true) the cases of
+    :func:`sweep_cases` instead of ``sizes`` x ``conditions`` at ``batch``.
     """
+    cases = sweep_cases(args.quick) if getattr(args, 'sweep', False) else \
+        [(size, args.batch, condition) for size in args.sizes for condition in args.conditions]
     timer = Timer(device)
     arch = 'smoke' if args.quick else 'tiny'
     results: List[Measurement] = []
@@ -188,17 +208,16 @@ def run(args, device: torch.device) -> List[Measurement]:
         model = build_model(family, args.quick).to(device)
         for mode in args.modes:
             model.train(mode == 'training')
-            for size in args.sizes:
-                for condition in args.conditions:
-                    x = make_batch(size, condition, args.batch, device)
-                    check_condition(model, x, condition)
-                    images = image_sizes(size, condition, args.batch)
-                    pair = {v: Measurement(device.type, family, arch, mode, size, condition, v,
-                                           images) for v in VARIANTS}
-                    _measure_pair(args, timer, model, x, pair)
-                    results += pair.values()
-                    _report_line(pair)
-                    del x
+            for size, batch, condition in cases:
+                x = make_batch(size, condition, batch, device)
+                check_condition(model, x, condition)
+                images = image_sizes(size, condition, batch)
+                pair = {v: Measurement(device.type, family, arch, mode, size, condition, v,
+                                       images) for v in VARIANTS}
+                _measure_pair(args, timer, model, x, pair)
+                results += pair.values()
+                _report_line(pair)
+                del x
         del model
         free_memory(device)
     return results
@@ -218,7 +237,8 @@ def _ratios(pair: Dict[str, Measurement]):
 
 def _report_line(pair: Dict[str, Measurement]):
     m = pair['plain']
-    head = f'  {m.family:12s} {m.mode:9s} {_size(canvas(m.size)):>9s} {m.condition:7s}'
+    head = (f'  {m.family:12s} {m.mode:9s} {_size(canvas(m.size)):>9s} {m.condition:11s}'
+            f' B={len(m.images)}')
     ratios = _ratios(pair)
     if ratios is None:
         print(f'{head} {m.status}', flush=True)
@@ -247,14 +267,14 @@ def padding_table(results: Sequence[Measurement]) -> str:
             what = 'forward, no_grad' if mode == 'inference' else 'forward + backward'
             lines.append(f'\n{dev.upper()} {mode} ({what}): median ms [peak MiB], '
                          'plain = pad_aware=False, aware = pad_aware=True')
-            lines.append(f'{"family":12s}{"canvas":>10s}  {"condition":9s}{"images":>20s}'
+            lines.append(f'{"family":12s}{"canvas":>10s}  {"condition":12s}{"images":>30s}'
                          f'{"plain":>16s}{"aware":>16s}{"aware/plain":>13s}{"rounds":>15s}'
                          f'{"CPU time":>10s}{"memory":>8s}')
             for key in keys:
                 pair = pairs[key]
                 m = pair['plain']
-                row = (f'{m.family:12s}{_size(canvas(m.size)):>10s}  {m.condition:9s}'
-                       f'{m.images_text:>20s}')
+                row = (f'{m.family:12s}{_size(canvas(m.size)):>10s}  {m.condition:12s}'
+                       f'{m.images_text:>30s}')
                 ratios = _ratios(pair)
                 if ratios is None:
                     lines.append(row + f'{m.status:>16s}')
@@ -290,7 +310,7 @@ def write_csv(results: Sequence[Measurement], path: Path, batch: int,
             plain = pairs[(r.device, r.family, r.mode, r.size, r.condition)]['plain']
             w.writerow([r.device, r.family, r.arch, r.mode, r.size[0], r.size[1],
                         *canvas(r.size), r.condition, r.images_text, VARIANTS[r.variant],
-                        batch, torch.get_num_threads(),
+                        len(r.images), torch.get_num_threads(),
                         f'{r.median * 1e3:.3f}' if ok else '',
                         f'{min(r.times) * 1e3:.3f}' if ok else '',
                         f'{max(r.times) * 1e3:.3f}' if ok else '', len(r.times),

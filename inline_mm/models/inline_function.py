@@ -316,7 +316,9 @@ class _FoldedInLineFunction(torch.autograd.Function):
         p = prefix
         w_q, w_k, w_v = weight.detach().split(c)
         b_q, b_k, b_v = (None,) * 3 if qkv_bias is None else qkv_bias.detach().split(c)
-        k = F.linear(x, w_k, b_k)                                           # (B, N, C)
+        # K without its bias: Cov(K, V) and (K - mean K) do not change with a constant
+        # added to K, so b_k has no effect on the output (and a zero gradient).
+        k = torch.matmul(x, w_k.t())                                        # (B, N, C)
         v = F.linear(x, w_v, b_v)
         if regions is not None:
             zero_outside_(k[:, p:].unflatten(1, hw), regions)
@@ -338,18 +340,34 @@ class _FoldedInLineFunction(torch.autograd.Function):
         # A_i as a linear layer's (out, in) weight: row h*d + j is (M_h^T W_q,h)[j].
         wq_h = w_q.view(heads, d, c)
         w_fold = (m.transpose(-2, -1) @ wq_h).view(b, c, c)
-        c_fold = v_mean.to(dt).reshape(b, 1, c)
+        c_fold = v_mean.to(dt).reshape(b, c)
         if b_q is not None:
-            c_fold = c_fold + (b_q.view(1, heads, 1, d) @ m).reshape(b, 1, c)
-        out = torch.baddbmm(c_fold, x, w_fold.transpose(1, 2))              # (B, N, C)
-        if kernels is not None:
+            c_fold = c_fold + (b_q.view(1, heads, 1, d) @ m).reshape(b, c)
+        if kernels is None:
+            out = torch.baddbmm(c_fold.unsqueeze(1), x, w_fold.transpose(1, 2))  # (B, N, C)
+        else:
             kernels = kernels.to(dt).reshape(b, c, 1, 3, 3)
             h, w = hw
             x_img = _conv_cl(v[:, p:].view(b, h, w, c))
-            conv_bias = None if bias is None else bias.to(dt)
-            for i in range(b):
-                local = F.conv2d(x_img[i:i + 1], kernels[i], conv_bias, padding=1, groups=c)
-                out[i, p:].add_(local.permute(0, 2, 3, 1).reshape(n - p, c))
+            if p == 0:
+                # c_i rides along as the convolution's bias, and the product accumulates
+                # onto the local term in place (token layout: the convolution's
+                # channels-last output): no pass over the output but the GEMM's own.
+                conv_bias = c_fold if bias is None else c_fold + bias.to(dt)
+                out = None if b == 1 else x.new_empty((b, n, c))
+                for i in range(b):
+                    local = F.conv2d(x_img[i:i + 1], kernels[i], conv_bias[i], padding=1,
+                                     groups=c).permute(0, 2, 3, 1).reshape(n, c)
+                    if out is None:
+                        out = local.addmm_(x[i], w_fold[i].t()).view(1, n, c)
+                    else:
+                        out[i].copy_(local).addmm_(x[i], w_fold[i].t())
+            else:
+                out = torch.baddbmm(c_fold.unsqueeze(1), x, w_fold.transpose(1, 2))
+                conv_bias = None if bias is None else bias.to(dt)
+                for i in range(b):
+                    local = F.conv2d(x_img[i:i + 1], kernels[i], conv_bias, padding=1, groups=c)
+                    out[i, p:].add_(local.permute(0, 2, 3, 1).reshape(n - p, c))
         ctx.save_for_backward(x, weight, qkv_bias, k, v, m, means, w_fold, kernels, counts)
         ctx.scale, ctx.hw, ctx.prefix, ctx.heads = scale, hw, prefix, heads
         ctx.has_bias, ctx.regions = bias is not None, regions
@@ -433,10 +451,10 @@ class _FoldedInLineFunction(torch.autograd.Function):
                 torch.mm(grad_kv.reshape(b * n, 2 * c).t(), x.reshape(b * n, c),
                          out=grad_w[c:])
             if need_qb and qkv_bias is not None:
-                grad_qb = qkv_bias.new_empty(qkv_bias.shape)
-                # db_q,h = dc_h M_h^T.
+                grad_qb = qkv_bias.new_zeros(qkv_bias.shape)
+                # db_q,h = dc_h M_h^T; db_k = 0 (see the forward); db_v = colsum dV.
                 grad_qb[:c] = (dc.to(dt) @ m.transpose(-2, -1)).sum(0).reshape(c)
-                torch.sum(grad_kv, dim=(0, 1), out=grad_qb[c:])
+                torch.sum(grad_kv[..., c:], dim=(0, 1), out=grad_qb[2 * c:])
         if need_bias and ctx.has_bias:
             grad_bias = (grad_sum if p == 0 else grad[:, p:].sum(dim=1, dtype=_F32)).sum(0)
         return (grad_x, grad_w, grad_qb, grad_kernels, grad_bias, None, None, None, None,
