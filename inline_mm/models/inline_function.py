@@ -429,19 +429,41 @@ class _FoldedInLineFunction(torch.autograd.Function):
             v_h = v.view(b, n, heads, d).transpose(1, 2)
             grad_kv = x.new_empty((b, n, 2, heads, d))
             dk, dv = grad_kv.permute(0, 2, 3, 1, 4).unbind(1)              # (B, heads, N, d)
+            # Unpadded, the row offsets of dK and dV (the same for every token) are not
+            # written: they reach dx as one row, dW_kv as a rank-one term and db_v as n
+            # times themselves; the local term's dV is then the dV product's
+            # accumulator instead of a pass of its own. Padded, rows outside an image
+            # must stay 0, and the offsets are written.
+            rank1 = regions is None
             for i in range(b):
-                torch.baddbmm(off_k[i], v_h[i], dcov_n[i].transpose(1, 2), out=dk[i])
-                torch.baddbmm(off_v[i], k_h[i], dcov_n[i], out=dv[i])
+                dxl = None
                 if grad_local is not None:
-                    dxl = grad_local[i]
+                    dxl = grad_local[i].permute(0, 2, 3, 1).reshape(n - p, c)
                     grad_local[i] = None
-                    grad_kv[i, p:, 1].view(n - p, c).add_(
-                        dxl.permute(0, 2, 3, 1).reshape(n - p, c))
+                if rank1:
+                    torch.bmm(v_h[i], dcov_n[i].transpose(1, 2), out=dk[i])
+                    if dxl is not None and p == 0:
+                        torch.baddbmm(dxl.view(n, heads, d).transpose(0, 1), k_h[i], dcov_n[i],
+                                      out=dv[i])
+                        dxl = None
+                    else:
+                        torch.bmm(k_h[i], dcov_n[i], out=dv[i])
+                else:
+                    torch.baddbmm(off_k[i], v_h[i], dcov_n[i].transpose(1, 2), out=dk[i])
+                    torch.baddbmm(off_v[i], k_h[i], dcov_n[i], out=dv[i])
+                if dxl is not None:
+                    grad_kv[i, p:, 1].view(n - p, c).add_(dxl)
             if regions is not None:
                 zero_outside_(grad_kv[:, p:].unflatten(1, ctx.hw), regions)
             grad_kv = grad_kv.view(b, n, 2 * c)
+            off_kv = torch.cat([off_k.reshape(b, 1, c), off_v.reshape(b, 1, c)], -1) \
+                if rank1 else None                                          # (B, 1, 2C)
             if need_x:
-                grad_x = torch.matmul(grad_kv, w_kv).baddbmm_(grad, w_fold)
+                if rank1:
+                    grad_x = torch.baddbmm(off_kv @ w_kv, grad, w_fold)
+                    grad_x.view(b * n, c).addmm_(grad_kv.view(b * n, 2 * c), w_kv)
+                else:
+                    grad_x = torch.matmul(grad_kv, w_kv).baddbmm_(grad, w_fold)
             if need_w:
                 grad_w = weight.new_empty(weight.shape)
                 # dW_q,h = M_h dA_h, summed over the batch.
@@ -450,11 +472,15 @@ class _FoldedInLineFunction(torch.autograd.Function):
                              out=grad_w[:c].view(heads, d, c))
                 torch.mm(grad_kv.reshape(b * n, 2 * c).t(), x.reshape(b * n, c),
                          out=grad_w[c:])
+                if rank1:
+                    grad_w[c:].addmm_(off_kv.view(b, 2 * c).t(), x.sum(dim=1))
             if need_qb and qkv_bias is not None:
                 grad_qb = qkv_bias.new_zeros(qkv_bias.shape)
                 # db_q,h = dc_h M_h^T; db_k = 0 (see the forward); db_v = colsum dV.
                 grad_qb[:c] = (dc.to(dt) @ m.transpose(-2, -1)).sum(0).reshape(c)
                 torch.sum(grad_kv[..., c:], dim=(0, 1), out=grad_qb[2 * c:])
+                if rank1:
+                    grad_qb[2 * c:].add_(off_v.reshape(b, c).sum(0), alpha=n)
         if need_bias and ctx.has_bias:
             grad_bias = (grad_sum if p == 0 else grad[:, p:].sum(dim=1, dtype=_F32)).sum(0)
         return (grad_x, grad_w, grad_qb, grad_kernels, grad_bias, None, None, None, None,
