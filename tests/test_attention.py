@@ -11,8 +11,9 @@ import torch
 from conftest import rel_err
 
 from inline_mm.models import InLineAttention, InLineSwin, inline_attention, local_residual
-from inline_mm.models.inline_function import (_inline, reference_attention,
-                                              reference_inline_attention, reference_local_residual)
+from inline_mm.models.inline_function import (_inline, inline_folded, inline_qkv,
+                                              reference_attention, reference_inline_attention,
+                                              reference_local_residual)
 from inline_mm.models.padding import NO_PADDING, ValidMap
 
 
@@ -125,6 +126,63 @@ def test_plain_form_matches_kernel(padded, prefix):
     if padded:
         grads = [(maps[0].zero(gq.view(b, n, 3 * c)), gk, gb) for gq, gk, gb in grads]
     _assert_close(grads[1], grads[0])
+
+
+@pytest.mark.parametrize('b', [1, 3])
+@pytest.mark.parametrize('prefix', [0, 1])
+@pytest.mark.parametrize('padded', [False, True], ids=['unpadded', 'padded'])
+def test_folded_projection_matches_kernel(padded, prefix, b):
+    """The qkv projection folded into the kernel (q M = x (W_q^T M) + b_q M; the module's
+    default on the per-sample path) against the kernel on the projection's output:
+    output and every gradient (x, weight, bias, kernels, LePE bias), with and without the
+    local term."""
+    heads, h, w, d = 3, 5, 7, 8
+    c, n = heads * d, prefix + h * w
+    x = torch.randn(b, n, c, requires_grad=True)
+    weight = torch.randn(3 * c, c, requires_grad=True)
+    qkv_bias = torch.randn(3 * c, requires_grad=True)
+    g = torch.randn(b, n, c)
+    valid = ValidMap((h, w), [(5, 7), (3, 4), (1, 6)][:b], prefix=prefix) if padded \
+        else NO_PADDING.on_path(False)
+    for local in (True, False):
+        kernels = torch.randn(b, c, 3, 3, requires_grad=True) if local else None
+        bias = torch.randn(c, requires_grad=True) if local else None
+        leaves = [t for t in (x, weight, qkv_bias, kernels, bias) if t is not None]
+        outs, grads = [], []
+        for fold in (True, False):
+            if fold:
+                out = inline_folded(x, weight, qkv_bias, heads, (h, w), d ** -0.5, kernels,
+                                    bias, prefix, valid)
+            else:
+                out = inline_qkv(torch.nn.functional.linear(x, weight, qkv_bias), heads,
+                                 (h, w), d ** -0.5, kernels, bias, prefix, valid)
+            out = valid.zero(out) if padded else out
+            outs.append(out)
+            grads.append(_grads(out, g, *leaves))
+        _assert_close(outs[:1], outs[1:])
+        _assert_close(grads[0], grads[1])
+
+
+def test_module_folds_only_where_it_may():
+    """The fold is the module's forward on the per-sample path for InLine attention with
+    the identity kernel; a switched kernel, the batched path, autocast, a hook on the
+    projection or a wrapped ``_attend`` (the attention-map capture) take the projection
+    output."""
+    x = torch.randn(2, 20, 32)
+    attn = InLineAttention(32, 2)
+    assert attn._folds(x, NO_PADDING.on_path(False))
+    assert not attn._folds(x, NO_PADDING.on_path(True))
+    assert not InLineAttention(32, 2, kernel='relu')._folds(x, NO_PADDING.on_path(False))
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        assert not attn._folds(x, NO_PADDING.on_path(False))
+    handle = attn.qkv.register_forward_hook(lambda *a: None)
+    assert not attn._folds(x, NO_PADDING.on_path(False))
+    handle.remove()
+    seen = []
+    original = attn._attend
+    attn._attend = lambda qkv, *a: seen.append(qkv.shape) or original(qkv, *a)
+    attn(x, (4, 5))
+    assert seen == [(2, 20, 96)]
 
 
 def test_partial_gradients():

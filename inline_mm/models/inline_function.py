@@ -499,7 +499,12 @@ def inline_folded(x: torch.Tensor, weight: torch.Tensor, qkv_bias: Optional[torc
     b, n, c = x.shape
     (h, w), p = hw, num_prefix_tokens
     if p + h * w != n:
-        raise ValueError(f'{n} tokens are not {p} prefix token(s) plus a {h}x{w} map')
+        raise ValueError(f'{n} tokens do not form a {h}x{w} map' if p == 0 else
+                         f'{n} tokens are not {p} prefix token(s) plus a {h}x{w} map')
+    if valid.is_padded and (tuple(valid.hw) != (h, w) or valid.prefix != p):
+        raise ValueError(f'valid describes a {valid.hw[0]}x{valid.hw[1]} map with '
+                         f'{valid.prefix} prefix token(s), the tokens are a {h}x{w} map '
+                         f'with {p}')
     if weight.shape != (3 * c, c):
         raise ValueError(f'weight must be (3C, C) = {(3 * c, c)}, got {tuple(weight.shape)}')
     if valid.is_padded and valid.sizes is None:
