@@ -13,6 +13,11 @@ from inline_mm.models import FAMILIES
 from inline_mm.models.padding import detect_valid_sizes
 
 
+def _sizes(x):
+    """Each image's ``(h, w)`` as read from the batch (a ``(B, 2)`` tensor)."""
+    return [tuple(s) for s in detect_valid_sizes(x).tolist()]
+
+
 def _load_tool():
     return importlib.import_module('benchmarks.__main__')
 
@@ -65,9 +70,9 @@ def test_batches_are_what_their_conditions_say():
     assert padding.canvas((1024, 1024)) == (1024, 1024)
     x = padding.make_batch((800, 1333), 'none', 2)
     assert x.shape == (2, 3, 800, 1344)
-    assert detect_valid_sizes(x) == [(800, 1344)] * 2
+    assert _sizes(x) == [(800, 1344)] * 2
     x = padding.make_batch((800, 1333), 'padded', 3)
-    assert detect_valid_sizes(x) == [(800, 1344), (600, 999), (600, 999)]
+    assert _sizes(x) == [(800, 1344), (600, 999), (600, 999)]
     assert padding.image_sizes((1024, 1024), 'padded', 2) == [(1024, 1024), (768, 768)]
     # the benchmark refuses to time a batch its model does not read as the condition
     model = padding.build_model('InLineSwin', quick=True)
@@ -88,3 +93,26 @@ def test_padding_arguments():
                  ['--models', 'InLineSwin'], ['--padding', '--conditions', 'half']):
         with pytest.raises(SystemExit):
             tool.parse_args(argv)
+
+
+def test_sweep_cases_and_their_batches():
+    """--sweep: batch 2 at 800x1344 and batch 4 at 512x768, the second image at 1/2, 3/4
+    and 15/16 of each side, the others full; each batch reads as its sizes."""
+    cases = padding.sweep_cases()
+    assert [(s, b) for s, b, _ in cases] == [((800, 1344), 2)] * 3 + [((512, 768), 4)] * 3
+    assert padding.image_sizes((800, 1344), 'second15/16', 2) == [(800, 1344), (750, 1260)]
+    assert padding.image_sizes((512, 768), 'second1/2', 4) == \
+        [(512, 768), (256, 384), (512, 768), (512, 768)]
+    x = padding.make_batch((512, 768), 'second3/4', 4)
+    assert _sizes(x) == [(512, 768), (384, 576), (512, 768), (512, 768)]
+    with pytest.raises(ValueError, match='second<fraction>'):
+        padding.image_sizes((64, 96), 'second1/3', 2)
+    tool = _load_tool()
+    args = tool.parse_args(['--padding', '--sweep', '--quick', '--models', 'InLineDeiT',
+                            '--modes', 'inference', '--repeats', '1', '--warmup', '0'])
+    results = padding.run(args, padding.torch.device('cpu'))
+    assert sorted({(r.condition, len(r.images)) for r in results}) == sorted(
+        (c, b) for _, b, c in padding.sweep_cases(quick=True))
+    assert all(r.status == 'ok' and len(r.cpu_times) == 1 for r in results)
+    with pytest.raises(SystemExit):
+        tool.parse_args(['--sweep'])
