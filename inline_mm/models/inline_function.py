@@ -52,6 +52,14 @@ Implementation notes (why it looks the way it does):
   loop would bake the batch size in) and the paper's switches (a kernel phi, linear
   attention, windows) run. InLine attention with another kernel on the per-sample
   path still runs the kernel, on ``phi(q), phi(k), v``.
+* The fold (:class:`_FoldedInLineFunction`, :func:`inline_folded`): where the module
+  owns its ``qkv`` projection (InLine attention, identity kernel, global, the per-sample
+  path), ``q M = x (W_q^T M) + b_q M`` takes the projection into the kernel: the queries
+  are never made, and the forward's ``q M``, the backward's ``dQ`` and ``dM = Q^T dO``
+  (skinny products, inner dimension ``d``) become one dense ``C x C`` product of ``x``
+  and ``d x C`` products of the weights. :meth:`.attention.InLineAttention.attend`
+  (InLine-CSwin's branches, the attention-map capture) keeps the kernel above on the
+  projection's output.
 * Padding awareness in the kernel: each image of a padded batch is the top-left
   ``(h, w)`` region of the map (``regions``). The statistics run over each image's
   tokens: the means are sums over its region divided by its count, and ``K^T V``
