@@ -5,7 +5,7 @@
 # (configs/_base_/cascade-mask-rcnn_fpn.py): four 3x3 convs with batch norm and one fc,
 # GIoU-scored. A copy next to your own Mask R-CNN copy: point _base_ at it.
 _base_ = './mask-rcnn_inline-swin-t_fpn_1xb4-36e_custom-coco.py'
-num_classes = {{_base_.num_classes}}
+num_classes = _base_.num_classes
 
 
 def _box_head(target_stds):

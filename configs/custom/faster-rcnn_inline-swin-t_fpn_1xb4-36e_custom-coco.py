@@ -13,7 +13,7 @@ train_dataloader = dict(dataset=dict(pipeline=[
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', with_bbox=True),
     dict(type='RandomChoiceResize',
-         scales=[({{_base_.img_scale}}[0], s) for s in {{_base_.train_short_sides}}],
+         scales=[(_base_.img_scale[0], s) for s in _base_.train_short_sides],
          keep_ratio=True),
     dict(type='RandomFlip', prob=0.5),
     dict(type='PackDetInputs'),
