@@ -50,7 +50,7 @@ FASTER_RCNN_TEMPLATE = 'configs/custom/faster-rcnn_inline-swin-t_fpn_1xb4-36e_cu
 
 def default_img_dir(ann_file: str) -> str:
     """Where the images of ``DATA/annotations/x.json`` are: ``DATA/images``."""
-    return osp.join(osp.dirname(osp.dirname(osp.abspath(ann_file))), 'images')
+    return osp.normpath(osp.join(osp.dirname(ann_file) or '.', '..', 'images'))
 
 
 def coco_classes(ann_file: str) -> Tuple[str, ...]:
