@@ -335,6 +335,7 @@ def test_the_hook_refuses_a_box_only_export_and_a_class_order_before_training(
     with pytest.raises(ValueError, match='box-only export') as e:
         DatasetCheckHook(num_workers=1).before_train(runner)
     assert 'train.json' in str(e.value) and 'faster-rcnn_inline-swin-t' in str(e.value)
+    DatasetCheckHook(num_workers=1, warn_only=('box-only',)).before_train(runner)
     boxes = dataset(TEMPLATE.name.replace('mask-rcnn', 'faster-rcnn'))
     assert coco_dataset_problems([boxes])[0] == []
     loader.dataset = boxes

@@ -30,7 +30,7 @@ import json
 import logging
 import os.path as osp
 import time
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from mmengine import dist
 from mmengine.hooks import Hook
@@ -121,6 +121,11 @@ def coco_dataset_problems(datasets, decode: bool = True, jobs: int = 1,
 class DatasetCheckHook(Hook):
     """Check every file of the train/val/test datasets before the first iteration.
 
+    COCO datasets (mmdet's ``CocoDataset`` and kin) get every rule of
+    ``tools/misc/check_dataset.py`` on their json (:mod:`inline_mm.datasets.coco_checks`:
+    schema, ids, categories, polygons, RLE, boxes, json sizes against the images, masks
+    present where the pipeline loads them) and the config's class order against the file's.
+
     Raises one ``FileNotFoundError`` / ``ValueError`` listing all missing images or
     masks, all files that do not decode in full (``truncated``, ``corrupt``,
     ``unreadable``: the rules of ``inline_mm.datasets.checks.read_file``) and all
@@ -150,12 +155,16 @@ class DatasetCheckHook(Hook):
             machine).
         splits (tuple[str]): Which dataloaders to check, of ``'train'``, ``'val'``,
             ``'test'``. Default: ``('train', 'val')``.
+        warn_only (Sequence[str]): Problem codes logged as warnings instead of stopping
+            the run, e.g. ``('box-empty', 'polygon')`` for COCO 2017 itself, which holds a
+            few annotations mmdet drops. Default: ``()``.
     """
 
     priority = 'VERY_HIGH'
 
     def __init__(self, check_sizes: bool = True, decode: bool = True,
-                 num_workers: Optional[int] = None, splits=('train', 'val')):
+                 num_workers: Optional[int] = None, splits=('train', 'val'),
+                 warn_only: Sequence[str] = ()):
         unknown = set(splits) - {'train', 'val', 'test'}
         if unknown:
             raise ValueError(f"DatasetCheckHook: unknown split(s) {sorted(unknown)}; use "
@@ -167,6 +176,7 @@ class DatasetCheckHook(Hook):
         self.decode = decode
         self.num_workers = num_workers
         self.splits = tuple(splits)
+        self.warn_only = frozenset(warn_only)
 
     def _workers(self) -> int:
         if self.num_workers is not None:
@@ -222,6 +232,9 @@ class DatasetCheckHook(Hook):
             for _, part, *_ in gathered:
                 tally += part
             seconds = max(s for _, _, s, _ in gathered)
+        for p in (p for p in problems if p.code in self.warn_only):
+            runner.logger.warning(f'DatasetCheckHook: [{p.code}] {p}')
+        problems = [p for p in problems if p.code not in self.warn_only]
         checked = tally.describe(seconds, headers_only=not self.decode)
         if problems:
             missing = all(p.code == 'missing-file' for p in problems)
