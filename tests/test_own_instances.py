@@ -63,7 +63,7 @@ def _metric(log: str, key: str) -> float:
 
 @pytest.mark.subprocess
 @pytest.mark.slow
-def test_own_instances_walkthrough_as_written(tmp_path):
+def test_own_instances_walkthrough_as_written(tmp_path, monkeypatch):
     text = page('own_instances')
     steps = commands(text)
     edits = rehearsal_edits(text)
@@ -131,6 +131,41 @@ def test_own_instances_walkthrough_as_written(tmp_path):
     overlay = Image.open(out / 'overlays' / f'{pngs[0]}.png')
     source = Image.open(data / 'images' / 'predict' / f'{pngs[0]}.jpg')
     assert overlay.size == source.size
+
+    # the page's DetInferencer lines, as written, in the same folder
+    snippet = re.search(r'```python\n(from mmdet.apis import DetInferencer.*?)```', text, re.S)
+    assert snippet, 'the page lost its DetInferencer example'
+    monkeypatch.chdir(ws)
+    exec(snippet[1].replace('work_dirs/my_instances/best_coco_segm_mAP_epoch_N.pth',
+                            str(ckpt.relative_to(ws))), {})
+    preds = sorted((ws / 'work_dirs' / 'inferencer' / 'preds').glob('*.json'))
+    assert [p.stem for p in preds] == pngs
+    assert json.loads(preds[0].read_text())['labels'] is not None
+
+
+@pytest.mark.subprocess
+def test_a_distributed_run_stops_on_every_rank_before_training(tmp_path):
+    """tools/dist_train.sh with the template on the toy export as exported: both ranks stop
+    before the first iteration with the same complete list (the image checks are shared)."""
+    from support import free_port, subprocess_env
+    from inline_mm.toydata.exports import make_coco_export
+    import subprocess
+    import sys
+    make_coco_export(str(tmp_path / 'data'), num_train=10, num_val=2, size=64)
+    config = tmp_path / 'my_instances.py'
+    config.write_text(TEMPLATE.read_text())
+    apply_edits(config, rehearsal_edits(page('own_instances')))
+    env = subprocess_env(PORT=str(free_port()), PYTHON=sys.executable,
+                         INLINE_MM_DATA=str(tmp_path / 'data'))
+    out = subprocess.run(['bash', 'tools/dist_train.sh', str(config), '2', '--work-dir',
+                          str(tmp_path / 'wd')], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300)
+    log = out.stdout + out.stderr
+    assert out.returncode != 0 and 'Distributed training: True' in log, log[-3000:]
+    errors = re.findall(r'DatasetCheckHook: (\d+) problem\(s\)', log)
+    assert errors and set(errors) == {'2'}, log[-3000:]
+    assert 'train/0003.jpg' in log and 'train/0007.jpg' in log and '2 ranks' not in log
+    assert 'Epoch(train)' not in log
 
 
 def shell_rc(cmd: str, cwd: Path, rc: int) -> str:

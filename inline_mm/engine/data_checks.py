@@ -28,6 +28,7 @@ import difflib
 import functools
 import json
 import logging
+import os
 import os.path as osp
 import time
 from typing import List, Optional, Sequence
@@ -181,7 +182,11 @@ class DatasetCheckHook(Hook):
     def _workers(self) -> int:
         if self.num_workers is not None:
             return self.num_workers
-        return max(1, default_jobs() // max(1, dist.get_local_size()))
+        try:
+            local = dist.get_local_size()
+        except RuntimeError:    # no local group (mmengine makes one only for some launchers)
+            local = int(os.environ.get('LOCAL_WORLD_SIZE') or dist.get_world_size())
+        return max(1, default_jobs() // max(1, local))
 
     def _check(self, runner, splits):
         start = time.perf_counter()

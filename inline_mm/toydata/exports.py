@@ -74,7 +74,18 @@ def make_coco_export(out: str, num_train: int = 40, num_val: int = 12, size: int
             orientation = 0
             if name == ROTATED:     # a wider photo, stored unturned, tagged "turn 90 degrees"
                 pad = np.clip(_texture(rng, h, w // 3)[0], 0, 255).astype(np.uint8)
-                img, w, orientation = np.concatenate([img, pad], 1), w + w // 3, 6
+                img, orientation = np.concatenate([img, pad], 1), 6
+                for a in drawn:     # RLE masks cover the whole (now wider) image
+                    if isinstance(a['segmentation'], dict):
+                        m = mask_utils.decode(mask_utils.frPyObjects(a['segmentation'], h, w)
+                                              if isinstance(a['segmentation']['counts'], list)
+                                              else dict(a['segmentation'], counts=a[
+                                                  'segmentation']['counts'].encode()))
+                        m = np.pad(m, ((0, 0), (0, w // 3)))
+                        rle = mask_utils.encode(np.asfortranarray(m))
+                        a['segmentation'] = dict(size=rle['size'],
+                                                 counts=rle['counts'].decode('ascii'))
+                w += w // 3
             data = _jpeg(img, orientation)
             if name == TRUNCATED:
                 data = data[:len(data) * 3 // 5]
