@@ -140,6 +140,7 @@ def test_own_instances_walkthrough_as_written(tmp_path, monkeypatch):
                             str(ckpt.relative_to(ws))), {})
     preds = sorted((ws / 'work_dirs' / 'inferencer' / 'preds').glob('*.json'))
     assert [p.stem for p in preds] == pngs
+    assert len(list((ws / 'work_dirs' / 'inferencer' / 'vis').iterdir())) == len(pngs)
     assert json.loads(preds[0].read_text())['labels'] is not None
 
 
@@ -274,7 +275,8 @@ def test_box_only_export_points_at_the_faster_rcnn_template(tmp_path):
     found = check_coco_instances(str(ann_file), str(tmp_path / 'pics'))
     assert [p.code for p in found.problems] == ['box-only']
     assert FASTER_RCNN_TEMPLATE in found.problems[0].message
-    assert not check_coco_instances(str(ann_file), str(tmp_path / 'pics'), task='detection').problems
+    assert not check_coco_instances(str(ann_file), str(tmp_path / 'pics'),
+                                    task='detection').problems
     assert main([str(ann_file), '--img-dir', str(tmp_path / 'pics')]) == 1
     assert main([str(ann_file), '--img-dir', str(tmp_path / 'pics'), '--task', 'detection']) == 0
     # without --img-dir the images are looked for in ../images, which is not there
@@ -393,7 +395,8 @@ def test_labelme_conversion_groups_shapes_and_splits_reproducibly(tmp_path):
                        points=[[20, 20], [30, 20], [30, 28]]),
                   dict(label='box', shape_type='rectangle', group_id=None,
                        points=[[2, 3], [12, 13]]),
-                  dict(label='dot', shape_type='circle', group_id=None, points=[[20, 10], [24, 10]]),
+                  dict(label='dot', shape_type='circle', group_id=None,
+                       points=[[20, 10], [24, 10]]),
                   dict(label='edge', shape_type='line', group_id=None, points=[[0, 0], [5, 5]])]
         (src / 'sub' / f'{i}.json').write_text(json.dumps(dict(
             shapes=shapes if i else [], imagePath=f'{i}.jpg', imageHeight=30, imageWidth=40)))
@@ -404,9 +407,6 @@ def test_labelme_conversion_groups_shapes_and_splits_reproducibly(tmp_path):
     assert a_val == b_val and len(a_val['images']) == 3
     train = json.loads((tmp_path / 'a/annotations/train.json').read_text())
     assert [c['name'] for c in train['categories']] == ['box', 'cat', 'dot']
-    by_image = {}
-    for ann in train['annotations'] + a_val['annotations']:
-        by_image.setdefault(ann['image_id'], []).append(ann)
     cat = next(a for a in train['annotations'] if a['category_id'] == 2)
     assert len(cat['segmentation']) == 2                   # one instance in two parts
     assert (tmp_path / 'a/images/sub/3.jpg').is_file()

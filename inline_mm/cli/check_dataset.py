@@ -328,7 +328,7 @@ def _print_coco(found, report: Report, all_warnings: bool):
 def check_coco_files(files, report: Report, decode: bool, jobs: int, all_warnings: bool
                      ) -> FileTally:
     """Check ``[(ann_file, img_dir, task), ...]`` (:func:`check_coco_instances`)."""
-    tally = FileTally()
+    tally, first = FileTally(), None
     for ann_file, img_dir, task in files:
         progress = Progress(f'decoding the images of {osp.basename(ann_file)}' if decode
                             else f'reading the images of {osp.basename(ann_file)}')
@@ -339,6 +339,14 @@ def check_coco_files(files, report: Report, decode: bool, jobs: int, all_warning
             progress.close()
         _print_coco(found, report, all_warnings)
         tally += found.tally
+        names = [c['name'] for c in found.categories]
+        if first is None:
+            first = (ann_file, names)
+        elif names != first[1]:
+            report.problem('category-order', ann_file,
+                           f'its categories {names[:10]} differ from those of {first[0]} '
+                           f'({first[1][:10]}): mmdet numbers classes by the list order, so '
+                           'every file of a config must list the same categories in one order')
     return tally
 
 

@@ -62,7 +62,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if osp.exists(args.out):
         raise SystemExit(f'error: {args.out} exists; remove it or write another file')
-    coco = images_json(args.img_dir, args.categories_from, args.img_root or default_img_dir(args.out))
+    coco = images_json(args.img_dir, args.categories_from,
+                       args.img_root or default_img_dir(args.out))
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     with open(args.out, 'w') as f:
         json.dump(coco, f)

@@ -128,7 +128,8 @@ def _rle_problem(segm: dict, h: int, w: int) -> Optional[str]:
                     'image')
         return None
     if not isinstance(counts, str):
-        return f'RLE "counts" must be a list of run lengths or a string (got {type(counts).__name__})'
+        return ('RLE "counts" must be a list of run lengths or a string (got '
+                f'{type(counts).__name__})')
     try:
         from pycocotools import mask as mask_utils
     except ImportError:         # without pycocotools the string form is not checked
@@ -248,7 +249,7 @@ def _json_rules(coco: dict, found: CocoCheck, task: str) -> Dict[int, dict]:
             P.append(Problem('duplicate-id', ann_file, f'annotation id {aid} is used more '
                                                        'than once; give every annotation its '
                                                        'own id (pycocotools keeps only one)'))
-        im = images.get(a.get('image_id'))
+        im = images.get(a.get('image_id')) if _is_int(a.get('image_id')) else None
         where = f'annotation {aid}'
         if im is None:
             P.append(Problem('orphan-annotation', ann_file,
@@ -256,7 +257,7 @@ def _json_rules(coco: dict, found: CocoCheck, task: str) -> Dict[int, dict]:
             continue
         where += f' (image {im["id"]}, {im["file_name"]})'
         cid = a.get('category_id')
-        if cid not in declared:
+        if not _is_int(cid) or cid not in declared:
             P.append(Problem('undeclared-category', ann_file,
                              f'{where}: category_id {cid!r} is not in "categories" (declared: '
                              f'{sorted(declared)[:20]}); mmdet drops it without a word'))
@@ -338,7 +339,8 @@ def _json_rules(coco: dict, found: CocoCheck, task: str) -> Dict[int, dict]:
                          f'{FASTER_RCNN_TEMPLATE} (or export the masks too)'))
     elif task == 'instance' and without_mask:
         for a in anns:
-            if isinstance(a, dict) and not a.get('segmentation') and a.get('image_id') in images:
+            if isinstance(a, dict) and not a.get('segmentation') and \
+                    _is_int(a.get('image_id')) and a['image_id'] in images:
                 P.append(Problem('no-mask', ann_file,
                                  f'annotation {a.get("id")} (image {a["image_id"]}, '
                                  f'{images[a["image_id"]]["file_name"]}): no "segmentation": '

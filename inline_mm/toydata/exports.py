@@ -20,7 +20,6 @@ import json
 import os
 import os.path as osp
 
-import cv2
 import numpy as np
 from PIL import Image
 from pycocotools import mask as mask_utils
