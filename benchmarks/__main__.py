@@ -8,6 +8,7 @@
     python -m benchmarks --padding        # pad_aware=True vs False, 800x1333 and 1024
     python -m benchmarks --floor          # InLineAttention vs its own linears, 16k/65k tokens
     python -m benchmarks --resolution     # backbones and segmentors, 512x1024 .. 2048x4096
+    python -m benchmarks --launches       # ops per forward and host reads, B = 1, 2, 8
     python -m benchmarks.compile          # torch.compile on a stream of sizes (compile.py)
 
 InLine (Han et al., "Bridging the Divide: Reconsidering Softmax and Linear
@@ -76,6 +77,11 @@ heads and C=384 with 12, at 16k and 65k tokens), forward and forward + backward,
 profiles what the attention adds to them, op by op (``benchmarks.floor``). Outputs:
 ``floor.csv``, ``floor_profile.csv``, ``meta.json``.
 
+``--launches`` counts the aten ops one forward dispatches (each a kernel launch on a GPU)
+and its device-to-host reads, per family and path, at batch 1, 2 and 8, padded and not,
+beside mmdet's Swin-T and PVT-T (``benchmarks.launches``). Outputs: ``launches.csv``,
+``meta.json``.
+
 The parts live in ``benchmarks``: ``measure`` (timing, memory, prediction),
 ``backbones``, ``attention``, ``deit``, ``padding`` and ``floor`` (the comparisons); this
 file is their command line. ``tools/benchmark.py`` runs the padding, floor and deployment
@@ -93,7 +99,7 @@ from benchmarks.attention import attention_table, run_attention, write_attention
 from benchmarks.backbones import (FULL_SIZES, MODELS, MODES, QUICK_SIZES, Result,
                                   backbone_tables, build_models, plot_backbones,
                                   run_backbones, write_backbone_csv)
-from benchmarks import deit, floor, padding, resolution
+from benchmarks import deit, floor, launches, padding, resolution
 from benchmarks.measure import Timer, free_memory, machine_info
 from inline_mm.models import FAMILIES
 
@@ -138,6 +144,9 @@ def parse_args(argv=None):
                    help='whole-image inference of backbones and Cityscapes segmentors at '
                         '512x1024, 1024x2048, 2048x4096 (sizes default to those; inference '
                         'only)')
+    p.add_argument('--launches', action='store_true',
+                   help='ops per forward and host reads per family and path, batch 1, 2, 8, '
+                        'padded and not, beside mmdet Swin-T and PVT-T (counted on the CPU)')
     p.add_argument('--compile-backend', default=None,
                    help='with --floor: time module and linears under torch.compile with this '
                         'backend (e.g. inductor)')
@@ -176,10 +185,10 @@ def parse_args(argv=None):
                         'of the available memory)')
     p.add_argument('--out-dir', type=Path, default=ROOT / 'work_dirs' / 'benchmark')
     args = p.parse_args(argv)
-    if sum(map(bool, (args.padding, args.floor, args.resolution,
+    if sum(map(bool, (args.padding, args.floor, args.resolution, args.launches,
                       args.deit or args.attention))) > 1:
-        p.error('--padding, --floor, --resolution and --deit/--attention are comparisons of '
-                'their own: choose one')
+        p.error('--padding, --floor, --resolution, --launches and --deit/--attention are '
+                'comparisons of their own: choose one')
     if args.batch is None:
         args.batch = 2 if args.padding else 1
     if args.batch < 1 or args.warmup < 0:
@@ -190,7 +199,7 @@ def parse_args(argv=None):
         p.error('--compile-backend goes with --floor')
     if args.split_only and not args.deit:
         p.error('--split-only goes with --deit')
-    choices = (FAMILIES if args.padding else deit.MODELS if args.deit else
+    choices = (FAMILIES if args.padding or args.launches else deit.MODELS if args.deit else
                resolution.MODELS if args.resolution else MODELS)
     if args.models is None:
         args.models = list(choices)
@@ -255,6 +264,9 @@ def main(argv=None):
         return
     if args.resolution:
         run_resolution(args, devices, info)
+        return
+    if args.launches:
+        run_launches(args, info)
         return
     run_backbone_part = not args.attention
     run_attention_part = args.attention or args.quick
@@ -358,6 +370,20 @@ def run_floor(args, devices, info):
         paths.append(args.out_dir / 'floor_profile.csv')
     floor.write_floor_csv(rows, prof_rows, *paths)
     _write_meta(args, info, paths)
+
+
+def run_launches(args, info):
+    """``--launches``: ops per forward and host reads (counted on the CPU: the ops a
+    forward dispatches are the same on every device)."""
+    size = launches.QUICK_SIZE if args.quick else launches.SIZE
+    print(f'\nops per no_grad forward, {"smoke" if args.quick else "tiny"} presets, '
+          f'{size[0]}x{size[1]} canvas; padded: image i of B is 1 - i/(2B) of each side',
+          flush=True)
+    rows = launches.run(args.models, quick=args.quick)
+    print(launches.table(rows))
+    path = args.out_dir / 'launches.csv'
+    launches.write_csv(rows, path)
+    _write_meta(args, info, [path])
 
 
 def run_resolution(args, devices, info):

@@ -3,9 +3,13 @@
 ``python -m benchmarks.ab --old PATH`` builds the family (default InLine-PVT-T) from
 the checkout it runs in and from ``PATH`` (another copy of the ``inline_mm/models``
 folder, e.g. ``git archive <commit> inline_mm/models | tar -x -C /tmp``), gives both
-the same weights, checks that they compute the same outputs, and times their
-inference in interleaved rounds (A B, B A, ...), so that a change of load hits both
-alike; it prints the medians and the median of the per-round ratios. Conditions are
+the same weights, checks that they compute the same outputs, and times them in
+interleaved rounds (A B, B A, ...), so that a change of load hits both alike; it prints
+the medians and the median of the per-round ratios. ``--modes``: ``inference`` (eval,
+``no_grad`` forward) and ``training`` (train mode, forward and backward of a fixed
+random linear function of every output; the gradients are checked equal too).
+``--new-args KEY=VALUE`` passes constructor arguments to the new model only (e.g.
+``batched=true`` times the batched path against the old default). Conditions are
 those of :mod:`.padding`: ``none`` (every image fills the canvas) and ``padded``.
 ``--clock cpu`` (the default) times the process's CPU time, which other jobs on a
 shared machine disturb far less than the wall clock (``--clock wall``).
@@ -21,6 +25,7 @@ import sys
 import time
 import types
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -38,24 +43,40 @@ def import_models(path: Path) -> str:
     return _OLD
 
 
-def build_pair(family: str, arch: str, old: Path):
+def _value(text: str):
+    return {'true': True, 'false': False, 'none': None}.get(text.lower(), text)
+
+
+def build_pair(family: str, arch: str, old: Path, new_args: Optional[dict] = None):
     """``(old, new)`` models in eval mode with the new one's weights copied from the old."""
     cls = FAMILIES[family].cls
     module = importlib.import_module(f'{import_models(old)}.{cls.__module__.rsplit(".", 1)[1]}')
     torch.manual_seed(0)
     a = getattr(module, family)(arch=arch, drop_path_rate=0.).eval()
-    b = cls(arch=arch, drop_path_rate=0.).eval()
+    b = cls(arch=arch, drop_path_rate=0., **(new_args or {})).eval()
     b.load_state_dict(a.state_dict())
     return a, b
 
 
 CLOCKS = {'cpu': time.process_time, 'wall': time.perf_counter}
+MODES = ('inference', 'training')
 
 
-def time_once(model, x, clock) -> float:
+def step(model, x, mode: str, weights=None):
+    """One inference forward, or one training step (forward + backward of ``weights``
+    dotted with the outputs); returns the outputs (and the gradients when training)."""
+    if mode == 'inference':
+        with torch.no_grad():
+            return model(x), None
+    model.zero_grad(set_to_none=True)
+    outs = model(x)
+    sum((o * w).sum() for o, w in zip(outs, weights)).backward()
+    return outs, [p.grad for p in model.parameters() if p.grad is not None]
+
+
+def time_once(model, x, clock, mode='inference', weights=None) -> float:
     t = clock()
-    with torch.no_grad():
-        model(x)
+    step(model, x, mode, weights)
     return clock() - t
 
 
@@ -70,30 +91,42 @@ def main(argv=None):
     p.add_argument('--rounds', type=int, default=9)
     p.add_argument('--threads', type=int, default=1)
     p.add_argument('--clock', choices=sorted(CLOCKS), default='cpu')
+    p.add_argument('--modes', nargs='+', choices=MODES, default=['inference'])
+    p.add_argument('--new-args', nargs='*', default=[], metavar='KEY=VALUE',
+                   help='constructor arguments of the new model only (true/false/none parsed)')
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    old, new = build_pair(args.family, args.arch, args.old)
+    new_args = dict(kv.split('=', 1) for kv in args.new_args)
+    new_args = {k: _value(v) for k, v in new_args.items()}
+    old, new = build_pair(args.family, args.arch, args.old, new_args)
     print(f'{args.family}-{args.arch}, {args.batch} x {args.size[0]}x{args.size[1]}, '
-          f'{args.threads} thread(s), {args.rounds} interleaved rounds, inference, '
-          f'{args.clock} time')
-    for condition in args.conditions:
-        torch.manual_seed(1)
-        x = make_batch(tuple(args.size), condition, args.batch)
-        with torch.no_grad():
-            for a, b in zip(old(x), new(x)):
-                err = ((a - b).abs().max() / a.abs().max()).item()
-                if err > 1e-5:
-                    raise RuntimeError(f'{condition}: outputs differ (rel. err. {err:.2e})')
-        times = {'old': [], 'new': []}
-        for r in range(args.rounds):
-            order = (('old', old), ('new', new)) if r % 2 == 0 else (('new', new), ('old', old))
-            for name, model in order:
-                times[name].append(time_once(model, x, CLOCKS[args.clock]))
-        ratios = [n / o for o, n in zip(times['old'], times['new'])]
-        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-        print(f'{condition:>7}: old {med["old"]:8.1f} ms  new {med["new"]:8.1f} ms  '
-              f'new/old median {statistics.median(ratios):.3f} '
-              f'(rounds {min(ratios):.3f}..{max(ratios):.3f})')
+          f'{args.threads} thread(s), {args.rounds} interleaved rounds, {args.clock} time'
+          + (f', new with {new_args}' if new_args else ''))
+    for mode in args.modes:
+        for m in (old, new):
+            m.train(mode == 'training')
+        for condition in args.conditions:
+            torch.manual_seed(1)
+            x = make_batch(tuple(args.size), condition, args.batch)
+            gen = torch.Generator().manual_seed(2)
+            with torch.no_grad():
+                weights = [torch.randn(o.shape, generator=gen) for o in old(x)]
+            (outs_a, grads_a), (outs_b, grads_b) = (step(m, x, mode, weights) for m in (old, new))
+            for a, b in zip(list(outs_a) + (grads_a or []), list(outs_b) + (grads_b or [])):
+                err = ((a - b).abs().max() / a.abs().max().clamp_min(1e-12)).item()
+                if err > 1e-4:
+                    raise RuntimeError(f'{mode}, {condition}: outputs or gradients differ '
+                                       f'(rel. err. {err:.2e})')
+            times = {'old': [], 'new': []}
+            for r in range(args.rounds):
+                order = (('old', old), ('new', new)) if r % 2 == 0 else (('new', new), ('old', old))
+                for name, model in order:
+                    times[name].append(time_once(model, x, CLOCKS[args.clock], mode, weights))
+            ratios = [n / o for o, n in zip(times['old'], times['new'])]
+            med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+            print(f'{mode:>9} {condition:>7}: old {med["old"]:8.1f} ms  new {med["new"]:8.1f} ms  '
+                  f'new/old median {statistics.median(ratios):.3f} '
+                  f'(rounds {min(ratios):.3f}..{max(ratios):.3f})', flush=True)
 
 
 if __name__ == '__main__':

@@ -4,18 +4,18 @@
     python -m benchmarks.padded_compile                    # every family's smoke preset
     python -m benchmarks.padded_compile --family InLineSwin --backend aot_eager
 
-Under compile the backbones run padding-unaware (``InLineBackbone.valid_map``). This forces
-the padding-aware path inside the compiled function in the two ways it could be fed, and
-compiles (``dynamic=True``, dynamo's graph capture with ``--backend``, ``aot_eager`` by
-default: no code generation) over one stream of padded batches of 2 images, all on one
-padded canvas, each batch with other per-image sizes:
+Under compile the backbones run the batched path (``inline_mm.models.padding``): the
+per-image sizes are a tensor in the graph, so padding awareness needs no graph break and
+no recompile per combination of image sizes. This compiles (``dynamic=True``, dynamo's
+graph capture with ``--backend``, ``aot_eager`` by default: no code generation) over one
+stream of padded batches of 2 images, all on one padded canvas, each batch with other
+per-image sizes, fed in three ways:
 
-- ``read``: the sizes read from the input inside the compiled function (``detect_valid_sizes``:
-  its ``.tolist()`` copies them to the host);
+- ``read``: the model reads the sizes from the input itself (what every config does);
 - ``given``: the sizes passed in as Python ints (``valid_sizes=``: the data samples'
-  ``img_shape``, as a detector hook would pass them);
-- ``unpadded``: the same model padding-unaware over a stream of unpadded batches of as many
-  sizes (today's compiled path), for comparison.
+  ``img_shape``); dynamo guards on ints, so each new combination may recompile;
+- ``unpadded``: the same model over a stream of unpadded batches of as many sizes, for
+  comparison.
 
 Per family and form: batches, graphs compiled over the stream (backend calls; also the count
 after each batch), the first recompile's failed guard, graph breaks (dynamo's ``graph_break``
@@ -43,10 +43,8 @@ def _batch(sizes, generator):
 
 
 def _forms(model):
-    from inline_mm.models.padding import detect_valid_sizes
-
     def read(x, sizes):
-        return model(x, valid_sizes=detect_valid_sizes(x))
+        return model(x)
 
     def given(x, sizes):
         return model(x, valid_sizes=sizes)

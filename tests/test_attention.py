@@ -11,8 +11,9 @@ import torch
 from conftest import rel_err
 
 from inline_mm.models import InLineAttention, InLineSwin, inline_attention, local_residual
-from inline_mm.models.inline_function import (_inline_traced, _InLineFunction, reference_attention,
+from inline_mm.models.inline_function import (_inline, reference_attention,
                                               reference_inline_attention, reference_local_residual)
+from inline_mm.models.padding import NO_PADDING, ValidMap
 
 
 def _stir(module, gain=3.0):
@@ -96,21 +97,33 @@ def test_functional_matches_reference():
     _assert_close(_grads(ours, g, q, k, v), _grads(ref, g, q, k, v))
 
 
-def test_traced_form_matches_kernel():
-    """The form torch.compile traces is checked directly, gradients included."""
-    b, heads, h, w, d = 2, 3, 5, 7, 16
-    c = heads * d
-    qkv = torch.randn(b, h * w, 3 * c, requires_grad=True)
+@pytest.mark.parametrize('prefix', [0, 1])
+@pytest.mark.parametrize('padded', [False, True], ids=['unpadded', 'padded'])
+def test_plain_form_matches_kernel(padded, prefix):
+    """The plain form (the batched path, torch.compile, export, the switches) against the
+    per-sample kernel, on the same map, gradients included."""
+    b, heads, h, w, d = 3, 3, 5, 7, 16
+    c, n = heads * d, prefix + h * w
+    qkv = torch.randn(b, n, 3 * c, requires_grad=True)
     kernels = torch.randn(b, c, 3, 3, requires_grad=True)
     bias = torch.randn(c, requires_grad=True)
-    g = torch.randn(b, h * w, c)
+    g = torch.randn(b, n, c)
+    sizes = [(5, 7), (3, 4), (1, 6)]
+    maps = [ValidMap((h, w), sizes, prefix=prefix),
+            ValidMap((h, w), torch.tensor(sizes), prefix=prefix)] if padded \
+        else [NO_PADDING.on_path(False), NO_PADDING.on_path(True)]
     outs, grads = [], []
-    for fn in (_InLineFunction.apply, _inline_traced):
-        packed = qkv.reshape(b, h * w, 3, heads, d).permute(0, 2, 3, 1, 4)
-        out = fn(packed, kernels, bias, (h, w), d ** -0.5)
+    for valid in maps:
+        packed = qkv.reshape(b, n, 3, heads, d).permute(0, 2, 3, 1, 4)
+        out = _inline(packed, kernels, bias, (h, w), d ** -0.5, prefix, valid)
+        if padded:
+            # Only each image's own tokens are defined (and their gradients).
+            out = valid.zero(out)
         outs.append(out)
         grads.append(_grads(out, g, qkv, kernels, bias))
     _assert_close(outs[1:], outs[:1])
+    if padded:
+        grads = [(maps[0].zero(gq.view(b, n, 3 * c)), gk, gb) for gq, gk, gb in grads]
     _assert_close(grads[1], grads[0])
 
 

@@ -1,6 +1,7 @@
-"""Every backbone under ``torch.compile`` serves a stream of sizes: one graph without
-breaks, the same outputs and gradients as eager, and recompiles only where the model
-decides something in Python from the size (docs/export_and_timm.md states the bound).
+"""Every backbone under ``torch.compile`` serves a stream of padded batches of changing
+sizes: one graph without breaks, padding-aware (the same outputs and gradients as eager,
+each image its features alone), and recompiles only where the model decides something in
+Python from the size (docs/export_and_timm.md states the bound).
 
 The graph capture (dynamo, the part that decides graphs, guards and recompiles) runs
 here with ``backend='aot_eager'`` (AOT autograd, forward and backward graphs, no code
@@ -21,6 +22,14 @@ from inline_mm.models import FAMILIES
 #: sizes of one stream; for the smoke presets every stage of each is wider than a window
 #: or none is, so InLine-Swin's window layout is the same (see test_recompile_bound)
 STREAM = [(64, 96), (72, 80), (88, 64)]
+#: padded batches of one stream (canvas, each image's size): both sides of the canvas
+#: and every image's size change from batch to batch
+PADDED_STREAM = [((64, 96), [(64, 96), (40, 70)]),
+                 ((96, 80), [(70, 80), (96, 50)]),
+                 ((80, 64), [(80, 64), (33, 40)])]
+#: graphs a stream may compile, every family (docs/export_and_timm.md): the first batch's,
+#: then the dynamic one that serves the rest; one more where dynamo restarts its analysis
+GRAPH_BOUND = 3
 
 
 def _smoke(name):
@@ -32,19 +41,40 @@ def _smoke(name):
 _check_close = assert_compiled_matches
 
 
+def _padded_batch(canvas, sizes, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.zeros(len(sizes), 3, *canvas)
+    for i, (h, w) in enumerate(sizes):
+        x[i, :, :h, :w] = torch.randn(3, h, w, generator=gen)
+    return x
+
+
 @pytest.mark.parametrize('name, dynamic', [(name, None) for name in FAMILIES] +
                          [('InLineSwin', True)])
-def test_dynamo_graph_serves_sizes(name, dynamic):
+def test_compiled_backbone_keeps_padding_awareness_over_a_stream(name, dynamic):
+    """Compiled, each padded batch of a stream gives the eager padding-aware outputs
+    and input gradient (eager on the CPU: the per-sample path; compiled: the batched
+    one), and its smallest image the features it gets alone; the number of graphs stays
+    within the bound."""
     torch._dynamo.reset()
     model = _smoke(name)
     counts = torch._dynamo.testing.CompileCounterWithBackend('aot_eager')
     compiled = torch.compile(model, backend=counts, dynamic=dynamic, fullgraph=True)
-    _check_close(compiled, model, torch.randn(2, 3, *STREAM[0]))
-    first = counts.frame_count
-    for size in STREAM[1:]:
-        _check_close(compiled, model, torch.randn(2, 3, *size))
-    # dynamic=True: no recompile; default: one, the dynamic graph for the second size
-    assert counts.frame_count - first <= (0 if dynamic else 1), (first, counts.frame_count)
+    for seed, (canvas, sizes) in enumerate(PADDED_STREAM):
+        x = _padded_batch(canvas, sizes, seed)
+        xc, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+        got, ref = compiled(xc), model(xe)
+        (h, w), last = sizes[-1], len(sizes) - 1
+        with torch.no_grad():
+            alone = model(x[last:, :, :h, :w])
+        for g, r, a in zip(got, ref, alone):
+            torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(g[last:, :, :a.shape[2], :a.shape[3]], a,
+                                       rtol=1e-5, atol=1e-5)
+        sum(o.square().mean() for o in got).backward()
+        sum(o.square().mean() for o in ref).backward()
+        torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-5, atol=1e-5)
+    assert counts.frame_count <= (2 if dynamic else GRAPH_BOUND), counts.frame_count
 
 
 @pytest.mark.parametrize('name', ['InLineSwin', 'InLineCSwin'])
@@ -168,3 +198,57 @@ def test_runner_compile_trains_with_paramwise_groups(tmp_path):
     runner.train()
     assert all(type(g) is dict for g in runner.optim_wrapper.optimizer.param_groups)
     assert any(not torch.equal(a, b) for a, b in zip(start, model.parameters()))
+
+
+def test_runner_compile_trains_padding_aware_on_padded_batches(tmp_path):
+    """``compile=`` in a config trains a backbone on padded batches, padding-aware: the
+    first iteration's loss is the eager padding-aware loss (the padding-unaware one
+    differs), and training moves the weights."""
+    from mmengine.model import BaseModel
+    from mmengine.runner import Runner
+
+    from inline_mm.models import InLinePVT
+
+    class Net(BaseModel):
+        """InLine-PVT on a batch zero-padded to its largest image, as mmdet's
+        preprocessor pads; loss: the mean square of every image's own features."""
+
+        def __init__(self, pad_aware=True):
+            super().__init__()
+            self.backbone = InLinePVT(embed_dims=(32, 32, 48, 64), depths=(1, 1, 1, 1),
+                                      num_heads=(1, 2, 3, 4), drop_path_rate=0.,
+                                      pad_aware=pad_aware)
+
+        def forward(self, inputs, data_samples=None, mode='tensor'):
+            h = max(int(i.shape[1]) for i in inputs)
+            w = max(int(i.shape[2]) for i in inputs)
+            x = torch.stack([torch.nn.functional.pad(i, (0, w - i.shape[2], 0, h - i.shape[1]))
+                             for i in inputs])
+            loss = sum(o.square().mean() for o in self.backbone(x))
+            return dict(loss=loss) if mode == 'loss' else loss
+
+    gen = torch.Generator().manual_seed(0)
+    data = [dict(inputs=torch.randn(3, *s, generator=gen))
+            for s in [(64, 96), (40, 70), (64, 64), (48, 56)]]
+    torch.manual_seed(0)
+    model = Net()
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    unaware = Net(pad_aware=False)
+    unaware.load_state_dict(start)
+    with torch.no_grad():
+        first = [d['inputs'] for d in data[:2]]
+        eager, plain = float(model(first)), float(unaware(first))
+    assert abs(eager - plain) > 1e-4 * abs(eager)        # the padding matters here
+    torch._dynamo.reset()
+    runner = Runner(
+        model=model, work_dir=str(tmp_path),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
+        train_dataloader=dict(dataset=data, sampler=dict(type='DefaultSampler', shuffle=False),
+                              batch_size=2, collate_fn=dict(type='pseudo_collate')),
+        train_cfg=dict(by_epoch=False, max_iters=2),
+        cfg=dict(compile=dict(backend='aot_eager', dynamic=True)),
+        default_hooks=dict(checkpoint=None, logger=None), default_scope='mmengine')
+    runner.train()
+    losses = runner.message_hub.get_scalar('train/loss').data[0]
+    assert abs(losses[0] - eager) <= 1e-5 * abs(eager), (losses[0], eager, plain)
+    assert any(not torch.equal(start[k], v) for k, v in model.state_dict().items())

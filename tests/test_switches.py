@@ -19,7 +19,7 @@ from support import assert_compiled_matches
 
 from inline_mm.models import FAMILIES, InLineAttention, InLineSwin, load_pretrained
 from inline_mm.models.inline_function import (LINEAR_EPS, guard_denominator,
-                                              reference_local_residual, switched_qkv)
+                                              reference_local_residual, plain_qkv)
 from inline_mm.models.layers import window_merge, window_partition
 
 NAMES = list(FAMILIES)
@@ -96,8 +96,8 @@ def test_linear_attention_with_a_positive_kernel_is_not_injective_inline_is(kern
     qkv = torch.randn(b, n, 3 * c)
     moved = torch.cat([other(qkv[..., :c]), qkv[..., c:]], dim=-1)
     for attention, same in (('linear', True), ('inline', False)):
-        a = switched_qkv(qkv, heads, (6, 5), c ** -0.5, attention=attention, kernel=kernel)
-        o = switched_qkv(moved, heads, (6, 5), c ** -0.5, attention=attention, kernel=kernel)
+        a = plain_qkv(qkv, heads, (6, 5), c ** -0.5, attention=attention, kernel=kernel)
+        o = plain_qkv(moved, heads, (6, 5), c ** -0.5, attention=attention, kernel=kernel)
         assert (rel_err(o, a) < TOL) is same, (attention, rel_err(o, a))
     for attention, same in (('linear', True), ('inline', False)):
         attn = _stir(InLineAttention(c, heads, attention=attention, kernel=kernel))
@@ -356,8 +356,10 @@ def test_jit_trace_at_one_size_matches_eager(name, cfg):
         warnings.simplefilter('ignore')
         graph = torch.jit.trace(model, x, check_trace=False)
         batch = torch.randn(2, 3, 64, 96)
+        # The local term is a grouped convolution in eager mode and shifted adds in the
+        # graph: the same sums in another order (the numerical contract's measure).
         for got, ref in zip(graph(batch), model(batch)):
-            torch.testing.assert_close(got, ref, rtol=0, atol=1e-5)
+            assert rel_err(got, ref) <= 1e-5
 
 
 def test_onnx_export_of_windowed_linear_swin_matches_eager(tmp_path):

@@ -31,9 +31,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .inline_function import KERNELS, apply_kernel, inline_qkv, switched_qkv
+from .inline_function import KERNELS, apply_kernel, inline_qkv, plain_qkv
 from .layers import crop, round_up, symbolic, window_merge, window_partition
-from .padding import NO_PADDING, ValidMap
+from .padding import NO_PADDING, ValidMap, batched_path
 
 __all__ = ['INLINE', 'SOFTMAX', 'InLineAttention', 'INLINE_OPTIONS', 'check_inline_options']
 
@@ -122,10 +122,10 @@ class InLineAttention(nn.Module):
             kernels are predicted from, and the local term (zero padding at the window
             border). None: global. Default: None.
 
-    The defaults are the released model, computed by the hand-written kernel of
-    :mod:`.inline_function`; other kernels with InLine attention go through it too (on
-    ``phi(q), phi(k), v``), linear attention and windows through
-    :func:`.inline_function.switched_qkv`.
+    The batched path (:mod:`.padding`) computes every setting with the plain form
+    (:func:`.inline_function.plain_qkv`); the per-sample path computes InLine attention
+    (any kernel, on ``phi(q), phi(k), v``) with the hand-written kernel and linear
+    attention and windows with the plain form.
     """
 
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, proj: bool = True,
@@ -216,10 +216,10 @@ class InLineAttention(nn.Module):
             lepe = self.lepe.weight.view(1, self.dim, 3, 3)
             kernels = lepe.expand(b, -1, -1, -1) if kernels is None else kernels + lepe
             bias = self.lepe.bias
-        if self.attention == 'linear':
-            out = switched_qkv(qkv, self.num_heads, hw, self.scale, kernels, bias,
-                               self.num_prefix_tokens, valid.mask, valid.counts,
-                               self.attention, self.kernel)
+        if self.attention == 'linear' or batched_path(valid, qkv.device):
+            out = plain_qkv(qkv, self.num_heads, hw, self.scale, kernels, bias,
+                            self.num_prefix_tokens, valid.mask, valid.counts,
+                            self.attention, self.kernel)
         else:
             if self.kernel != 'identity':
                 c = self.dim
@@ -305,8 +305,8 @@ class InLineAttention(nn.Module):
             kernels = lepe.expand(b * nw, -1, -1, -1) if kernels is None else kernels + lepe
             bias = self.lepe.bias
         mask, counts = self._window_tokens(b, hw, valid, qkv.device)
-        out = switched_qkv(self._partition(qkv, hw), self.num_heads, (wh, ww), self.scale,
-                           kernels, bias, 0, mask, counts, self.attention, self.kernel)
+        out = plain_qkv(self._partition(qkv, hw), self.num_heads, (wh, ww), self.scale,
+                        kernels, bias, 0, mask, counts, self.attention, self.kernel)
         out = window_merge(out, wh, ww, hp, wp, b)
         return crop(out, h, w).reshape(b, n, self.dim)
 

@@ -44,7 +44,7 @@ from .attention import INLINE, INLINE_OPTIONS, SOFTMAX, check_inline_options
 from .checkpoint import check_layout, identify_family, load_pretrained
 from .inline_function import is_exporting
 from .layers import to_nchw
-from .padding import NO_PADDING, ValidMap, detect_valid_sizes
+from .padding import NO_PADDING, ValidMap, detect_valid_sizes, use_batched
 from .tracing import is_fx_proxy, refuse_script, size_guard
 
 __all__ = ['InLineBackbone', 'parse_stage_types', 'parse_inline_cfg', 'check_out_indices',
@@ -216,6 +216,10 @@ class InLineBackbone(BaseModule):
         in_channels (int): Input channels. Default: 3.
         pad_aware (bool): Treat the zero padding of a batch as absent (see
             :meth:`valid_map`). Default: True.
+        batched (bool, optional): The path of the forward (docs/padding.md, "Two
+            paths"): True, the batched plain-op path (no loop over the images, no host
+            read); False, the per-sample kernel; None, batched on every device but the
+            CPU. ``torch.compile`` always runs the batched path. Default: None.
         init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
             an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
             converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
@@ -239,7 +243,8 @@ class InLineBackbone(BaseModule):
 
     def __init__(self, out_indices: Sequence[int], frozen_stages: int, dims: Sequence[int],
                  depths: Sequence[int], arch_name: str, in_channels: int = 3,
-                 pad_aware: bool = True, init_cfg: Optional[dict] = None):
+                 pad_aware: bool = True, init_cfg: Optional[dict] = None,
+                 batched: Optional[bool] = None):
         super().__init__(init_cfg=init_cfg)
         num_stages = len(dims)
         self.out_indices = check_out_indices(out_indices, num_stages)
@@ -252,6 +257,10 @@ class InLineBackbone(BaseModule):
         self.arch_name = arch_name
         self.in_channels = in_channels
         self.pad_aware = bool(pad_aware)
+        if batched not in (None, True, False):
+            raise ValueError(f'batched must be None (by device), True or False, got {batched!r}')
+        #: the forward's path: True batched, False per-sample, None by device (``valid_map``)
+        self.batched = batched
 
     def _finish_init(self, with_cp: bool, output_norm_eps: Optional[float] = 1e-5):
         """The end of every family's ``__init__``: a LayerNorm ``norm{i}`` (eps
@@ -295,22 +304,36 @@ class InLineBackbone(BaseModule):
         return check_input(x, type(self).__name__, getattr(self, 'in_channels', None),
                            self.min_input_size)
 
-    def valid_map(self, x: torch.Tensor, valid_sizes=None) -> Optional[ValidMap]:
-        """Each image's region of the padded batch ``x`` (None when every image fills it).
+    def valid_map(self, x: torch.Tensor, valid_sizes=None) -> ValidMap:
+        """Each image's region of the padded batch ``x``, on the path this forward takes
+        (:attr:`batched`; :mod:`.padding`, "two paths").
 
         ``valid_sizes`` (one ``(h, w)`` per image, in input pixels) is taken as given;
         otherwise, when ``pad_aware``, the regions are read from the input: trailing
         rows and columns exactly zero in every channel are padding (what mmdet's and
         mmseg's data preprocessors write after normalisation). A region is widened to
         ``min_input_size`` per side (the smallest input the backbone runs) where the
-        image allows. Tracing, ONNX export and ``torch.compile`` run without padding
-        awareness (the reading is data-dependent); ``valid_sizes`` cannot be traced.
+        image allows. On the batched path (and under ``torch.compile``) the sizes stay a
+        tensor on the device; on the per-sample path they are read to the host once, and
+        a batch every image of which fills the map is :data:`.padding.NO_PADDING`.
+        Tracing and ONNX export run without padding awareness (the reading is
+        data-dependent; ``valid_sizes`` cannot be traced).
         """
         b, _, h, w = x.shape
+        batched = use_batched(self.batched, x.device)
+        floor_h, floor_w = min(self.min_input_size, h), min(self.min_input_size, w)
         if valid_sizes is not None:
             if is_exporting():
                 raise ValueError('valid_sizes cannot be traced or exported: an exported graph '
                                  'is padding-unaware (export with pad_aware=False semantics)')
+            if isinstance(valid_sizes, torch.Tensor) and batched:
+                if valid_sizes.shape != (b, 2):
+                    raise ValueError(f'valid_sizes must give one (h, w) per image of the batch '
+                                     f'({b}): a ({b}, 2) tensor, got {tuple(valid_sizes.shape)}')
+                sizes = valid_sizes.to(x.device, torch.long)
+                sizes = torch.stack([sizes[:, 0].clamp(floor_h, h),
+                                     sizes[:, 1].clamp(floor_w, w)], 1)
+                return ValidMap((h, w), sizes, x.device)
             sizes = [tuple(int(v) for v in s) for s in valid_sizes]
             if len(sizes) != b or any(len(s) != 2 for s in sizes):
                 raise ValueError(f'valid_sizes must give one (h, w) per image of the batch '
@@ -319,14 +342,19 @@ class InLineBackbone(BaseModule):
             if bad:
                 raise ValueError(f'valid_sizes {bad} do not fit the {h}x{w} input: each (h, w) '
                                  f'must be within 1..{h} x 1..{w}')
-        elif not self.pad_aware or is_exporting() or torch.compiler.is_compiling():
-            return None
-        else:
+        elif not self.pad_aware or is_exporting():
+            return NO_PADDING.on_path(batched)
+        elif batched:
             sizes = detect_valid_sizes(x)
-        floor_h, floor_w = min(self.min_input_size, h), min(self.min_input_size, w)
+            sizes = torch.stack([sizes[:, 0].clamp_min(floor_h), sizes[:, 1].clamp_min(floor_w)], 1)
+            return ValidMap((h, w), sizes, x.device)
+        else:
+            sizes = detect_valid_sizes(x).tolist()       # the per-sample path's one host read
         sizes = [(max(vh, floor_h), max(vw, floor_w)) for vh, vw in sizes]
+        if batched:
+            return ValidMap((h, w), torch.tensor(sizes, device=x.device), x.device)
         valid = ValidMap.for_map((h, w), sizes, x.device)
-        return valid if valid.is_padded else None
+        return valid if valid.is_padded else NO_PADDING.on_path(False)
 
     def prepare_input(self, x: torch.Tensor,
                       valid_sizes=None) -> Tuple[torch.Tensor, ValidMap]:
@@ -344,8 +372,8 @@ class InLineBackbone(BaseModule):
             # The graph records this size's windows and padding: it must refuse others.
             x = size_guard(x)
         valid = self.valid_map(x, valid_sizes)
-        if valid is None:
-            return x, NO_PADDING
+        if not valid.is_padded:
+            return x, valid
         if valid_sizes is None and not (torch.is_grad_enabled() and x.requires_grad):
             return x, valid          # read from the input: zero outside already
         return valid.zero_image(x), valid

@@ -95,13 +95,15 @@ class LePEStripeAttention(nn.Module):
                token_mean: Optional[torch.Tensor] = None,
                valid: ValidMap = NO_PADDING) -> torch.Tensor:
         """The ``attend`` call of :mod:`.attention` (``token_mean`` is not used). Keys
-        outside an image are masked, its LePE sees zeros there (as at its border
-        alone), and each image gets the stripe width it would get alone (images that
-        differ run separately)."""
+        outside an image are masked and its LePE sees zeros there (as at its border
+        alone). The stripes are the map's for every image: an image narrower than the
+        stripe lies in the first stripe, which then holds exactly its tokens as the
+        stripe clipped to its side would alone, and a wider one has the stripes it has
+        alone, its last one padded; so no image needs a layout of its own."""
         b, n, c3 = qkv.shape
         h, w = hw
-        return valid.run_grouped(self._stripes, qkv.reshape(b, h, w, c3),
-                                 lambda region: self.stripe(hw, region)).reshape(b, n, -1)
+        keys = valid.pixels if valid.is_padded else None
+        return self._stripes(qkv.reshape(b, h, w, c3), self.stripe(hw), keys).reshape(b, n, -1)
 
     def _stripes(self, x: torch.Tensor, stripe: Tuple[int, int],
                  keys: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -305,6 +307,10 @@ class InLineCSwin(InLineBackbone):
         pad_aware (bool): Treat the zero padding of a batch as absent: every image
             gets the features it gets alone (see ``InLineBackbone.valid_map``).
             False computes over the whole padded map. Default: True.
+        batched (bool, optional): The path of the forward (docs/padding.md, "Two
+            paths"): True, the batched plain-op path (no loop over the images, no host
+            read); False, the per-sample kernel; None, batched on every device but the
+            CPU. ``torch.compile`` always runs the batched path. Default: None.
         inline_cfg (dict | Sequence, optional): The paper's switches of the InLine
             blocks (``attention``, ``kernel``, ``local_residual``; see
             ``InLineAttention`` and docs/backbones.md): one dict for every InLine block,
@@ -333,7 +339,7 @@ class InLineCSwin(InLineBackbone):
                  mlp_ratio: float = 4., qkv_bias: bool = True, drop_rate: float = 0.,
                  attn_drop_rate: float = 0., drop_path_rate: float = 0.2,
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
-                 with_cp: bool = False, pad_aware: bool = True,
+                 with_cp: bool = False, pad_aware: bool = True, batched: Optional[bool] = None,
                  inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
                  init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
@@ -352,7 +358,7 @@ class InLineCSwin(InLineBackbone):
                              f'for each of the first {n - 1} stages (the last stage is global)')
         dims = [embed_dims * 2 ** i for i in range(n)]
         super().__init__(out_indices, frozen_stages, dims, depths, cfg['arch_name'], in_channels,
-                         pad_aware, init_cfg)
+                         pad_aware, init_cfg, batched=batched)
         block_types = parse_stage_types(stage_types, depths)
         check_heads(dims, num_heads)
         for i, h in enumerate(num_heads):

@@ -138,6 +138,10 @@ class InLineDeiT(InLineBackbone):
             gets the features it gets alone, position table included (resized to
             each image's own grid; see ``InLineBackbone.valid_map``). False computes
             over the whole padded map. Default: True.
+        batched (bool, optional): The path of the forward (docs/padding.md, "Two
+            paths"): True, the batched plain-op path (no loop over the images, no host
+            read); False, the per-sample kernel; None, batched on every device but the
+            CPU. ``torch.compile`` always runs the batched path. Default: None.
         inline_cfg (dict | Sequence, optional): The paper's switches of the blocks
             (``attention``, ``kernel``, ``local_residual``; see ``InLineAttention`` and
             docs/backbones.md): one dict for every block, or one entry (dict or None)
@@ -164,7 +168,7 @@ class InLineDeiT(InLineBackbone):
                  drop_rate: float = 0., attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0.1, out_indices: Sequence[int] = (2, 5, 8, 11),
                  final_norm: bool = True, frozen_stages: int = -1, with_cp: bool = False,
-                 pad_aware: bool = True,
+                 pad_aware: bool = True, batched: Optional[bool] = None,
                  inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
                  init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depth=depth, num_heads=num_heads,
@@ -181,7 +185,7 @@ class InLineDeiT(InLineBackbone):
         # The blocks are the base class's stages: dims are every block's channels, and
         # depths the one "stage" of blocks of the variant check.
         super().__init__(out_indices, frozen_stages, [embed_dims] * depth, (depth,),
-                         cfg['arch_name'], in_channels, pad_aware, init_cfg)
+                         cfg['arch_name'], in_channels, pad_aware, init_cfg, batched=batched)
         self.embed_dims = embed_dims
         self.depth = depth
         self.patch_size = patch_size
@@ -242,8 +246,12 @@ class InLineDeiT(InLineBackbone):
         x, hw = self.patch_embed(x)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         valid = valid.scaled(hw, self.patch_size, prefix=1)
-        grid = valid.paste(
-            lambda size: resize_pos_embed(self.pos_embed, self.pos_grid, size)[:, 1:], hw)
+        if valid.is_padded:
+            gh, gw = self.pos_grid
+            table = self.pos_embed[:, 1:].reshape(1, gh, gw, -1).permute(0, 3, 1, 2)
+            grid = valid.table(table, hw)
+        else:
+            grid = resize_pos_embed(self.pos_embed, self.pos_grid, hw)[:, 1:]
         cls_pos = self.pos_embed[:, :1].expand(grid.shape[0], -1, -1)
         return self.pos_drop(x + torch.cat([cls_pos, grid], dim=1)), hw, valid
 

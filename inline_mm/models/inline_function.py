@@ -1,5 +1,6 @@
-"""The InLine formula, in one place: the fast kernel, its traced form, the dispatch
-between them, and the term-by-term reference the tests hold them to.
+"""The InLine formula, in one place: its two forms (the per-sample kernel and the plain
+batched form), the dispatch between them, and the term-by-term reference the tests
+hold them to.
 
 InLine attention: injective linear attention plus a predicted local 3x3 term.
 
@@ -39,28 +40,26 @@ Implementation notes (why it looks the way it does):
   without a copy.  oneDNN's depthwise kernels are several
   times faster in this layout, above all in the backward, than the
   ``(1, B * C, H, W)`` grouped convolution of the official code.
-* Under ``torch.compile`` the same formula runs as plain differentiable tensor
-  operations (:func:`_inline_traced`): the eager kernel's strided ``out=`` writes
-  are what Dynamo cannot trace, and Inductor fuses and differentiates the plain
-  form itself.
-* Under ``torch.jit.trace`` and ONNX export (:func:`is_exporting`) the plain form
-  runs with the local term as nine shifted multiply-adds over the whole batch
-  (:func:`_depthwise3x3_batched`): the tracer cannot record the autograd function,
-  and a per-sample loop would bake the batch size into the graph.
-* Padding awareness (:mod:`.padding`): each image of a padded batch is the top-left
-  ``(h, w)`` region of the map, known on the host (``regions``). The statistics run
-  over each image's tokens: the means are sums over its region divided by its count,
-  and ``K^T V`` reads V from its copy, with zeros written outside each region (so
-  the local term, whose input it is, sees zeros past the image, as at the border of
-  an image alone). The backward zeroes the K/V gradient of the tokens
-  outside. Every zeroing writes the padding's own tokens only: no mask is read, no
-  pass goes over the whole map, and autograd records nothing outside the function
-  (an in-place zeroing of ``qkv`` before it cost a copy of the whole ``qkv``
-  gradient in the backward: ~8% of padded training).
-* The paper's switches (a kernel phi, linear attention, windows; :func:`switched_qkv`)
-  are plain batched tensor operations: ablations, not the released models' hot path.
-  InLine attention with another kernel still runs the fast kernel, on
-  ``phi(q), phi(k), v`` (:class:`.attention.InLineAttention`).
+* Two forms, one per path (:mod:`.padding`, "two paths"). The **per-sample kernel**
+  (:class:`_InLineFunction`) above loops over the images with their sizes known on
+  the host: fastest on a CPU. The **plain form** (:func:`plain_qkv`,
+  :func:`plain_attention`) is the same formula as differentiable tensor operations
+  batched over (B x heads), with masks and per-image counts for the padding and the
+  local term as one :func:`depthwise3x3`: no loop over the batch and no host read.
+  It is what the batched path (every device but the CPU by default), ``torch.compile``
+  (Dynamo cannot trace the kernel's strided ``out=`` writes), ``torch.jit.trace``/ONNX
+  export (:func:`is_exporting`: a tracer cannot record the autograd function, and a
+  loop would bake the batch size in) and the paper's switches (a kernel phi, linear
+  attention, windows) run. InLine attention with another kernel on the per-sample
+  path still runs the kernel, on ``phi(q), phi(k), v``.
+* Padding awareness in the kernel: each image of a padded batch is the top-left
+  ``(h, w)`` region of the map (``regions``). The statistics run over each image's
+  tokens: the means are sums over its region divided by its count, and ``K^T V``
+  reads V from its copy, with zeros written outside each region (so the local term,
+  whose input it is, sees zeros past the image, as at the border of an image alone).
+  The backward zeroes the K/V gradient of the tokens outside. Every zeroing writes the
+  padding's own tokens only: no mask is read and autograd records nothing outside the
+  function.
 * The ``d x d`` statistics are reduced in fp32 even under autocast: their sum runs
   over every token of a high-resolution map, and a bounded mean (rather than a raw
   sum) in fp32 is what keeps fp16/bf16 from overflowing.  Token-wise products stay
@@ -71,10 +70,11 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from .padding import NO_PADDING, Regions, ValidMap, zero_outside_
+from .padding import NO_PADDING, Regions, ValidMap, batched_path, zero_outside_
 
-__all__ = ['inline_qkv', 'inline_attention', 'local_residual', 'is_exporting', 'KERNELS',
-           'LINEAR_EPS', 'apply_kernel', 'guard_denominator', 'switched_qkv',
+__all__ = ['inline_qkv', 'inline_attention', 'local_residual', 'depthwise3x3', 'is_exporting',
+           'KERNELS', 'LINEAR_EPS', 'apply_kernel', 'guard_denominator', 'plain_qkv',
+           'plain_attention',
            'reference_inline_attention', 'reference_local_residual', 'reference_attention']
 
 _F32 = torch.float32
@@ -277,14 +277,9 @@ class _InLineFunction(torch.autograd.Function):
         return grad_qkv, grad_kernels, grad_bias, None, None, None, None, None
 
 
-def _depthwise3x3_batched(x_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
-    """Depthwise 3x3 convolution, zero padding 1, with a kernel per sample, without a
-    loop over the batch: nine shifted multiply-adds.
-
-    ``x_img`` ``(B, C, H, W)``, ``kernels`` ``(B, C, 3, 3)`` -> ``(B, C, H, W)``.  A
-    tracer records the batch as a free dimension here (a per-sample loop would bake
-    it in), and ONNX gets plain Pad/Slice/Mul/Add nodes.
-    """
+def _depthwise3x3_shifted(x_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
+    """Nine shifted multiply-adds (plain Pad/Slice/Mul/Add nodes): what a tracer and ONNX
+    record, with the batch a free dimension."""
     h, w = x_img.shape[-2:]
     xp = F.pad(x_img, (1, 1, 1, 1))
     out = None
@@ -293,6 +288,29 @@ def _depthwise3x3_batched(x_img: torch.Tensor, kernels: torch.Tensor) -> torch.T
             term = xp[:, :, dy:dy + h, dx:dx + w] * kernels[:, :, dy, dx, None, None]
             out = term if out is None else out + term
     return out
+
+
+def depthwise3x3(x_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
+    """Depthwise 3x3 convolution, zero padding 1, with a kernel per sample and no loop
+    over the batch: the local term of every path but the per-sample kernel.
+
+    ``x_img`` ``(B, C, H, W)``, ``kernels`` ``(B, C, 3, 3)`` -> ``(B, C, H, W)``. Eager:
+    one grouped convolution with ``groups = B * C`` (one launch). Under ``torch.compile``:
+    the 3x3 windows as a view (``Tensor.unfold``) weighted and summed, which Inductor
+    fuses into one kernel (its grouped convolution with a symbolic group count compiles
+    for minutes). Traced or exported: nine shifted multiply-adds, as ONNX has no
+    convolution whose group count follows the batch.
+    """
+    b, c, h, w = x_img.shape
+    kernels = kernels.to(x_img.dtype)
+    if is_exporting():
+        return _depthwise3x3_shifted(x_img, kernels)
+    if torch.compiler.is_compiling():
+        patches = F.pad(x_img, (1, 1, 1, 1)).unfold(2, 3, 1).unfold(3, 3, 1)  # (B, C, H, W, 3, 3)
+        return (patches * kernels[:, :, None, None]).sum(dim=(-2, -1))
+    out = F.conv2d(x_img.reshape(1, b * c, h, w), kernels.reshape(b * c, 1, 3, 3),
+                   padding=1, groups=b * c)
+    return out.view(b, c, h, w)
 
 
 def _add_local(out: torch.Tensor, local: torch.Tensor, bias: Optional[torch.Tensor],
@@ -308,60 +326,32 @@ def _add_local(out: torch.Tensor, local: torch.Tensor, bias: Optional[torch.Tens
     return out + local
 
 
-def _inline_traced(qkv, kernels, bias, hw, scale, prefix=0, counts=None, mask=None,
-                   batched_local=False):
-    """:class:`_InLineFunction`'s forward as differentiable ops: for ``torch.compile``
-    and, with ``batched_local`` (no loop over samples), for ``torch.jit.trace`` and
-    ONNX export."""
-    b, _, heads, n, d = qkv.shape
-    c = heads * d
-    q, k, v = qkv.unbind(1)
-    if mask is not None:
-        keep = mask.view(b, 1, n, 1)
-        k, v = k * keep, v * keep
-    with _autocast_off(qkv):
-        kf, vf = _f32(k), _f32(v)
-        if counts is None:
-            per = n
-            k_mean, v_mean = kf.mean(dim=2, keepdim=True), vf.mean(dim=2, keepdim=True)
-        else:
-            per = counts.view(b, 1, 1, 1)
-            k_mean, v_mean = kf.sum(dim=2, keepdim=True) / per, vf.sum(dim=2, keepdim=True) / per
-        cov = kf.transpose(-2, -1) @ vf / per - k_mean.transpose(-2, -1) @ v_mean
-        m = (cov * scale).to(q.dtype)
-        out = (q @ m).transpose(1, 2).reshape(b, n, c)
-        out = out + v_mean.reshape(b, 1, c).to(out.dtype)
-        if kernels is None:
-            return out
-        h, w = hw
-        x_img = _conv_cl(v[:, :, prefix:].transpose(1, 2).reshape(b, h, w, c))
-        if batched_local:
-            local = _depthwise3x3_batched(x_img, kernels.to(out.dtype).reshape(b, c, 3, 3))
-        else:
-            kernels = kernels.to(out.dtype).reshape(b, c, 1, 3, 3)
-            local = torch.cat([F.conv2d(x_img[i:i + 1], kernels[i], padding=1, groups=c)
-                               for i in range(b)])
-        return _add_local(out, local, bias, prefix)
-
-
 def is_exporting() -> bool:
     """Whether a graph is being recorded by ``torch.jit.trace`` or the TorchScript ONNX
     exporter (their tracer cannot record the hand-written autograd function)."""
     return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
 
 
-def _inline(qkv, kernels, bias, hw, scale, prefix=0, valid: ValidMap = NO_PADDING):
-    """Dispatch: the hand-written kernel in eager mode, plain ops when compiling,
-    loop-free plain ops when tracing or exporting. Arguments: see
-    :class:`_InLineFunction`; ``valid`` gives the padding (the kernel takes each
-    image's region, the plain forms its token mask)."""
-    if is_exporting():
-        return _inline_traced(qkv, kernels, bias, hw, scale, prefix, valid.counts, valid.mask,
-                              batched_local=True)
-    if torch.compiler.is_compiling():
-        return _inline_traced(qkv, kernels, bias, hw, scale, prefix, valid.counts, valid.mask)
+def _inline(packed, kernels, bias, hw, scale, prefix=0, valid: ValidMap = NO_PADDING):
+    """Dispatch: the plain form (:func:`plain_attention`) on the batched path, under
+    ``torch.compile``, tracing and export; the hand-written per-sample kernel otherwise.
+    ``packed``: ``(B, 3, heads, N, d)``; other arguments: see :class:`_InLineFunction`;
+    ``valid`` gives the padding (the plain form takes its token mask, the kernel each
+    image's region)."""
+    if is_exporting() or batched_path(valid, packed.device):
+        q, k, v = packed.unbind(1)
+        if valid.is_padded:
+            # Keys and values outside an image are zero (tokens there may hold anything).
+            keep = valid.mask[:, None, :, None]
+            k, v = torch.where(keep, k, k.new_zeros(())), torch.where(keep, v, v.new_zeros(()))
+        out = plain_attention(q, k, v, scale, valid.mask, valid.counts)
+        return out if kernels is None else _add_local(
+            out, depthwise3x3(_v_map(v, hw, prefix), kernels), bias, prefix)
+    if valid.is_padded and valid.sizes is None:
+        raise ValueError('the per-sample InLine kernel needs the images\' sizes on the host: '
+                         'give ValidMap Python (h, w) pairs, or run the batched path')
     regions = tuple(valid.sizes) if valid.is_padded else None
-    return _InLineFunction.apply(qkv, kernels, bias, hw, scale, prefix, valid.counts, regions)
+    return _InLineFunction.apply(packed, kernels, bias, hw, scale, prefix, valid.counts, regions)
 
 
 def inline_qkv(qkv: torch.Tensor, num_heads: int, hw: Tuple[int, int], scale: float,
@@ -426,10 +416,8 @@ def inline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def local_residual(v_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
-    """Depthwise 3x3 convolution with a different kernel for every sample.
-
-    Runs per sample in channels-last layout (see the module notes); the result is
-    returned as a contiguous NCHW tensor (some mmcv ops misread channels-last views).
+    """Depthwise 3x3 convolution with a different kernel for every sample
+    (:func:`depthwise3x3`, checked).
 
     Args:
         v_img (Tensor): ``(B, C, H, W)``.
@@ -442,19 +430,13 @@ def local_residual(v_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     if kernels.shape != (b, c, 3, 3):
         raise ValueError(f'kernels must be (B, C, 3, 3) = {(b, c, 3, 3)}, '
                          f'got {tuple(kernels.shape)}')
-    if is_exporting():
-        return _depthwise3x3_batched(v_img, kernels.to(v_img.dtype))
-    x = v_img.contiguous(memory_format=torch.channels_last)
-    kernels = kernels.to(x.dtype).unsqueeze(2)
-    out = torch.cat([F.conv2d(x[i:i + 1], kernels[i], padding=1, groups=c) for i in range(b)])
-    return out.contiguous()
+    return depthwise3x3(v_img, kernels)
 
 
-# --------------------------------------------------------------------------- switches
-# The paper's ablations (the kernel phi, linear instead of InLine attention, windows):
-# plain differentiable ops, one batched form for eager, torch.compile, tracing and
-# export alike. The released models never come here: their identity-kernel InLine
-# attention is the hand-written kernel above.
+# --------------------------------------------------------------------------- plain form
+# The formula and the paper's ablations (the kernel phi, linear instead of InLine
+# attention, windows) as plain differentiable tensor operations batched over (B x heads):
+# the one form of the batched path, torch.compile, tracing/ONNX and the switches.
 
 def _exp_kernel(t: torch.Tensor) -> torch.Tensor:
     # The official ``exp_kernel(x, t=0.2)``: exp(0.2 x).
@@ -498,13 +480,42 @@ def guard_denominator(den: torch.Tensor, eps: float = LINEAR_EPS) -> torch.Tenso
     return torch.where(den < 0, -floor, floor)
 
 
-def switched_qkv(qkv: torch.Tensor, num_heads: int, hw: Tuple[int, int], scale: float,
-                 kernels: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
-                 num_prefix_tokens: int = 0, mask: Optional[torch.Tensor] = None,
-                 counts: Optional[torch.Tensor] = None, attention: str = 'inline',
-                 kernel: str = 'identity', eps: float = LINEAR_EPS) -> torch.Tensor:
+def _v_map(v: torch.Tensor, hw: Tuple[int, int], prefix: int) -> torch.Tensor:
+    """``(B, heads, N, d)`` V -> its map part as a ``(B, C, H, W)`` image (the local term's
+    input; channels-last memory)."""
+    b, heads, n, d = v.shape
+    return _conv_cl(v[:, :, prefix:].transpose(1, 2).reshape(b, hw[0], hw[1], heads * d))
+
+
+def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                    mask: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
+                    attention: str = 'inline', eps: float = LINEAR_EPS) -> torch.Tensor:
+    """The attention term of :func:`plain_qkv` on ``(B, heads, N, d)`` q, k, v (after
+    phi; zero outside ``mask``), in token layout ``(B, N, heads * d)``."""
+    b, heads, n, d = q.shape
+    with _autocast_off(q):
+        kf, vf = _hi(k), _hi(v)
+        per = n if counts is None else counts.clamp_min(1).view(b, 1, 1, 1)
+        k_mean = kf.sum(dim=2, keepdim=True) / per                       # (B, heads, 1, d)
+        kv = kf.transpose(-2, -1) @ vf / per                              # (B, heads, d, d)
+        if attention == 'inline':
+            v_mean = vf.sum(dim=2, keepdim=True) / per
+            m = ((kv - k_mean.transpose(-2, -1) @ v_mean) * scale).to(q.dtype)
+            out = torch.baddbmm(v_mean.to(q.dtype).flatten(0, 1), q.flatten(0, 1),
+                                m.flatten(0, 1)).view(b, heads, n, d)
+        else:
+            den = guard_denominator(_hi(q) @ k_mean.transpose(-2, -1), eps)   # (B, heads, N, 1)
+            out = ((q @ kv.to(q.dtype)) / den).to(q.dtype)
+    return out.transpose(1, 2).reshape(b, n, heads * d)
+
+
+def plain_qkv(qkv: torch.Tensor, num_heads: int, hw: Tuple[int, int], scale: float,
+              kernels: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+              num_prefix_tokens: int = 0, mask: Optional[torch.Tensor] = None,
+              counts: Optional[torch.Tensor] = None, attention: str = 'inline',
+              kernel: str = 'identity', eps: float = LINEAR_EPS) -> torch.Tensor:
     """InLine or linear attention with a kernel phi, local term included, from a
-    projection's ``qkv`` output, in plain differentiable ops.
+    projection's ``qkv`` output, in plain differentiable ops batched over (B x heads).
 
     With ``q' = phi(q)``, ``k' = phi(k)`` per head (``n``: the tokens of a sample)::
 
@@ -512,8 +523,8 @@ def switched_qkv(qkv: torch.Tensor, num_heads: int, hw: Tuple[int, int], scale: 
         linear:  out_i = q'_i S / guard(q'_i . z),  S = K'^T V / n,  z = mean(K')
 
     (the ``1 / n`` of ``S`` and ``z`` cancels; it keeps both bounded), then the local
-    term ``DWConv3x3(V; kernels) + bias`` on the ``H x W`` map, zero padding 1.
-    ``guard`` is :func:`guard_denominator` with ``eps``.
+    term ``DWConv3x3(V; kernels) + bias`` on the ``H x W`` map, zero padding 1
+    (:func:`depthwise3x3`). ``guard`` is :func:`guard_denominator` with ``eps``.
 
     Args:
         qkv (Tensor): ``(B, N, 3C)``, as :func:`inline_qkv` (not written). ``B`` may be
@@ -540,31 +551,16 @@ def switched_qkv(qkv: torch.Tensor, num_heads: int, hw: Tuple[int, int], scale: 
     if attention not in ('inline', 'linear'):
         raise ValueError(f"attention must be 'inline' or 'linear', got {attention!r}")
     c = c3 // 3
-    heads, d = num_heads, c // num_heads
-    q, k, v = qkv.reshape(b, n, 3, heads, d).permute(2, 0, 3, 1, 4)      # (B, heads, N, d)
+    q, k, v = qkv.reshape(b, n, 3, num_heads, c // num_heads).permute(2, 0, 3, 1, 4)
     q, k = apply_kernel(kernel, q), apply_kernel(kernel, k)
     if mask is not None:
         # where, not a product: phi of a finite value outside may be inf (exp).
         keep, zero = mask.view(b, 1, n, 1), qkv.new_zeros(())
         q, k, v = torch.where(keep, q, zero), torch.where(keep, k, zero), torch.where(keep, v, zero)
-    with _autocast_off(qkv):
-        kf, vf = _hi(k), _hi(v)
-        per = n if counts is None else counts.clamp_min(1).view(b, 1, 1, 1)
-        k_mean = kf.sum(dim=2, keepdim=True) / per                       # (B, heads, 1, d)
-        kv = kf.transpose(-2, -1) @ vf / per                              # (B, heads, d, d)
-        if attention == 'inline':
-            v_mean = vf.sum(dim=2, keepdim=True) / per
-            m = ((kv - k_mean.transpose(-2, -1) @ v_mean) * scale).to(q.dtype)
-            out = q @ m + v_mean.to(q.dtype)
-        else:
-            den = guard_denominator(_hi(q) @ k_mean.transpose(-2, -1), eps)   # (B, heads, N, 1)
-            out = ((q @ kv.to(q.dtype)) / den).to(q.dtype)
-        out = out.transpose(1, 2).reshape(b, n, c)
-        if kernels is None:
-            return out
-        x_img = _conv_cl(v[:, :, p:].transpose(1, 2).reshape(b, h, w, c))
-        local = _depthwise3x3_batched(x_img, kernels.to(out.dtype).reshape(b, c, 3, 3))
-        return _add_local(out, local, bias, p)
+    out = plain_attention(q, k, v, scale, mask, counts, attention, eps)
+    if kernels is None:
+        return out
+    return _add_local(out, depthwise3x3(_v_map(v, hw, p), kernels), bias, p)
 
 
 # --------------------------------------------------------------------------- reference

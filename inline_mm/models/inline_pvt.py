@@ -75,7 +75,10 @@ class PositionEmbedding(nn.Module):
                 valid: ValidMap = NO_PADDING) -> torch.Tensor:
         """``x + table``; each image of ``valid`` gets the table resized to its own
         region (as alone), zero outside it."""
-        return x + valid.paste(self.table, hw)
+        if not valid.is_padded:
+            return x + self.table(hw)
+        gh, gw = self.grid
+        return x + valid.table(self.weight.reshape(1, gh, gw, -1).permute(0, 3, 1, 2), hw)
 
 
 class SpatialReductionAttention(nn.Module):
@@ -211,6 +214,10 @@ class InLinePVT(InLineBackbone):
             gets the features it gets alone, position tables included (resized to
             each image's own map; see ``InLineBackbone.valid_map``). False computes
             over the whole padded map. Default: True.
+        batched (bool, optional): The path of the forward (docs/padding.md, "Two
+            paths"): True, the batched plain-op path (no loop over the images, no host
+            read); False, the per-sample kernel; None, batched on every device but the
+            CPU. ``torch.compile`` always runs the batched path. Default: None.
         inline_cfg (dict | Sequence, optional): The paper's switches of the InLine
             blocks (``attention``, ``kernel``, ``local_residual``; see
             ``InLineAttention`` and docs/backbones.md): one dict for every InLine block,
@@ -239,7 +246,7 @@ class InLinePVT(InLineBackbone):
                  patch_size: int = 4, pretrain_img_size: int = 224, qkv_bias: bool = True,
                  drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.1,
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
-                 with_cp: bool = False, pad_aware: bool = True,
+                 with_cp: bool = False, pad_aware: bool = True, batched: Optional[bool] = None,
                  inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
                  init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
@@ -259,7 +266,7 @@ class InLinePVT(InLineBackbone):
         if any(r < 1 for r in sr_ratios):
             raise ValueError(f'sr_ratios {sr_ratios} must be >= 1')
         super().__init__(out_indices, frozen_stages, embed_dims, depths, cfg['arch_name'],
-                         in_channels, pad_aware, init_cfg)
+                         in_channels, pad_aware, init_cfg, batched=batched)
         block_types = parse_stage_types(stage_types, depths)
         check_heads(embed_dims, num_heads)
         #: each stage's InLine switches (keys that differ from the released model)

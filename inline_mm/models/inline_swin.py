@@ -38,30 +38,52 @@ ARCH_SETTINGS = {
 }
 
 
-def _region_ids(size: int, padded: int, window: int, shift: int, device) -> torch.Tensor:
-    """Per-position region label along one axis of a padded, shifted map.
+def _relative_index(window: int, wh: int, ww: int, device=None) -> torch.Tensor:
+    """``(wh * ww, wh * ww)`` index into a ``(2 window - 1) ** 2`` relative-position table
+    for the tokens of a ``wh x ww`` window (``wh, ww <= window``)."""
+    ys, xs = torch.meshgrid(torch.arange(wh, device=device), torch.arange(ww, device=device),
+                            indexing='ij')
+    ys, xs = ys.flatten(), xs.flatten()
+    return (ys[:, None] - ys[None, :] + window - 1) * (2 * window - 1) \
+        + (xs[:, None] - xs[None, :] + window - 1)
 
-    Regions are those of the Swin shift mask; padded positions get label -1 so that
-    they can be masked out as keys.
+
+def _shifted_axis(side: torch.Tensor, length: int, window: int, shift: bool):
+    """One axis of Swin's shifted windows for images of ``side`` ``(B, 1)`` on a map axis
+    of ``length`` (a multiple of ``window``), each image as alone: padded to ``hp`` (a
+    multiple of the window; its own side when it fits in one window, then unshifted),
+    rolled by ``-s`` within ``hp`` (``s = window // 2`` where shifted).
+
+    Returns ``(B, length)`` tensors over the positions ``p`` of the shifted frame: the
+    source position ``src`` (the roll as a gather), its inverse ``dst``, Swin's region
+    label (0, 1, 2: the parts the roll brought together) and whether ``src`` is inside
+    the image. Positions past ``hp`` map to themselves, outside the image.
     """
-    ids = torch.zeros(padded, dtype=torch.long, device=device)
-    if shift:
-        ids[padded - window:padded - shift] = 1
-        ids[padded - shift:] = 2
-    valid = torch.arange(padded, device=device) < size
-    # Shift the validity the same way the features are rolled.
-    valid = torch.roll(valid, -shift, 0) if shift else valid
-    return torch.where(valid, ids, torch.full_like(ids, -1))
+    p = torch.arange(length, device=side.device)[None, :]
+    wide = side > window
+    hp = torch.where(wide, torch.div(side + window - 1, window, rounding_mode='floor') * window,
+                     side)
+    s = torch.where(wide, window // 2, 0) if shift else torch.zeros_like(side)
+    inside_frame = p < hp
+    src = torch.where(inside_frame, torch.remainder(p + s, hp), p)
+    dst = torch.where(inside_frame, torch.remainder(p - s, hp), p)
+    label = (p >= hp - window).long() + (p >= hp - s).long() if shift \
+        else torch.zeros_like(p).expand_as(src)
+    return src, dst, label, src < side
 
 
 class WindowAttention(nn.Module):
-    """Swin (shifted) window softmax attention with relative position bias.
+    """Swin (shifted) window softmax attention with relative position bias, on
+    ``scaled_dot_product_attention``.
 
     Windows and shifts are derived from the run-time map size: a map side that fits
     in one window uses a window of exactly that side, unpadded and unshifted (the
     official behaviour at 224: the 7x7 last stage is neither padded nor shifted).
     Other sides are padded to a multiple of the window; padded positions are masked
-    out as keys, so padding never changes the result of real tokens.
+    out as keys, so padding never changes the result of real tokens. In a padded batch
+    each image gets the windows and shift it would get alone, as fixed-shape tensor
+    operations: the roll as a per-image gather and a per-image additive mask (made once
+    per stage; no loop over the images).
 
     Args:
         dim (int): Channels.
@@ -74,6 +96,10 @@ class WindowAttention(nn.Module):
         proj_drop (float): Dropout after the projection. Default: 0.
     """
 
+    #: the additive mask value of blocked keys (the official code's; a boolean mask would
+    #: give NaN rows for windows wholly outside an image)
+    BLOCKED = -100.0
+
     def __init__(self, dim: int, num_heads: int, window_size: int = 7, shift: bool = False,
                  qkv_bias: bool = True, attn_drop: float = 0., proj_drop: float = 0.):
         super().__init__()
@@ -81,29 +107,33 @@ class WindowAttention(nn.Module):
             raise ValueError(f'dim ({dim}) must be divisible by num_heads ({num_heads})')
         self.dim, self.num_heads, self.window_size = dim, num_heads, window_size
         self.shift = shift
-        self.scale = (dim // num_heads) ** -0.5
         self.relative_position_bias_table = nn.Parameter(
             torch.zeros((2 * window_size - 1) ** 2, num_heads))
+        # Not in the state dict (the converter drops the official one): made from the size.
+        self.register_buffer('relative_position_index',
+                             _relative_index(window_size, window_size, window_size),
+                             persistent=False)
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         trunc_normal_(self.relative_position_bias_table, std=.02)
+        self._masks: Dict[tuple, torch.Tensor] = {}
 
     def extra_repr(self) -> str:
         return (f'dim={self.dim}, num_heads={self.num_heads}, window_size={self.window_size}, '
                 f'shift={self.shift}')
 
     def _relative_bias(self, wh: int, ww: int) -> torch.Tensor:
+        """``(heads, N, N)`` relative position bias of a ``wh x ww`` window."""
         ws = self.window_size
-        dev = self.relative_position_bias_table.device
-        ys, xs = torch.meshgrid(torch.arange(wh, device=dev), torch.arange(ww, device=dev),
-                                indexing='ij')
-        ys, xs = ys.flatten(), xs.flatten()
-        index = ((ys[:, None] - ys[None, :] + ws - 1) * (2 * ws - 1)
-                 + (xs[:, None] - xs[None, :] + ws - 1))
-        bias = self.relative_position_bias_table[index.flatten()]
-        return bias.view(wh * ww, wh * ww, -1).permute(2, 0, 1)          # (heads, N, N)
+        table = self.relative_position_bias_table
+        if not symbolic(wh, ww) and (wh, ww) == (ws, ws):
+            index = self.relative_position_index
+        else:
+            index = _relative_index(ws, wh, ww, table.device)
+        n = wh * ww
+        return table[index.flatten()].view(n, n, -1).permute(2, 0, 1)
 
     def layout(self, hw: Tuple[int, int]) -> Tuple[int, int, int, int]:
         """Window ``(wh, ww)`` and shift ``(sh, sw)`` for a map (or image region) of
@@ -123,73 +153,104 @@ class WindowAttention(nn.Module):
                 token_mean: Optional[torch.Tensor] = None,
                 valid: ValidMap = NO_PADDING) -> torch.Tensor:
         """The call of :mod:`.attention` (``token_mean`` is not used). Each image gets
-        the windows and shift it would get alone (:meth:`layout` of its own size;
-        images that differ run separately) and keys outside it are masked."""
+        the windows and shift it would get alone and keys outside it are masked."""
         b, n, c = x.shape
-        x = valid.zero(x).view(b, hw[0], hw[1], c)
-        return valid.run_grouped(self._windows, x, self.layout).reshape(b, n, c)
-
-    def _windows(self, x: torch.Tensor, layout: Tuple[int, int, int, int],
-                 keys: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``(B, H, W, C)`` -> ``(B, H, W, C)`` attention in the windows of ``layout``;
-        ``keys`` ``(B, H, W)`` bool marks the positions that may be attended to."""
-        b, h, w, c = x.shape
-        wh, ww, sh, sw = layout
+        h, w = hw
+        wh, ww, sh, sw = self.layout(hw)
         # A side within its window is one window of it (round_up would be the same, but
         # with symbolic sizes only this form is known to be h without a guard).
         hp = h if h <= wh else round_up(h, wh)
         wp = w if w <= ww else round_up(w, ww)
-        dynamic = symbolic(h, w)
-        if dynamic or hp != h or wp != w:
+        x = valid.zero(x).view(b, h, w, c)
+        if symbolic(h, w) or hp != h or wp != w:
             x = F.pad(x, (0, 0, 0, wp - w, 0, hp - h))
-        if sh or sw:
-            x = torch.roll(x, shifts=(-sh, -sw), dims=(1, 2))
-        windows = window_partition(x, wh, ww)                            # (B*nW, N, C)
-
-        bw, nt, _ = windows.shape
-        qkv = self.qkv(windows).reshape(bw, nt, 3, self.num_heads, c // self.num_heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        attn = (q * self.scale) @ k.transpose(-2, -1)
-        attn = attn + self._relative_bias(wh, ww).unsqueeze(0).to(attn.dtype)
-        mask = self._mask(h, w, hp, wp, wh, ww, sh, sw, x.device, dynamic)
-        if keys is not None:
-            # Each image's padding is masked like the shift regions (-100).
-            keys = F.pad(keys, (0, wp - w, 0, hp - h))
+        if valid.is_padded:
+            rows, cols, mask = self._image_layouts(valid, (hp, wp), (wh, ww), (sh > 0, sw > 0))
+            if rows is not None:
+                x = x[torch.arange(b, device=x.device)[:, None, None], rows[0][:, :, None],
+                      cols[0][:, None, :]]
+        else:
+            rows = cols = None
             if sh or sw:
-                keys = torch.roll(keys, shifts=(-sh, -sw), dims=(1, 2))
-            blocked = ~window_partition(keys[..., None], wh, ww).view(b, bw // b, 1, nt)
-            pad_mask = torch.zeros(blocked.shape, device=x.device).masked_fill_(blocked, -100.0)
-            mask = pad_mask if mask is None else mask[None] + pad_mask     # (B, nW, N, N)
-        elif mask is not None:
-            mask = mask[None]
-        if mask is not None:
-            nw = (hp // wh) * (wp // ww)
-            attn = attn.view(b, nw, self.num_heads, nt, nt) + mask[:, :, None].to(attn.dtype)
-            attn = attn.view(bw, self.num_heads, nt, nt)
-        attn = self.attn_drop(attn.softmax(dim=-1))
-        out = (attn @ v).transpose(1, 2).reshape(bw, nt, c)
-        out = self.proj_drop(self.proj(out))
-
+                x = torch.roll(x, shifts=(-sh, -sw), dims=(1, 2))
+            mask = self._map_mask(h, w, hp, wp, wh, ww, sh, sw, x.device)
+        out = self._attend(window_partition(x, wh, ww), b, (wh, ww), mask)
         out = window_merge(out, wh, ww, hp, wp, b)
-        if sh or sw:
+        if rows is not None:
+            out = out[torch.arange(b, device=x.device)[:, None, None], rows[1][:, :, None],
+                      cols[1][:, None, :]]
+        elif sh or sw:
             out = torch.roll(out, shifts=(sh, sw), dims=(1, 2))
-        return crop(out, h, w)
+        return crop(out, h, w).reshape(b, n, c)
 
-    @staticmethod
-    def _mask(h, w, hp, wp, wh, ww, sh, sw, device, dynamic=False) -> Optional[torch.Tensor]:
-        """``(nW, N, N)`` additive mask (0 / -100, as the official code) or None
-        (``dynamic``: symbolic sizes, always a mask, rather than a guard on padding)."""
+    def _attend(self, windows: torch.Tensor, b: int, window: Tuple[int, int],
+                mask: Optional[torch.Tensor]) -> torch.Tensor:
+        """``(B * nW, N, C)`` windows -> attention outputs after the projection; ``mask``:
+        additive ``(nW, N, N)`` or ``(B, nW, N, N)``, or None."""
+        bw, nt, c = windows.shape
+        heads = self.num_heads
+        qkv = self.qkv(windows).view(b, bw // b, nt, 3, heads, c // heads)
+        q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)                # (B, nW, heads, N, d)
+        bias = self._relative_bias(*window)
+        attn_mask = bias if mask is None else bias + mask.unsqueeze(-3)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask.to(q.dtype),
+            dropout_p=self.attn_drop.p if self.training else 0.)
+        out = out.transpose(2, 3).reshape(bw, nt, c)
+        return self.proj_drop(self.proj(out))
+
+    def _blocked(self, label: torch.Tensor, inside: torch.Tensor,
+                 window: Tuple[int, int]) -> torch.Tensor:
+        """``(B, Hp, Wp)`` region labels and key validity -> ``(B, nW, N, N)`` additive
+        mask: a key is blocked outside the image or in another region than the query."""
+        b = label.shape[0]
+        win = window_partition(label[..., None], *window).view(b, -1, window[0] * window[1])
+        keys = window_partition(inside[..., None], *window).view(b, -1, window[0] * window[1])
+        blocked = (win[..., None, :] != win[..., :, None]) | ~keys[..., None, :]
+        return torch.zeros(blocked.shape, device=label.device).masked_fill_(blocked,
+                                                                            self.BLOCKED)
+
+    def _image_layouts(self, valid: ValidMap, padded: Tuple[int, int],
+                       window: Tuple[int, int], shift: Tuple[bool, bool]):
+        """Per-image gathers ``((src, dst) rows, (src, dst) cols)`` (None when no image
+        is shifted) and the ``(B, nW, N, N)`` mask of a padded batch, made once per map
+        for the blocks of a stage that share this layout. ``shift``: whether the map's
+        layout shifts each axis (an axis that fits in one window is unshifted, and that
+        window, for every image)."""
+        key = ('swin', self.window_size, shift)
+
+        def make():
+            sizes = valid.size_tensor
+            axes = [_shifted_axis(sizes[:, i:i + 1], padded[i], window[i], shift[i])
+                    for i in range(2)]
+            (rs, rd, rl, ri), (cs, cd, cl, ci) = axes
+            label = rl[:, :, None] * 3 + cl[:, None, :]
+            inside = ri[:, :, None] & ci[:, None, :]
+            return (rs, rd), (cs, cd), self._blocked(label, inside, window)
+
+        rows, cols, mask = valid.memo(key, make)
+        return (rows, cols, mask) if any(shift) else (None, None, mask)
+
+    def _map_mask(self, h, w, hp, wp, wh, ww, sh, sw, device) -> Optional[torch.Tensor]:
+        """``(nW, N, N)`` additive mask of an unpadded batch (shift regions, the map's own
+        padding to whole windows) or None; cached per layout in eager mode. With symbolic
+        sizes (torch.compile) always a mask, rather than a guard on padding."""
+        dynamic = symbolic(h, w)
         if not (dynamic or sh or sw or hp != h or wp != w):
             return None
-        rows = _region_ids(h, hp, wh, sh, device)
-        cols = _region_ids(w, wp, ww, sw, device)
-        # Region label of each position; -1 anywhere along an axis means padding.
-        label = rows[:, None] * 3 + cols[None, :]
-        label = torch.where((rows[:, None] < 0) | (cols[None, :] < 0),
-                            torch.full_like(label, -1), label)
-        win = window_partition(label[None, :, :, None], wh, ww).squeeze(-1)  # (nW, N)
-        blocked = (win[:, None, :] != win[:, :, None]) | (win[:, None, :] < 0)
-        return torch.zeros(blocked.shape, device=device).masked_fill_(blocked, -100.0)
+        key = (h, w, wh, ww, sh, sw, device)
+        if not dynamic and key in self._masks:
+            return self._masks[key]
+        # The map as one image: its sides counted from aranges (sizes may be symbolic).
+        side = [(torch.arange(n, device=device) < s).sum().view(1, 1) for n, s in
+                ((hp, h), (wp, w))]
+        (_, _, rl, ri), (_, _, cl, ci) = (
+            _shifted_axis(side[0], hp, wh, bool(sh)), _shifted_axis(side[1], wp, ww, bool(sw)))
+        mask = self._blocked(rl[:, :, None] * 3 + cl[:, None, :], ri[:, :, None] & ci[:, None, :],
+                             (wh, ww))[0]
+        if not dynamic:
+            self._masks[key] = mask
+        return mask
 
 
 #: attention class of each block type (the contract of :mod:`.attention`)
@@ -269,6 +330,10 @@ class InLineSwin(InLineBackbone):
         pad_aware (bool): Treat the zero padding of a batch as absent: every image
             gets the features it gets alone (see ``InLineBackbone.valid_map``).
             False computes over the whole padded map. Default: True.
+        batched (bool, optional): The path of the forward (docs/padding.md, "Two
+            paths"): True, the batched plain-op path (no loop over the images, no host
+            read); False, the per-sample kernel; None, batched on every device but the
+            CPU. ``torch.compile`` always runs the batched path. Default: None.
         inline_cfg (dict | Sequence, optional): The paper's switches of the InLine
             blocks (``attention``, ``kernel``, ``local_residual``, ``window_size``; see
             ``InLineAttention`` and docs/backbones.md): one dict for every InLine block,
@@ -296,7 +361,7 @@ class InLineSwin(InLineBackbone):
                  mlp_ratio: float = 4., qkv_bias: bool = True, drop_rate: float = 0.,
                  attn_drop_rate: float = 0., drop_path_rate: float = 0.2,
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
-                 with_cp: bool = False, pad_aware: bool = True,
+                 with_cp: bool = False, pad_aware: bool = True, batched: Optional[bool] = None,
                  inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
                  init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
@@ -310,7 +375,7 @@ class InLineSwin(InLineBackbone):
                              'per stage')
         dims = [embed_dims * 2 ** i for i in range(len(depths))]
         super().__init__(out_indices, frozen_stages, dims, depths, cfg['arch_name'], in_channels,
-                         pad_aware, init_cfg)
+                         pad_aware, init_cfg, batched=batched)
         block_types = parse_stage_types(stage_types, depths)
         check_heads(dims, num_heads)
         #: each stage's InLine switches (keys that differ from the released model)

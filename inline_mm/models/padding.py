@@ -9,9 +9,9 @@ predictions alone and next to a larger one.
 
 :class:`ValidMap` carries each image's valid ``(h, w)`` on one map of the batch and
 gives the blocks what they need to ignore the rest: a token mask, per-image token
-counts, masked means, zeroing, and grouping of images by a layout decision that
-depends on the map size (window clipping, shifts, stripe widths) so that each image
-gets the layout it would get alone. The rule every family follows:
+counts, masked means, zeroing, per-image position tables and per-image tensors of
+sizes for the layout decisions an image alone would take on its own size (window
+clipping and shifts). The rule every family follows:
 
 * statistics (means, covariances, token means) run over each image's valid tokens;
 * attention keys outside an image are masked, and q/k/v there are zero, so a local
@@ -19,27 +19,52 @@ gets the layout it would get alone. The rule every family follows:
 * tokens outside an image are zeroed before anything reads across tokens (patch
   merging, overlapping convolutions) and when they leave the backbone.
 
+A map holds its sizes in one of two ways, which are the two paths of the backbones
+(docs/padding.md, "Two paths"):
+
+* **batched** (``sizes`` a ``(B, 2)`` tensor on the batch's device): every method is a
+  fixed-shape tensor operation over the whole batch, with no loop over the images and
+  no device-to-host read; the graph's shapes depend on the map's size only. What GPUs,
+  ``torch.compile`` and the ablation switches run.
+* **per-sample** (``sizes`` Python pairs, read once on the host): the hand-written
+  InLine kernel loops over the images with their sizes known, which keeps temporaries
+  small and is faster on a CPU.
+
 A map whose images all cover it is :data:`NO_PADDING`, whose methods are the plain
 operations (no masks, no copies): the backbones call the same methods either way and
 need no branches, and inputs without padding give exactly the outputs they gave
-before padding awareness existed.
+before padding awareness existed. Only the per-sample path can know a batch is
+unpadded (it reads the sizes); a batched map masks whatever the sizes are.
 """
-from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.nn.functional as F
 
-__all__ = ['ValidMap', 'NoPadding', 'NO_PADDING', 'detect_valid_sizes', 'zero_outside_']
+__all__ = ['ValidMap', 'NoPadding', 'NO_PADDING', 'detect_valid_sizes', 'zero_outside_',
+           'use_batched', 'batched_path']
 
 Size = Tuple[int, int]
 #: each image's ``(h, w)`` region at the top left of a padded batch's map
 Regions = Tuple[Size, ...]
 
 
+def use_batched(batched: Optional[bool], device: torch.device) -> bool:
+    """Whether a forward takes the batched path: always when compiling (the per-sample
+    kernel cannot be traced by Dynamo), else ``batched``, and by default (None) on every
+    device but the CPU, where the per-sample path is faster (docs/performance.md)."""
+    if torch.compiler.is_compiling():
+        return True
+    if batched is None:
+        return torch.device(device).type != 'cpu'
+    return bool(batched)
+
+
 def zero_outside_(t: torch.Tensor, regions: Sequence[Size]) -> torch.Tensor:
     """Zero, in place, what lies outside each image of a ``(B, H, W, ...)`` tensor (any
     strides): image ``i`` is the top-left ``regions[i] = (h, w)``. Writes the padding
     only (no mask is read, the images' own values are not touched); not recorded by
-    autograd (see :meth:`ValidMap.zero_`)."""
+    autograd (see :meth:`ValidMap.zero_`). The per-sample path's zeroing."""
     for i, (h, w) in enumerate(regions):
         if h < t.shape[1]:
             t[i, h:].zero_()
@@ -65,37 +90,25 @@ class _ZeroOutside(torch.autograd.Function):
         return ctx.zero_(grad.clone()), None
 
 
-def detect_valid_sizes(x: torch.Tensor) -> List[Size]:
+def detect_valid_sizes(x: torch.Tensor) -> torch.Tensor:
     """Each image's ``(h, w)`` before its trailing rows and columns that are exactly
-    zero in every channel (the padding the stock data preprocessors write).
+    zero in every channel (the padding the stock data preprocessors write), as a
+    ``(B, 2)`` long tensor on ``x``'s device (nothing is read back to the host).
 
-    An image whose last row and last column both hold a non-zero value is taken as
-    unpadded without looking further; an image that is zero everywhere is taken as
-    unpadded too. One device-to-host copy.
+    An image that is zero everywhere is taken as unpadded.
 
     Args:
         x (Tensor): ``(B, C, H, W)``.
     """
-    b, _, h, w = x.shape
-    # Cheap first look: only images ending in a zero row or column can be padded.
-    last_row_zero = x[:, :, -1, :].eq(0).flatten(1).all(1)
-    last_col_zero = x[:, :, :, -1].eq(0).flatten(1).all(1)
-    maybe = (last_row_zero | last_col_zero).tolist()
-    sizes = [(h, w)] * b
-    if not any(maybe):
-        return sizes
-    idx = [i for i, m in enumerate(maybe) if m]
+    _, _, h, w = x.shape
     # The largest |value| over the channels: 0 exactly where every channel is 0 (NaN,
-    # content, stays NaN and is not 0). One pass over each image and two over the map:
-    # a bool image and its any() cost ~3x as much on CPU.
-    peak = torch.stack([x[i].abs().amax(dim=0) for i in idx])          # (b', H, W)
-    rows, cols = peak.amax(dim=2) != 0, peak.amax(dim=1) != 0          # (b', H), (b', W)
+    # content, stays NaN and is not 0).
+    peak = x.detach().abs().amax(dim=1)                                # (B, H, W)
+    rows, cols = peak.amax(dim=2) != 0, peak.amax(dim=1) != 0          # (B, H), (B, W)
     # First True counted from the end; argmax of an all-False row is 0 (= unpadded).
-    vh = (h - rows.flip(1).int().argmax(1)).tolist()
-    vw = (w - cols.flip(1).int().argmax(1)).tolist()
-    for j, i in enumerate(idx):
-        sizes[i] = (vh[j], vw[j])
-    return sizes
+    vh = h - rows.flip(1).int().argmax(1)
+    vw = w - cols.flip(1).int().argmax(1)
+    return torch.stack([vh, vw], dim=1)
 
 
 class ValidMap:
@@ -103,93 +116,146 @@ class ValidMap:
 
     Args:
         hw (tuple[int, int]): The batch map size ``(H, W)``.
-        sizes (Sequence[tuple[int, int]]): Each image's valid ``(h, w)`` at the top
-            left, ``1 <= h <= H``, ``1 <= w <= W``.
-        device (torch.device): Where masks and counts are made.
+        sizes (Sequence[tuple[int, int]] | Tensor): Each image's valid ``(h, w)`` at the
+            top left, ``1 <= h <= H``, ``1 <= w <= W``: Python pairs (the per-sample
+            path) or a ``(B, 2)`` integer tensor (the batched path; not checked, not
+            read back).
+        device (torch.device, optional): Where masks and counts are made (default: the
+            tensor's, else the CPU).
         prefix (int): Tokens before the map (InLine-DeiT's class token), always valid.
     """
 
-    #: whether any image leaves part of the map (False only for :data:`NO_PADDING`)
+    #: whether some image may leave part of the map (False only for :data:`NO_PADDING`)
     is_padded = True
 
-    def __init__(self, hw: Size, sizes: Sequence[Size], device: torch.device, prefix: int = 0):
-        self.hw = (int(hw[0]), int(hw[1]))
-        self.sizes = [(int(h), int(w)) for h, w in sizes]
-        self.device = torch.device(device)
+    def __init__(self, hw: Size, sizes: Union[Sequence[Size], torch.Tensor],
+                 device: Optional[torch.device] = None, prefix: int = 0):
+        self.hw = (hw[0], hw[1])
         self.prefix = prefix
+        self._cache: Dict[Hashable, torch.Tensor] = {}
+        if isinstance(sizes, torch.Tensor):
+            if sizes.dim() != 2 or sizes.shape[1] != 2:
+                raise ValueError(f'sizes must be a (B, 2) tensor, got {tuple(sizes.shape)}')
+            self.device = sizes.device if device is None else torch.device(device)
+            self._size_tensor = sizes.to(self.device, torch.long)
+            #: Python pairs on the per-sample path; None on the batched path
+            self.sizes: Optional[List[Size]] = None
+            return
+        self.device = torch.device('cpu' if device is None else device)
+        self.sizes = [(int(h), int(w)) for h, w in sizes]
+        self._size_tensor = None
         for h, w in self.sizes:
             if not (1 <= h <= self.hw[0] and 1 <= w <= self.hw[1]):
                 raise ValueError(f'valid size {(h, w)} does not fit a '
                                  f'{self.hw[0]}x{self.hw[1]} map')
-        self._mask = self._pixels = self._counts = self._weights = None
 
     @classmethod
-    def for_map(cls, hw: Size, sizes: Sequence[Size], device: torch.device,
-                prefix: int = 0) -> 'ValidMap':
-        """A :class:`ValidMap`, or :data:`NO_PADDING` when every image covers the whole
-        map."""
-        hw = (int(hw[0]), int(hw[1]))
-        if all(tuple(s) == hw for s in sizes):
+    def for_map(cls, hw: Size, sizes: Union[Sequence[Size], torch.Tensor],
+                device: Optional[torch.device] = None, prefix: int = 0) -> 'ValidMap':
+        """A :class:`ValidMap`, or :data:`NO_PADDING` when every image is known to cover
+        the whole map (Python sizes; a tensor of sizes is never read to find out)."""
+        if not isinstance(sizes, torch.Tensor) and all(
+                (int(h), int(w)) == (int(hw[0]), int(hw[1])) for h, w in sizes):
             return NO_PADDING
         return cls(hw, sizes, device, prefix)
 
+    @property
+    def batched(self) -> bool:
+        """Whether the sizes are a device tensor (the batched path)."""
+        return self.sizes is None
+
     def __repr__(self) -> str:
-        return f'ValidMap(hw={self.hw}, sizes={self.sizes}, prefix={self.prefix})'
+        sizes = 'tensor' if self.batched else self.sizes
+        return f'ValidMap(hw={self.hw}, sizes={sizes}, prefix={self.prefix})'
 
     def __len__(self) -> int:
-        return len(self.sizes)
+        return len(self.sizes) if self.sizes is not None else self._size_tensor.shape[0]
+
+    @property
+    def size_tensor(self) -> torch.Tensor:
+        """``(B, 2)`` long: each image's ``(h, w)`` on :attr:`device`."""
+        if self._size_tensor is None:
+            self._size_tensor = torch.tensor(self.sizes, dtype=torch.long).to(
+                self.device, non_blocking=True)
+        return self._size_tensor
+
+    def host_sizes(self) -> List[Size]:
+        """Each image's ``(h, w)`` as Python ints (on the batched path a device-to-host
+        read: for tools, never for a forward)."""
+        if self.sizes is not None:
+            return list(self.sizes)
+        return [tuple(s) for s in self.size_tensor.tolist()]
+
+    def memo(self, key: Hashable, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``make()``, made once per map for ``key`` (a layout's constants): the blocks of a
+        stage share one map, so a mask they all need is made once per forward."""
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
 
     # ------------------------------------------------------------------ other maps
     def scaled(self, hw: Size, stride: int, prefix: Optional[int] = None) -> 'ValidMap':
         """The valid regions on a map ``stride`` times smaller (a patch embedding, a
         merge): ``ceil(h / stride)``, as each image alone would be padded and reduced.
-        :data:`NO_PADDING` once every image covers the map."""
+        :data:`NO_PADDING` once every image is known to cover the map."""
+        prefix = self.prefix if prefix is None else prefix
         # ceil(h / stride), written here: layers.py imports this module.
+        if self.sizes is None:
+            sizes = torch.div(self._size_tensor + (stride - 1), stride, rounding_mode='floor')
+            sizes = torch.stack([sizes[:, 0].clamp_max(hw[0]), sizes[:, 1].clamp_max(hw[1])], 1)
+            return ValidMap(hw, sizes, self.device, prefix)
         sizes = [(min((h + stride - 1) // stride, hw[0]),
                   min((w + stride - 1) // stride, hw[1])) for h, w in self.sizes]
-        return ValidMap.for_map(hw, sizes, self.device, self.prefix if prefix is None else prefix)
+        return ValidMap.for_map(hw, sizes, self.device, prefix)
 
     def pooled(self, ratio: int) -> 'ValidMap':
         """The cells of a ``ratio``-strided unpadded reduction (PVT's spatial reduction)
         wholly inside each image: ``floor(h / ratio)`` (at least 1), as alone."""
         if ratio == 1:
             return self
+        hw = (self.hw[0] // ratio, self.hw[1] // ratio)
+        if self.sizes is None:
+            cells = torch.div(self._size_tensor, ratio, rounding_mode='floor').clamp_min(1)
+            return ValidMap(hw, cells, self.device)
         cells = [(max(h // ratio, 1), max(w // ratio, 1)) for h, w in self.sizes]
-        return ValidMap.for_map((self.hw[0] // ratio, self.hw[1] // ratio), cells, self.device)
+        return ValidMap.for_map(hw, cells, self.device)
 
     # ------------------------------------------------------------------ masks
     @property
     def pixels(self) -> torch.Tensor:
         """``(B, H, W)`` bool, True inside each image."""
-        if self._pixels is None:
-            sizes = torch.tensor(self.sizes, dtype=torch.long).to(self.device, non_blocking=True)
+        if 'pixels' not in self._cache:
+            sizes = self.size_tensor
             rows = torch.arange(self.hw[0], device=self.device)[None, :] < sizes[:, :1]
             cols = torch.arange(self.hw[1], device=self.device)[None, :] < sizes[:, 1:]
-            self._pixels = rows[:, :, None] & cols[:, None, :]
-        return self._pixels
+            self._cache['pixels'] = rows[:, :, None] & cols[:, None, :]
+        return self._cache['pixels']
 
     @property
     def mask(self) -> torch.Tensor:
         """``(B, prefix + H * W)`` bool, True for an image's own tokens."""
-        if self._mask is None:
+        if 'mask' not in self._cache:
             mask = self.pixels.flatten(1)
             if self.prefix:
-                mask = torch.cat([mask.new_ones(len(self), self.prefix), mask], dim=1)
-            self._mask = mask
-        return self._mask
+                mask = torch.cat([mask.new_ones(mask.shape[0], self.prefix), mask], dim=1)
+            self._cache['mask'] = mask
+        return self._cache['mask']
 
     def key_mask(self) -> torch.Tensor:
         """``(B, 1, 1, N)`` bool attention mask: keys inside each image."""
-        return self.mask.view(len(self), 1, 1, -1)
+        return self.mask.view(self.mask.shape[0], 1, 1, -1)
 
     @property
     def counts(self) -> torch.Tensor:
         """``(B,)`` float32: valid tokens per image (prefix included)."""
-        if self._counts is None:
-            counts = [self.prefix + h * w for h, w in self.sizes]
-            counts = torch.tensor(counts, dtype=torch.float32)
-            self._counts = counts.to(self.device, non_blocking=True)
-        return self._counts
+        if 'counts' not in self._cache:
+            if self.sizes is None:
+                counts = self._size_tensor.prod(dim=1).float() + self.prefix
+            else:
+                counts = torch.tensor([self.prefix + h * w for h, w in self.sizes],
+                                      dtype=torch.float32).to(self.device, non_blocking=True)
+            self._cache['counts'] = counts
+        return self._cache['counts']
 
     # ------------------------------------------------------------------ token ops
     def zero(self, x: torch.Tensor) -> torch.Tensor:
@@ -199,10 +265,11 @@ class ValidMap:
 
     def zero_(self, x: torch.Tensor) -> torch.Tensor:
         """:meth:`zero` in place, for a tensor the caller has just made (a norm's or a
-        projection's output, not a view, nothing else holding it). The forward writes
-        the padding's tokens only; when ``x`` needs a gradient, autograd records one
-        node whose backward zeroes it outside the images (one pass over the gradient).
-        Under ``torch.compile`` and on views: ``masked_fill_`` with the token mask."""
+        projection's output, not a view, nothing else holding it). Per-sample path: the
+        forward writes the padding's tokens only, and when ``x`` needs a gradient
+        autograd records one node whose backward zeroes it outside the images. Batched
+        path, under ``torch.compile`` and on views: ``masked_fill_`` with the token
+        mask."""
         return self._in_place(x, self._zero_tokens_, lambda: self.mask[..., None])
 
     def zero_image_(self, x: torch.Tensor) -> torch.Tensor:
@@ -210,12 +277,11 @@ class ValidMap:
         made (not a view): as :meth:`zero_`."""
         return self._in_place(x, self._zero_pixels_, lambda: self.pixels[:, None])
 
-    @staticmethod
-    def _in_place(x: torch.Tensor, zero_: Callable[[torch.Tensor], torch.Tensor],
+    def _in_place(self, x: torch.Tensor, zero_: Callable[[torch.Tensor], torch.Tensor],
                   inside: Callable[[], torch.Tensor]) -> torch.Tensor:
         """``zero_(x)``, as one autograd node when ``x`` needs a gradient; ``masked_fill_``
         outside ``inside()`` (a bool mask broadcasting to ``x``) where that cannot run."""
-        if torch.compiler.is_compiling() or x._base is not None:
+        if self.sizes is None or torch.compiler.is_compiling() or x._base is not None:
             return x.masked_fill_(~inside(), 0)
         if torch.is_grad_enabled() and x.requires_grad:
             return _ZeroOutside.apply(x, zero_)
@@ -224,8 +290,8 @@ class ValidMap:
     def zero_own(self, x: torch.Tensor) -> torch.Tensor:
         """The tokens outside each image zeroed, for a tensor the caller is done with
         (a stage output about to be merged): in place when autograd records nothing for
-        it (inference: the padding's tokens only), else a copy (:meth:`zero`; autograd
-        may have saved ``x`` for a backward)."""
+        it (inference), else a copy (:meth:`zero`; autograd may have saved ``x`` for a
+        backward)."""
         if torch.is_grad_enabled() and x.requires_grad:
             return self.zero(x)
         return self.zero_(x)
@@ -249,52 +315,36 @@ class ValidMap:
         product with per-token weights (``1 / count`` inside, 0 outside) in fp32, so a
         half-precision sum over a large map cannot overflow. Tokens outside must be
         finite (they are: the blocks compute them from finite values like any other)."""
-        if self._weights is None:
-            self._weights = (self.mask.float() / self.counts[:, None]).unsqueeze(1)
+        weights = self.memo('mean-weights',
+                            lambda: (self.mask.float() / self.counts[:, None]).unsqueeze(1))
         xf = x if x.dtype == torch.float32 else x.float()
-        return torch.bmm(self._weights, xf).squeeze(1).to(x.dtype)
+        return torch.bmm(weights, xf).squeeze(1).to(x.dtype)
 
-    def paste(self, make: Callable[[Size], torch.Tensor], hw: Size) -> torch.Tensor:
-        """``(B, H * W, C)``: each image's ``make(its size)`` (a ``(1, h * w, C)`` table,
-        made once per distinct size) in its region of the ``hw`` map, zero outside
-        (per-image position tables)."""
-        out = None
-        for (h, w), idx in self.group(lambda size: size).items():
-            part = make((h, w))
-            if out is None:
-                out = part.new_empty((len(self), self.hw[0], self.hw[1], part.shape[-1]))
-            out[idx, :h, :w] = part.view(1, h, w, -1)
-        # Every region written, then the rest zeroed: each element written once.
-        with torch.no_grad():
-            zero_outside_(out, self.sizes)
-        return out.flatten(1, 2)
+    def table(self, table: torch.Tensor, hw: Size) -> torch.Tensor:
+        """``(B, H * W, C)``: a ``(1, C, gh, gw)`` position table resized to each image's
+        own region of the ``hw`` map (bilinear, ``align_corners=False``, as
+        ``F.interpolate`` resizes it for the image alone), zero outside. One
+        ``grid_sample`` with a per-image grid: no loop over the images."""
+        b = len(self)
+        gh, gw = table.shape[-2:]
+        # Coordinates in fp64 for an fp64 table (fp32 ones are off by ~1e-7 of a pixel).
+        dt = torch.float64 if table.dtype == torch.float64 else torch.float32
+        sizes = self.size_tensor.to(dt)
+        h, w = hw
+        # The source pixel of output pixel i of an image of side s: (i + 0.5) * g / s - 0.5
+        # (F.interpolate's, clamped at 0 as it clamps; the far side is clamped by the
+        # border mode). grid_sample's normalised coordinate of source pixel p: (2p + 1) / g - 1.
 
-    # ------------------------------------------------------------------ layouts
-    def group(self, layout: Callable[[Size], Hashable]) -> Dict[Hashable, List[int]]:
-        """Images grouped by ``layout(valid_size)`` (insertion order), for decisions an
-        image alone would take on its own size."""
-        groups: Dict[Hashable, List[int]] = {}
-        for i, size in enumerate(self.sizes):
-            groups.setdefault(layout(size), []).append(i)
-        return groups
-
-    def run_grouped(self, fn: Callable, x: torch.Tensor,
-                    layout: Callable[[Size], Hashable]) -> torch.Tensor:
-        """``fn(x_group, layout_key, keys_group)`` on ``(B, H, W, ...)`` ``x`` for each
-        group of images sharing a layout (``keys_group``: their :attr:`pixels`),
-        reassembled in batch order (no copies when there is one group)."""
-        groups = self.group(layout)
-        if len(groups) == 1:
-            (key, idx), = groups.items()
-            return fn(x, key, self.pixels)
-        out = None
-        for key, idx in groups.items():
-            index = torch.tensor(idx, device=x.device)
-            part = fn(x.index_select(0, index), key, self.pixels[idx])
-            if out is None:
-                out = part.new_empty((x.shape[0],) + part.shape[1:])
-            out = out.index_copy(0, index, part)
-        return out
+        def axis(n: int, side: torch.Tensor, g: int) -> torch.Tensor:
+            i = torch.arange(n, device=table.device, dtype=dt)
+            src = ((i[None, :] + 0.5) * (g / side[:, None]) - 0.5).clamp_min(0)
+            return (2 * src + 1) / g - 1                                   # (B, n)
+        ys, xs = axis(h, sizes[:, 0], gh), axis(w, sizes[:, 1], gw)
+        grid = torch.stack([xs[:, None, :].expand(b, h, w), ys[:, :, None].expand(b, h, w)],
+                           dim=-1)
+        out = F.grid_sample(table.expand(b, -1, -1, -1), grid.to(table.dtype), mode='bilinear',
+                            padding_mode='border', align_corners=False)     # (B, C, H, W)
+        return self.zero_image(out).flatten(2).transpose(1, 2)
 
 
 class NoPadding(ValidMap):
@@ -305,11 +355,20 @@ class NoPadding(ValidMap):
     mask = counts = None
     sizes = ()
 
-    def __init__(self):
-        pass
+    def __init__(self, batched: Optional[bool] = None):
+        self._batched = batched
 
     def __repr__(self) -> str:
-        return 'NO_PADDING'
+        return 'NO_PADDING' if self._batched is None else f'NoPadding(batched={self._batched})'
+
+    @property
+    def batched(self) -> Optional[bool]:
+        """The path the blocks take: True, False, or None (by device, :func:`use_batched`)."""
+        return self._batched
+
+    def on_path(self, batched: bool) -> 'NoPadding':
+        """The :class:`NoPadding` of the batched or the per-sample path."""
+        return _NO_PADDING_ON[bool(batched)]
 
     def scaled(self, hw: Size, stride: int, prefix: Optional[int] = None) -> ValidMap:
         return self
@@ -338,13 +397,12 @@ class NoPadding(ValidMap):
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=1)
 
-    def paste(self, make: Callable[[Size], torch.Tensor], hw: Size) -> torch.Tensor:
-        return make(tuple(hw))
 
-    def run_grouped(self, fn: Callable, x: torch.Tensor,
-                    layout: Callable[[Size], Hashable]) -> torch.Tensor:
-        return fn(x, layout(tuple(x.shape[1:3])), None)
-
-
-#: the one :class:`NoPadding`: what a map without padding is
+#: what a map without padding is (the path left to the device: :func:`use_batched`)
 NO_PADDING = NoPadding()
+_NO_PADDING_ON = {False: NoPadding(False), True: NoPadding(True)}
+
+
+def batched_path(valid: ValidMap, device: torch.device) -> bool:
+    """Whether the blocks run ``valid``'s map on the batched path."""
+    return use_batched(valid.batched, device)

@@ -22,7 +22,12 @@
    against the CPU's PyTorch paths, forward and gradients;
 9. one fp32 training iteration each of the shipped RetinaNet, DINO and Mask2Former
    (instance) configs at real size, losses finite, with the ``mmcv._ext`` functions the
-   iteration called (recorded by the stand-in).
+   iteration called (recorded by the stand-in);
+10. the batched path (``batched``: every family's default on CUDA) against the per-sample
+    path on the device, padded batches of 2 and 8, forward and backward; no
+    device-to-host sync in a padded batched forward (``torch.cuda.set_sync_debug_mode
+    ('error')``); ops per forward on the device; CUDA-event times of both paths,
+    forward + backward, at B = 2 and 8 (``--only batched``).
 
 Check 2 runs every backbone on a padded batch too (the padding-aware kernel on the device).
 
@@ -403,8 +408,87 @@ def check_floor_and_padding(device, out_dir):
     return f'padded aware/plain at most {worst:.3f}; floor tables above, CSV in {out_dir}'
 
 
+def _timed(fn, device, repeats=5):
+    """Median seconds of ``fn()`` (CUDA events on CUDA, after a warm-up run)."""
+    import statistics
+    fn()
+    times = []
+    for _ in range(repeats):
+        if device == 'cuda':
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+@check('batched path vs per-sample on device: padded B=2/8, no sync, ops, times')
+def check_batched(device):
+    from benchmarks.launches import count, make_batch
+    from inline_mm.models import FAMILIES
+    size = (512, 512) if device == 'cuda' else (128, 160)
+    lines = []
+    for family in FAMILIES.values():
+        torch.manual_seed(0)
+        kwargs = dict(arch='tiny') if device == 'cuda' else dict(family.smoke)
+        model = family.cls(**{**kwargs, 'drop_path_rate': 0.}).to(device).train()
+        line = [family.name]
+        for b in (2, 8):
+            x = make_batch(size, b, padded=True).to(device)
+            outs, weights = {}, None
+            for path in (True, False):
+                model.batched = path
+                model.zero_grad()
+                xi = x.clone().requires_grad_()
+                y = model(xi)
+                if weights is None:      # a fixed random linear loss: gradients of order 1
+                    gen = torch.Generator().manual_seed(1)
+                    weights = [torch.randn(o.shape, generator=gen).to(device) for o in y]
+                sum((o.float() * w).sum() for o, w in zip(y, weights)).backward()
+                grads = torch.cat([p.grad.flatten() for p in model.parameters()
+                                   if p.grad is not None])
+                outs[path] = ([o.detach() for o in y], grads, xi.grad)
+            fwd = max(rel_err(a, r) for a, r in zip(outs[True][0], outs[False][0]))
+            pg, xg = rel_err(outs[True][1], outs[False][1]), rel_err(outs[True][2], outs[False][2])
+            assert fwd < 1e-4 and pg < 1e-3 and xg < 1e-3, (family.name, b, fwd, pg, xg)
+            model.batched = True
+            if device == 'cuda':
+                torch.cuda.synchronize()
+                torch.cuda.set_sync_debug_mode('error')
+                try:
+                    with torch.no_grad():
+                        model(x)
+                finally:
+                    torch.cuda.set_sync_debug_mode('default')
+            ops = {}
+            times = {}
+            for path, name in ((True, 'batched'), (False, 'per-sample')):
+                model.batched = path
+                model.eval()
+                ops[name] = count(model, x)
+                model.train()
+
+                def step():
+                    model.zero_grad()
+                    sum((o.float() ** 2).mean() for o in model(x)).backward()
+                times[name] = _timed(step, device)
+            line.append(f'B={b} err {fwd:.1e}/{pg:.1e}; ops {ops["batched"][0]} vs '
+                        f'{ops["per-sample"][0]}, reads {ops["batched"][1]} vs '
+                        f'{ops["per-sample"][1]}; fwd+bwd {times["batched"] * 1e3:.1f} ms vs '
+                        f'{times["per-sample"] * 1e3:.1f} ms')
+        lines.append(' '.join(line))
+    return '\n     ' + '\n     '.join(lines)
+
+
 #: --only key -> (check, whether it takes the output folder), in the order they run
 CHECKS = {
+    'batched': (check_batched, False),
     'ops': (check_ops, False),
     'backbones': (check_backbones, False),
     'switches': (check_switches, False),

@@ -1,0 +1,191 @@
+"""Ops per forward and host reads (``python -m benchmarks --launches``).
+
+On a GPU every aten op a forward dispatches is (at least) one kernel launch of a few
+microseconds, and every read of a device value on the host (``.item()``, ``.tolist()``,
+``bool(t)``) waits for the device to finish. A backbone whose op count grows with the
+batch, or that reads back sizes in every forward, is launch-bound at the batch sizes
+detection trains with. This counts both, on the CPU (the ops are the same on any
+device; no GPU is needed to count them):
+
+* ops: every aten op dispatched during one ``no_grad`` forward (a
+  ``TorchDispatchMode``; views and other metadata ops included, as the issue that asked
+  for this counted them);
+* host reads: ``aten._local_scalar_dense`` and ``aten.is_nonzero`` dispatches plus
+  ``Tensor.tolist`` / ``Tensor.numpy`` calls during the forward;
+
+for every family at its ``tiny`` preset (``--quick``: its ``smoke`` configuration) on
+both paths (``batched`` and ``per-sample``; docs/padding.md, "Two paths"), at batch
+1, 2 and 8, unpadded and padded (image ``i`` of ``B`` is ``1 - i / (2B)`` of each side,
+rounded down to a multiple of 32), beside mmdet's Swin-T and PVT-T, which launch the
+same number of ops at any batch size.
+"""
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from inline_mm.models import FAMILIES
+
+__all__ = ['BATCHES', 'SIZE', 'QUICK_SIZE', 'PATHS', 'OpCounter', 'count', 'padded_sizes',
+           'make_batch', 'Row', 'run', 'table', 'write_csv']
+
+BATCHES = (1, 2, 8)
+SIZE, QUICK_SIZE = (320, 320), (96, 96)
+#: path name -> the backbones' ``batched`` argument
+PATHS = {'batched': True, 'per-sample': False}
+_READS = ('_local_scalar_dense', 'is_nonzero')
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten ops dispatched, and the host reads, while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+        self.reads = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        if func.__name__.split('.')[0] in _READS:
+            self.reads += 1
+        return func(*args, **(kwargs or {}))
+
+    def __enter__(self):
+        # tolist/numpy read a CPU tensor's memory without dispatching: wrap them.
+        self._patched = {}
+        for name in ('tolist', 'numpy'):
+            original = getattr(torch.Tensor, name)
+            self._patched[name] = original
+
+            def reading(t, *a, _original=original, **k):
+                self.reads += 1
+                return _original(t, *a, **k)
+
+            setattr(torch.Tensor, name, reading)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for name, original in self._patched.items():
+            setattr(torch.Tensor, name, original)
+        return super().__exit__(*exc)
+
+
+def count(model: nn.Module, x: torch.Tensor) -> Tuple[int, int]:
+    """``(ops, host reads)`` of one ``no_grad`` forward of ``model`` on ``x``."""
+    with torch.no_grad(), OpCounter() as counter:
+        model(x)
+    return counter.ops, counter.reads
+
+
+def padded_sizes(size: Tuple[int, int], batch: int) -> List[Tuple[int, int]]:
+    """Image ``i`` of ``batch``: ``1 - i / (2 batch)`` of each side, rounded down to a
+    multiple of 32 (image 0 fills the canvas)."""
+    return [tuple(max(32, int(side * (1 - i / (2 * batch))) // 32 * 32) for side in size)
+            for i in range(batch)]
+
+
+def make_batch(size: Tuple[int, int], batch: int, padded: bool, seed: int = 0) -> torch.Tensor:
+    """Random normal images (never exactly 0) on a ``size`` canvas, zero-padded."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, 3, *size, generator=gen)
+    if padded:
+        for i, (h, w) in enumerate(padded_sizes(size, batch)):
+            x[i, :, h:] = 0
+            x[i, :, :, w:] = 0
+    return x
+
+
+def _mmdet_swin_t() -> nn.Module:
+    from mmdet.models.backbones import SwinTransformer
+    return SwinTransformer(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24),
+                           window_size=7, drop_path_rate=0.)
+
+
+def _mmdet_pvt_t() -> nn.Module:
+    from mmdet.models.backbones import PyramidVisionTransformer
+    return PyramidVisionTransformer(num_layers=[2, 2, 2, 2], drop_path_rate=0.)
+
+
+#: mmdet's backbones the families are compared with
+REFERENCES: Dict[str, Callable[[], nn.Module]] = {
+    'mmdet Swin-T': _mmdet_swin_t, 'mmdet PVT-T': _mmdet_pvt_t}
+
+
+@dataclass
+class Row:
+    model: str
+    path: str
+    padded: bool
+    batch: int
+    ops: int
+    reads: int
+
+
+def _family(name: str, quick: bool, batched: bool) -> nn.Module:
+    family = FAMILIES[name]
+    kwargs = dict(family.smoke) if quick else dict(arch='tiny')
+    kwargs.update(drop_path_rate=0., batched=batched)
+    return family.cls(**kwargs).eval()
+
+
+def run(names: Sequence[str], quick: bool = False, batches: Sequence[int] = BATCHES,
+        references: bool = True, log=print) -> List[Row]:
+    """Count every (model, path, padded, batch); the families at ``tiny`` (``quick``:
+    ``smoke``), mmdet's references at their real size (not with ``quick``)."""
+    size = QUICK_SIZE if quick else SIZE
+    rows = []
+    torch.manual_seed(0)
+    models = [(name, path, _family(name, quick, batched)) for name in names
+              for path, batched in PATHS.items()]
+    if references and not quick:
+        models += [(name, '', build().eval()) for name, build in REFERENCES.items()]
+    for name, path, model in models:
+        for padded in (False, True):
+            for b in batches:
+                if padded and b == 1:
+                    continue                       # one image fills its own canvas
+                ops, reads = count(model, make_batch(size, b, padded))
+                rows.append(Row(name, path, padded, b, ops, reads))
+                log(f'  {name} {path or "-"} {"padded" if padded else "unpadded"} B={b}: '
+                    f'{ops} ops, {reads} host read(s)', flush=True)
+    return rows
+
+
+def growth(rows: Sequence[Row], model: str, path: str, padded: bool) -> float:
+    """Ops at the largest batch / ops at batch 2 (1 where unpadded batch 2 is missing)."""
+    ops = {r.batch: r.ops for r in rows if (r.model, r.path, r.padded) == (model, path, padded)}
+    return ops[max(ops)] / ops[2]
+
+
+def table(rows: Sequence[Row]) -> str:
+    """Markdown: ops (host reads) per model and path, unpadded and padded, by batch."""
+    batches = sorted({r.batch for r in rows})
+    head = ['model', 'path'] + [f'{"padded" if p else "unpadded"} B={b}' for p in (False, True)
+                                for b in batches if not (p and b == 1)] + ['B=2 -> B=8, padded']
+    lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    keys = list(dict.fromkeys((r.model, r.path) for r in rows))
+    for model, path in keys:
+        cells = [model, path or '-']
+        for padded in (False, True):
+            for b in batches:
+                if padded and b == 1:
+                    continue
+                r = [r for r in rows
+                     if (r.model, r.path, r.padded, r.batch) == (model, path, padded, b)]
+                cells.append(f'{r[0].ops:,} ({r[0].reads})' if r else '-')
+        padded_rows = [r for r in rows if (r.model, r.path, r.padded) == (model, path, True)]
+        cells.append(f'{growth(rows, model, path, True):.2f}x' if len(padded_rows) > 1 else '-')
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
+def write_csv(rows: Sequence[Row], path: Path):
+    with open(path, 'w', newline='') as f:
+        w = csv.writer(f)
+        w.writerow(['model', 'path', 'padded', 'batch', 'ops', 'host_reads'])
+        for r in rows:
+            w.writerow([r.model, r.path, int(r.padded), r.batch, r.ops, r.reads])
