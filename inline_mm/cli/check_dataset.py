@@ -380,6 +380,9 @@ def _main_coco(files, args, root: str) -> int:
     threads = min(args.jobs, max(1, tally.images))
     print(f'checked {tally.describe(seconds, headers_only=args.quick)}'
           + (f' on {threads} threads' if threads > 1 else ''))
+    if args.quick:
+        print('quick: image headers only (sizes and EXIF checked): truncated or corrupt images '
+              'are not found (run without --quick to decode them)')
     if report.problems:
         kinds = Counter(p[0] for p in report.problems)
         print(f'FAILED: {len(report.problems)} problem(s): '
