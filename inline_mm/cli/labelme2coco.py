@@ -94,7 +94,7 @@ def convert(src: str, out: str, val_fraction: float = 0.2, seed: int = 0,
         if not isinstance(data, dict) or 'shapes' not in data:
             warnings.append(f'{path}: not a labelme file (no "shapes"), skipped')
             continue
-        img_rel = data.get('imagePath') or ''
+        img_rel = (data.get('imagePath') or '').replace('\\', '/')     # saved on Windows
         img_path = osp.normpath(osp.join(osp.dirname(path), img_rel))
         h, w = data.get('imageHeight'), data.get('imageWidth')
         if not isinstance(h, int) or not isinstance(w, int) or h <= 0 or w <= 0:
