@@ -142,7 +142,10 @@ def run(names: Sequence[str], quick: bool = False, batches: Sequence[int] = BATC
     models = [(name, path, _family(name, quick, batched)) for name in names
               for path, batched in PATHS.items()]
     if references and not quick:
-        models += [(name, '', build().eval()) for name, build in REFERENCES.items()]
+        for name, build in REFERENCES.items():
+            model = build()
+            model.eval()              # mmdet's Swin overrides train() without returning self
+            models.append((name, '', model))
     for name, path, model in models:
         for padded in (False, True):
             for b in batches:

@@ -156,7 +156,7 @@ class InLineClassifier(nn.Module):
         self.global_pool = self._check_pool(official_pool if global_pool is None else global_pool)
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(self.num_features, num_classes) if num_classes else nn.Identity()
-        strides = [family.stride(i) for i in range(backbone.num_stages)]
+        strides = backbone.stage_strides()
         self._taps = [_stage_output_module(backbone, i) for i in range(backbone.num_stages)]
         self.feature_info = [dict(num_chs=int(backbone.dims[i]), reduction=int(strides[i]),
                                   module=_module_name(backbone, m, 'backbone.'))
@@ -186,10 +186,10 @@ class InLineClassifier(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set:
-        """Position tables, the class token and relative position biases (no decay, as
-        in the official training)."""
-        return {n for n, _ in self.named_parameters()
-                if re.search(r'pos_embed|cls_token|relative_position_bias_table', n)}
+        """The backbone's :meth:`~inline_mm.models.base.InLineBackbone.no_weight_decay`
+        (norms, position tables, the class token, relative position biases), named from
+        this model."""
+        return {f'backbone.{n}' for n in self.backbone.no_weight_decay()}
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W)`` map of the last stage after the final norm; InLine-DeiT:
@@ -292,16 +292,17 @@ class InLineFeatures(nn.Module):
     maps (one per ``out_indices``) and describes them in ``feature_info``.
 
     Args:
-        backbone (InLineBackbone): The backbone (``.backbone``).
-        strides (Sequence[int]): Output stride of every stage (block) of the backbone.
+        backbone (InLineBackbone): The backbone (``.backbone``); every stage's entry is
+            its ``stage_info`` (the backbone's ``feature_info`` lists its outputs), the
+            module named from this model.
     """
 
-    def __init__(self, backbone: nn.Module, strides: Sequence[int]):
+    def __init__(self, backbone: nn.Module):
         super().__init__()
         self.backbone = backbone
-        info = [dict(num_chs=int(backbone.dims[i]), reduction=int(strides[i]),
-                     module=_feature_module(backbone, i))
-                for i in range(len(strides))]
+        info = [backbone.stage_info(i) for i in range(backbone.num_stages)]
+        for entry in info:
+            entry['module'] = f'backbone.{entry["module"]}'
         self.feature_info = FeatureInfo(info, tuple(backbone.out_indices))
 
     def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
@@ -324,17 +325,6 @@ class InLineIntermediates(nn.Module):
         return self.model.forward_intermediates(x, self.out_indices, norm=self.norm,
                                                 output_fmt=self.output_fmt,
                                                 intermediates_only=True)
-
-
-def _feature_module(backbone: nn.Module, i: int) -> str:
-    """Name (from this model) of the module whose output is feature ``i``: the output's
-    own LayerNorm ``norm{i}`` where it has one, else the last module stage ``i`` owns
-    (InLine-Swin ``layers.i``, -PVT/-CSwin ``stages.i``, -DeiT ``blocks.i``, or the final
-    ``norm`` after the last block). timm's hook-based feature wrappers find it by name."""
-    norm = getattr(backbone, f'norm{i}', None)
-    module = norm if isinstance(norm, nn.Module) else backbone._stage_modules(i)[-1]
-    name = next(n for n, m in backbone.named_modules() if m is module)
-    return f'backbone.{name}'
 
 
 def _entry(name: str):
@@ -389,7 +379,7 @@ def create_backbone(name: str, pretrained: bool = False, file: Optional[str] = N
                         checkpoint_key=checkpoint_key)
     else:
         backbone.init_weights()
-    return InLineFeatures(backbone.eval(), [family.stride(i) for i in range(backbone.num_stages)])
+    return InLineFeatures(backbone.eval())
 
 
 def create_classifier(name: str, pretrained: bool = False, file: Optional[str] = None,

@@ -5,6 +5,8 @@ configs/inline_<family>/_base_/ fragments and T configs).
 
 Widths are not stated: the tests compute what a neck or head must take from the
 backbone itself (conftest.out_channels)."""
+from inline_mm.models.families import FAMILIES
+
 
 #: Variant (as config names spell it) -> (backbone type, arch, drop path rate in the COCO
 #: configs, drop path rate in the ADE20K configs). The ImageNet recipes' rates, but for
@@ -25,14 +27,11 @@ BACKBONES = {
     'deit-b': ('InLineDeiT', 'base', 0.1, 0.1),
 }
 
-#: Parameter-name keys without weight decay, by backbone type: the LayerNorms everywhere,
-#: and the family's position tables and class token (CSwin's LePE is a conv: decayed).
-NO_DECAY = {
-    'InLineSwin': {'norm', 'relative_position_bias_table'},
-    'InLinePVT': {'norm', 'pos_embed'},
-    'InLineCSwin': {'norm'},
-    'InLineDeiT': {'norm', 'pos_embed', 'cls_token'},
-}
+#: Parameter-name keys without weight decay, by backbone type: the backbone's own
+#: ``no_weight_decay_keys`` (the LayerNorms everywhere, and the family's position tables and
+#: class token; CSwin's LePE is a conv: decayed). tests/test_backbone_idioms.py checks that
+#: they select exactly the parameters of the backbone's ``no_weight_decay()``.
+NO_DECAY = {name: set(family.cls.no_weight_decay_keys) for name, family in FAMILIES.items()}
 
 #: COCO detection (Mask R-CNN and Cascade Mask R-CNN), by the schedule in the config's
 #: name: epochs, lr steps, AdamW (lr, weight decay) at 16 images per step.

@@ -245,6 +245,13 @@ def tiny_ade(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _seed():
+    """Every test starts from the same random state, whatever ran before it on its worker
+    (Python's, NumPy's and torch's generators)."""
+    import random
+
+    import numpy as np
+    random.seed(0)
+    np.random.seed(0)
     torch.manual_seed(0)
 
 

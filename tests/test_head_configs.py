@@ -106,11 +106,11 @@ def test_recipe(name):
         optim = build_optim_wrapper(model, cfg.optim_wrapper)
     base = cfg.optim_wrapper.optimizer
     groups = {id(p): g for g in optim.optimizer.param_groups for p in g['params']}
-    no_decay = ('norm', 'relative_position_bias_table', 'pos_embed')
+    no_decay = model.backbone.no_weight_decay()
     for pname, p in model.backbone.named_parameters():
         g = groups[id(p)]
         assert g['lr'] == pytest.approx(base.lr * backbone_lr), pname
-        exempt = any(k in pname for k in no_decay)
+        exempt = pname in no_decay
         assert g['weight_decay'] == (0. if exempt else base.weight_decay), pname
     head = model.decode_head if cfg.default_scope == 'mmseg' else (
         getattr(model, 'bbox_head', None) or model.panoptic_head)

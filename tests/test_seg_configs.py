@@ -211,10 +211,9 @@ def test_no_weight_decay_on_norms_and_position_tables(name):
     optim = build_optim_wrapper(model, cfg.optim_wrapper)
     wd = cfg.optim_wrapper.optimizer.weight_decay
     decay = {id(p): g['weight_decay'] for g in optim.optimizer.param_groups for p in g['params']}
-    seen = set()
+    no_decay, seen = model.backbone.no_weight_decay(), set()
     for name, p in model.backbone.named_parameters():
-        exempt = 'norm' in name or any(k in name for k in keys)
-        assert decay[id(p)] == (0. if exempt else wd), name
+        assert decay[id(p)] == (0. if name in no_decay else wd), name
         seen.update(k for k in keys if k in name)
     assert seen == set(keys), 'a position-table key matches no parameter'
     qkv = [p for n, p in model.backbone.named_parameters() if n.endswith('qkv.weight')]

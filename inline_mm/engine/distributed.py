@@ -1,7 +1,7 @@
 """Distributed training on CPU processes (gloo) with the stock mmengine Runner.
 
 Three things stop mmengine 0.10.7 (the last release) from training on CPU processes
-launched by ``torchrun`` (measured with torch 2.14.1 + gloo, no GPU):
+launched by ``torchrun`` (gloo, no GPU):
 
 * its launcher calls ``torch.cuda.set_device(LOCAL_RANK)`` before creating the
   process group ("Found no NVIDIA driver"), and the configs' ``dist_cfg`` asks for the

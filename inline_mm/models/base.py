@@ -15,7 +15,7 @@ What a "stage" is follows the family: a resolution stage of a pyramid (InLine-Sw
 then count blocks).
 """
 import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 import torch.nn as nn
@@ -44,11 +44,16 @@ from .attention import INLINE, INLINE_OPTIONS, SOFTMAX, check_inline_options
 from .checkpoint import check_layout, identify_family, load_pretrained
 from .inline_function import is_exporting
 from .layers import to_nchw
+from .norm_act import norm_layer
 from .padding import NO_PADDING, ValidMap, detect_valid_sizes, use_batched
 from .tracing import is_fx_proxy, refuse_script, size_guard
 
 __all__ = ['InLineBackbone', 'parse_stage_types', 'parse_inline_cfg', 'check_out_indices',
            'resolve_arch']
+
+#: what :meth:`InLineBackbone.no_weight_decay` counts as a normalisation layer
+_NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm,
+                nn.modules.instancenorm._InstanceNorm, nn.RMSNorm)
 
 _TYPE_ALIASES = {'inline': INLINE, 'i': INLINE, 'softmax': SOFTMAX, 's': SOFTMAX}
 
@@ -240,6 +245,12 @@ class InLineBackbone(BaseModule):
     official_final_norm = True
     #: total stride of the last stage; smaller inputs are refused (see ``check_input``).
     min_input_size = 32
+    #: how much each stage after the first divides the map (1: a plain ViT's blocks).
+    stage_downsample = 2
+    #: parts of parameter names that take no weight decay (the configs'
+    #: ``paramwise_cfg.custom_keys``): ``'norm'`` for the LayerNorms, and the family's
+    #: position tables. :meth:`no_weight_decay` lists the parameters they select.
+    no_weight_decay_keys: Tuple[str, ...] = ('norm',)
 
     def __init__(self, out_indices: Sequence[int], frozen_stages: int, dims: Sequence[int],
                  depths: Sequence[int], arch_name: str, in_channels: int = 3,
@@ -262,12 +273,13 @@ class InLineBackbone(BaseModule):
         #: the forward's path: True batched, False per-sample, None by device (``valid_map``)
         self.batched = batched
 
-    def _finish_init(self, with_cp: bool, output_norm_eps: Optional[float] = 1e-5):
+    def _finish_init(self, with_cp: bool, output_norm_eps: Optional[float] = 1e-5,
+                     norm_cfg: Optional[dict] = None):
         """The end of every family's ``__init__``: a LayerNorm ``norm{i}`` (eps
-        ``output_norm_eps``; None: none) for each output, ``with_cp`` on every stage,
-        ``frozen_stages`` applied."""
+        ``output_norm_eps``; None: none; ``norm_cfg`` as :func:`.norm_act.norm_layer`
+        takes it) for each output, ``with_cp`` on every stage, ``frozen_stages`` applied."""
         if output_norm_eps is not None:
-            self._add_output_norms(self.dims, output_norm_eps)
+            self._add_output_norms(self.dims, output_norm_eps, norm_cfg)
         self.with_cp = with_cp
         self._freeze_stages()
 
@@ -297,6 +309,45 @@ class InLineBackbone(BaseModule):
         """Channels of each output, in ``out_indices`` order (e.g. a neck's
         ``in_channels``)."""
         return tuple(self.dims[i] for i in self.out_indices)
+
+    def stage_strides(self) -> Tuple[int, ...]:
+        """Output stride of every stage (block), from the stem's stride: the first
+        convolution of :meth:`_stem_modules` (the patch size)."""
+        stem = next(m for s in self._stem_modules() if isinstance(s, nn.Module)
+                    for m in s.modules() if isinstance(m, nn.Conv2d))
+        first = stem.stride[0]
+        return tuple(first * self.stage_downsample ** i for i in range(self.num_stages))
+
+    def stage_info(self, i: int) -> Dict[str, object]:
+        """timm's feature description of stage (block) ``i``: ``num_chs``, ``reduction``
+        and ``module``, the name of the module whose output it is (the output norm
+        ``norm{i}`` where there is one, else the last module the stage owns)."""
+        norm = self._output_norm(i)
+        module = norm if isinstance(norm, nn.Module) else self._stage_modules(i)[-1]
+        name = next(n for n, m in self.named_modules() if m is module)
+        return dict(num_chs=int(self.dims[i]), reduction=int(self.stage_strides()[i]),
+                    module=name)
+
+    @property
+    def feature_info(self) -> List[Dict[str, object]]:
+        """One dict per output (``out_indices`` order), as timm's ``feature_info``:
+        ``num_chs`` (channels), ``reduction`` (stride in input pixels) and ``module``
+        (the module, by name, whose output it is)."""
+        return [self.stage_info(i) for i in self.out_indices]
+
+    def no_weight_decay(self) -> Set[str]:
+        """Names of the parameters that take no weight decay (timm's
+        ``no_weight_decay``): those of every normalisation layer and the family's
+        position tables. The configs' ``custom_keys`` (:attr:`no_weight_decay_keys`,
+        each with ``decay_mult=0.``) select exactly these."""
+        names = set()
+        for prefix, m in self.named_modules():
+            if isinstance(m, _NORM_LAYERS):
+                names |= {f'{prefix}.{n}' if prefix else n
+                          for n, _ in m.named_parameters(recurse=False)}
+        tables = [k for k in self.no_weight_decay_keys if k != 'norm']
+        names |= {n for n, _ in self.named_parameters() if any(k in n for k in tables)}
+        return names
 
     def check_input(self, x: torch.Tensor) -> torch.Tensor:
         """Refuse input the backbone cannot use, saying what to do about it; returns
@@ -389,9 +440,11 @@ class InLineBackbone(BaseModule):
         return to_nchw(valid.zero_(norm(x)), hw)
 
     # ------------------------------------------------------------------ outputs
-    def _add_output_norms(self, dims: Sequence[int], eps: float = 1e-5):
+    def _add_output_norms(self, dims: Sequence[int], eps: float = 1e-5,
+                          norm_cfg: Optional[dict] = None):
+        build = norm_layer(norm_cfg, eps)
         for i in self.out_indices:
-            self.add_module(f'norm{i}', nn.LayerNorm(dims[i], eps=eps))
+            self.add_module(f'norm{i}', build(dims[i]))
 
     def _output_norm(self, i: int) -> Optional[nn.Module]:
         return getattr(self, f'norm{i}', None)
@@ -462,6 +515,11 @@ class InLineBackbone(BaseModule):
         family = identify_family(state, families)
         check_layout(state, type(self).__name__, family, self.depths,
                      getattr(self, 'arch_name', 'custom'), self.presets, self.block_key)
+        return self._fit_checkpoint(state)
+
+    def _fit_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Resize what a checkpoint of this variant may hold at another size (InLine-Swin:
+        relative position bias tables of another window); the state dict by default."""
         return state
 
     def _init_default(self, m: nn.Module):

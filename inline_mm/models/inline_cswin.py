@@ -4,7 +4,7 @@ The family's presets, official-key pattern and converter live here, next to the 
 """
 import re
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -15,6 +15,7 @@ from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
 from .layers import (BlockStage, crop, drop_path_rates, pad_image, round_up, symbolic, to_nchw,
                      to_tokens, window_merge, window_partition)
+from .norm_act import act_layer, norm_layer
 from .padding import NO_PADDING, ValidMap
 from .tracing import fx_leaf
 
@@ -191,10 +192,12 @@ class CSwinBlock(nn.Module):
 
     def __init__(self, dim: int, num_heads: int, attn_type: str, split_size: int,
                  last_stage: bool, mlp_ratio: float, qkv_bias: bool, drop: float,
-                 attn_drop: float, drop_path: float, inline_options: Optional[dict] = None):
+                 attn_drop: float, drop_path: float, inline_options: Optional[dict] = None,
+                 norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
+                 act_layer: Callable[[], nn.Module] = nn.GELU):
         super().__init__()
         self.attn_type = attn_type
-        self.norm1 = nn.LayerNorm(dim)
+        self.norm1 = norm_layer(dim)
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attns = nn.ModuleList(ATTENTION_TYPES[attn_type](dim, num_heads, split_size,
                                                               last_stage, attn_drop,
@@ -205,8 +208,8 @@ class CSwinBlock(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(drop)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
+        self.norm2 = norm_layer(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=drop)
 
     @fx_leaf
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
@@ -226,10 +229,11 @@ class ConvStem(nn.Module):
     """7x7 stride-4 convolution + LayerNorm; pads the image to a multiple of 4 so the
     map is ``ceil(H / 4) x ceil(W / 4)`` (at 224 the padding is empty)."""
 
-    def __init__(self, in_channels: int, dim: int):
+    def __init__(self, in_channels: int, dim: int,
+                 norm_layer: Callable[[int], nn.Module] = nn.LayerNorm):
         super().__init__()
         self.conv = nn.Conv2d(in_channels, dim, 7, 4, 2)
-        self.norm = nn.LayerNorm(dim)
+        self.norm = norm_layer(dim)
 
     def forward(self, x: torch.Tensor):
         x, hw = to_tokens(self.conv(pad_image(x, 4)))
@@ -239,10 +243,11 @@ class ConvStem(nn.Module):
 class ConvMerge(nn.Module):
     """3x3 stride-2 convolution (padding 1) + LayerNorm: ``ceil(H/2) x ceil(W/2)``."""
 
-    def __init__(self, dim: int, dim_out: int):
+    def __init__(self, dim: int, dim_out: int,
+                 norm_layer: Callable[[int], nn.Module] = nn.LayerNorm):
         super().__init__()
         self.conv = nn.Conv2d(dim, dim_out, 3, 2, 1)
-        self.norm = nn.LayerNorm(dim_out)
+        self.norm = norm_layer(dim_out)
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int]):
         x, hw = to_tokens(self.conv(to_nchw(x, hw)))
@@ -318,6 +323,12 @@ class InLineCSwin(InLineBackbone):
             LePE term (CSwin's positional term, which the softmax blocks have too);
             ``window_size`` is InLine-Swin's only (ValueError here). None: the released
             model. Default: None.
+        norm_cfg (dict, optional): Every LayerNorm, as mmdet's ``norm_cfg``:
+            ``dict(type='LN', eps=...)`` (without ``eps``: 1e-5, the released model's).
+            Default: None (the released model).
+        act_cfg (dict, optional): The MLPs' activation, e.g. ``dict(type='GELU')``
+            (``inline_mm.models.norm_act.ACT_LAYERS``; the InLine local-kernel predictor
+            keeps its GELU). Default: None (GELU).
         init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
             Default: None.
 
@@ -341,6 +352,7 @@ class InLineCSwin(InLineBackbone):
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
                  with_cp: bool = False, pad_aware: bool = True, batched: Optional[bool] = None,
                  inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
+                 norm_cfg: Optional[dict] = None, act_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
                                 stage_types=stage_types)
@@ -369,7 +381,8 @@ class InLineCSwin(InLineBackbone):
         self.inline_options = parse_inline_cfg(inline_cfg, block_types, type(self).__name__)
         self.min_input_size = 2 ** (n + 1)
 
-        self.stem = ConvStem(in_channels, embed_dims)
+        norm, act = norm_layer(norm_cfg, 1e-5), act_layer(act_cfg)
+        self.stem = ConvStem(in_channels, embed_dims, norm)
         dpr = drop_path_rates(drop_path_rate, depths)
         self.stages = nn.ModuleList()
         for i, depth in enumerate(depths):
@@ -377,11 +390,12 @@ class InLineCSwin(InLineBackbone):
             blocks = [CSwinBlock(dims[i], num_heads[i], block_types[i][j],
                                  None if last else split_sizes[i], last, mlp_ratio, qkv_bias,
                                  drop_rate, attn_drop_rate, dpr[i][j],
-                                 self.inline_options[i] if block_types[i][j] == INLINE else None)
+                                 self.inline_options[i] if block_types[i][j] == INLINE else None,
+                                 norm, act)
                       for j in range(depth)]
-            merge = ConvMerge(dims[i - 1], dims[i]) if i else None
+            merge = ConvMerge(dims[i - 1], dims[i], norm) if i else None
             self.stages.append(CSwinStage(merge, blocks))
-        self._finish_init(with_cp)
+        self._finish_init(with_cp, norm_cfg=norm_cfg)
 
     def _stem_modules(self):
         return [self.stem]

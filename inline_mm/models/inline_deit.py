@@ -7,13 +7,13 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from timm.layers import trunc_normal_
+from timm.layers import resample_abs_pos_embed, trunc_normal_
 
 from .attention import INLINE, InLineAttention
 from .base import InLineBackbone, parse_inline_cfg
 from .checkpoint import CheckpointError
 from .layers import PatchEmbed, TransformerBlock, drop_path_rates, run_block, to_nchw
+from .norm_act import act_layer, norm_layer
 from .padding import ValidMap
 
 __all__ = ['InLineDeiT', 'InLineAttentionWithClsToken', 'resize_pos_embed',
@@ -42,17 +42,16 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_grid: Tuple[int, int],
 
     The official resize (timm ``resize_pos_embed`` as used by the released
     ``checkpoint_filter_fn``): the class-token entries are kept, the grid part is
-    resized with ``F.interpolate(mode='bilinear', align_corners=False)``. Returns
-    the table itself when the grids agree.
+    resized bilinearly (``align_corners=False``, no antialiasing), through timm's
+    ``resample_abs_pos_embed`` (which computes in fp32 and returns the table's dtype).
+    Returns the table itself when the grids agree.
     """
     src_grid, dst_grid = tuple(src_grid), tuple(dst_grid)
     if src_grid == dst_grid:
         return pos_embed
-    prefix, grid = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
-    c = grid.shape[-1]
-    grid = grid.reshape(1, *src_grid, c).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid, size=dst_grid, mode='bilinear', align_corners=False)
-    return torch.cat([prefix, grid.flatten(2).transpose(1, 2)], dim=1)
+    return resample_abs_pos_embed(pos_embed, list(dst_grid), list(src_grid),
+                                  num_prefix_tokens=num_prefix, interpolation='bilinear',
+                                  antialias=False)
 
 
 # Under FX the grid is unknown while tracing: the resize is a node run with the graph.
@@ -147,6 +146,12 @@ class InLineDeiT(InLineBackbone):
             docs/backbones.md): one dict for every block, or one entry (dict or None)
             per block (the "stages" of this family). ``window_size`` is InLine-Swin's
             only (ValueError here). None: the released model. Default: None.
+        norm_cfg (dict, optional): Every LayerNorm, as mmseg's ViT ``norm_cfg``:
+            ``dict(type='LN', eps=...)`` (without ``eps``: 1e-6, the released model's).
+            Default: None (the released model).
+        act_cfg (dict, optional): The MLPs' activation, e.g. ``dict(type='GELU')``
+            (``inline_mm.models.norm_act.ACT_LAYERS``; the InLine local-kernel predictor
+            keeps its GELU). Default: None (GELU).
         init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
             Default: None.
 
@@ -160,6 +165,8 @@ class InLineDeiT(InLineBackbone):
     official_keys = OFFICIAL_KEYS
     block_key = r'blocks\.(?P<block>\d+)\.'
     min_input_size = 16          # one patch (at the default patch size)
+    stage_downsample = 1         # every block keeps the patch grid
+    no_weight_decay_keys = ('norm', 'pos_embed', 'cls_token')
 
     def __init__(self, arch: str = 'tiny', embed_dims: Optional[int] = None,
                  depth: Optional[int] = None, num_heads: Optional[int] = None,
@@ -170,6 +177,7 @@ class InLineDeiT(InLineBackbone):
                  final_norm: bool = True, frozen_stages: int = -1, with_cp: bool = False,
                  pad_aware: bool = True, batched: Optional[bool] = None,
                  inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
+                 norm_cfg: Optional[dict] = None, act_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depth=depth, num_heads=num_heads,
                                 pretrain_img_size=pretrain_img_size)
@@ -202,15 +210,16 @@ class InLineDeiT(InLineBackbone):
         self.pos_embed = nn.Parameter(
             torch.zeros(1, 1 + self.pos_grid[0] * self.pos_grid[1], embed_dims))
         self.pos_drop = nn.Dropout(drop_rate)
+        norm, act = norm_layer(norm_cfg, NORM_EPS), act_layer(act_cfg)
         (dpr,) = drop_path_rates(drop_path_rate, (depth,))
         # The official InLineBlock: a pre-norm block with InLine attention.
         self.blocks = nn.ModuleList(
             TransformerBlock(embed_dims, num_heads, INLINE, InLineAttentionWithClsToken,
                              mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], NORM_EPS,
-                             self.inline_options[i])
+                             self.inline_options[i], norm_layer=norm, act_layer=act)
             for i in range(depth))
         if final_norm:
-            self.norm = nn.LayerNorm(embed_dims, eps=NORM_EPS)
+            self.norm = norm(embed_dims)
         self._finish_init(with_cp, output_norm_eps=None)
 
     # The blocks are the "stages" of the base class: out_indices and frozen_stages

@@ -4,7 +4,7 @@ The family's presets, official-key pattern and converter live here, next to the 
 """
 import re
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -15,6 +15,7 @@ from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
 from .layers import (BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, symbolic,
                      to_nchw)
+from .norm_act import act_layer, norm_layer
 from .padding import NO_PADDING, ValidMap
 from .tracing import fx_leaf
 
@@ -96,10 +97,13 @@ class SpatialReductionAttention(nn.Module):
         qkv_bias (bool): Default: True.
         attn_drop (float): Dropout on attention weights. Default: 0.
         proj_drop (float): Dropout after the projection. Default: 0.
+        norm_layer (callable): Builds the reduction's norm from the channels.
+            Default: ``nn.LayerNorm``.
     """
 
     def __init__(self, dim: int, num_heads: int, sr_ratio: int = 1, qkv_bias: bool = True,
-                 attn_drop: float = 0., proj_drop: float = 0.):
+                 attn_drop: float = 0., proj_drop: float = 0.,
+                 norm_layer: Callable[[int], nn.Module] = nn.LayerNorm):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f'dim ({dim}) must be divisible by num_heads ({num_heads})')
@@ -111,7 +115,7 @@ class SpatialReductionAttention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
         if sr_ratio > 1:
             self.sr = nn.Conv2d(dim, dim, kernel_size=sr_ratio, stride=sr_ratio)
-            self.norm = nn.LayerNorm(dim)
+            self.norm = norm_layer(dim)
 
     def extra_repr(self) -> str:
         return f'dim={self.dim}, num_heads={self.num_heads}, sr_ratio={self.sr_ratio}'
@@ -129,7 +133,7 @@ class SpatialReductionAttention(nn.Module):
         q = self.q(x).view(b, n, heads, d).transpose(1, 2)
         if symbolic(n):
             # Under torch.compile q is a saved tensor of the training graph; as a view with
-            # symbolic strides Inductor (torch 2.14) fails to order them ("cannot determine
+            # symbolic strides Inductor has failed to order them ("cannot determine
             # truth value of Relational: 16*((s0 + 3)//4)*((s1 + 3)//4) < 1"): a copy.
             q = q.clone(memory_format=torch.contiguous_format)
         if self.sr_ratio > 1:
@@ -223,6 +227,13 @@ class InLinePVT(InLineBackbone):
             ``InLineAttention`` and docs/backbones.md): one dict for every InLine block,
             or one entry (dict or None) per stage. ``window_size`` is InLine-Swin's
             only (ValueError here). None: the released model. Default: None.
+        norm_cfg (dict, optional): Every LayerNorm, as mmdet's ``norm_cfg``:
+            ``dict(type='LN', eps=...)``; without ``eps`` each keeps the released
+            model's (1e-6 in blocks and output norms, 1e-5 in patch embeddings and
+            reductions). Default: None (the released model).
+        act_cfg (dict, optional): The MLPs' activation, e.g. ``dict(type='GELU')``
+            (``inline_mm.models.norm_act.ACT_LAYERS``; the InLine local-kernel predictor
+            keeps its GELU). Default: None (GELU).
         init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
             Default: None.
 
@@ -236,6 +247,7 @@ class InLinePVT(InLineBackbone):
     presets = ARCH_SETTINGS
     official_keys = OFFICIAL_KEYS
     official_final_norm = False     # the official PVT has no final norm
+    no_weight_decay_keys = ('norm', 'pos_embed')
 
     def __init__(self, arch: str = 'tiny', embed_dims: Optional[Sequence[int]] = None,
                  depths: Optional[Sequence[int]] = None,
@@ -248,6 +260,7 @@ class InLinePVT(InLineBackbone):
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
                  with_cp: bool = False, pad_aware: bool = True, batched: Optional[bool] = None,
                  inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
+                 norm_cfg: Optional[dict] = None, act_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
                                 mlp_ratios=mlp_ratios, stage_types=stage_types)
@@ -273,6 +286,10 @@ class InLinePVT(InLineBackbone):
         self.inline_options = parse_inline_cfg(inline_cfg, block_types, type(self).__name__)
         self.min_input_size = patch_size * 2 ** (n - 1)
 
+        # The released model: LayerNorm eps 1e-6 in the blocks, 1e-5 in patch embeddings
+        # and reductions; a norm_cfg with eps sets them all.
+        block_norm, norm = norm_layer(norm_cfg, BLOCK_NORM_EPS), norm_layer(norm_cfg, 1e-5)
+        act = act_layer(act_cfg)
         dpr = drop_path_rates(drop_path_rate, depths)
         self.stages = nn.ModuleList()
         for i, depth in enumerate(depths):
@@ -281,12 +298,14 @@ class InLinePVT(InLineBackbone):
             blocks = [TransformerBlock(
                 embed_dims[i], num_heads[i], t, ATTENTION_TYPES[t], mlp_ratios[i], qkv_bias,
                 drop_rate, attn_drop_rate, dpr[i][j], BLOCK_NORM_EPS,
-                dict(sr_ratio=sr_ratios[i]) if t == SOFTMAX else self.inline_options[i])
+                dict(sr_ratio=sr_ratios[i], norm_layer=norm) if t == SOFTMAX
+                else self.inline_options[i], norm_layer=block_norm, act_layer=act)
                 for j, t in enumerate(block_types[i])]
             self.stages.append(PVTStage(
-                PatchEmbed(in_channels if i == 0 else embed_dims[i - 1], embed_dims[i], stride),
+                PatchEmbed(in_channels if i == 0 else embed_dims[i - 1], embed_dims[i], stride,
+                           norm_layer=norm),
                 PositionEmbedding(embed_dims[i], (grid, grid)), drop_rate, blocks))
-        self._finish_init(with_cp, output_norm_eps=BLOCK_NORM_EPS)
+        self._finish_init(with_cp, output_norm_eps=BLOCK_NORM_EPS, norm_cfg=norm_cfg)
 
     def _stem_modules(self):
         return [self.stages[0].patch_embed, self.stages[0].pos_embed]

@@ -2,8 +2,9 @@
 
 The family's presets, official-key pattern and converter live here, next to the model.
 """
+import math
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -12,13 +13,15 @@ from timm.layers import trunc_normal_
 
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
+from .checkpoint import print_log
+from .norm_act import act_layer, norm_layer
 from .layers import (BlockStage, PatchEmbed, TransformerBlock, crop, drop_path_rates,
                      pad_amount, round_up, symbolic, window_merge, window_partition)
 from .padding import NO_PADDING, ValidMap
 from .tracing import fx_leaf
 
-__all__ = ['InLineSwin', 'WindowAttention', 'convert_swin_checkpoint', 'ARCH_SETTINGS',
-           'OFFICIAL_KEYS']
+__all__ = ['InLineSwin', 'WindowAttention', 'convert_swin_checkpoint',
+           'resize_relative_position_bias_table', 'ARCH_SETTINGS', 'OFFICIAL_KEYS']
 
 #: official and converted InLine-Swin state dicts, and no other family's, have such keys
 OFFICIAL_KEYS = (r'^layers\.0\.blocks\.',)
@@ -107,6 +110,7 @@ class WindowAttention(nn.Module):
             raise ValueError(f'dim ({dim}) must be divisible by num_heads ({num_heads})')
         self.dim, self.num_heads, self.window_size = dim, num_heads, window_size
         self.shift = shift
+        self.scale = (dim // num_heads) ** -0.5     # SDPA's default, kept for readers
         self.relative_position_bias_table = nn.Parameter(
             torch.zeros((2 * window_size - 1) ** 2, num_heads))
         # Not in the state dict (the converter drops the official one): made from the size.
@@ -263,9 +267,9 @@ class PatchMerging(nn.Module):
     Concatenation order is the official one: (0,0), (1,0), (0,1), (1,1) as (row, col).
     """
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int, norm_layer: Callable[[int], nn.Module] = nn.LayerNorm):
         super().__init__()
-        self.norm = nn.LayerNorm(4 * dim)
+        self.norm = norm_layer(4 * dim)
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
 
     @fx_leaf
@@ -340,6 +344,12 @@ class InLineSwin(InLineBackbone):
             or one entry (dict or None) per stage. ``window_size`` (InLine-Swin only):
             the InLine blocks attend within non-overlapping windows of that side, no
             shift. None: the released model. Default: None.
+        norm_cfg (dict, optional): Every LayerNorm, as mmdet's ``norm_cfg``:
+            ``dict(type='LN', eps=...)`` (without ``eps``: 1e-5, the released model's).
+            Default: None (the released model).
+        act_cfg (dict, optional): The MLPs' activation, e.g. ``dict(type='GELU')``
+            (``inline_mm.models.norm_act.ACT_LAYERS``; the InLine local-kernel predictor
+            keeps its GELU). Default: None (GELU).
         init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
             Default: None.
 
@@ -352,6 +362,7 @@ class InLineSwin(InLineBackbone):
     presets = ARCH_SETTINGS
     official_keys = OFFICIAL_KEYS
     block_key = r'layers\.(?P<stage>\d+)\.blocks\.(?P<block>\d+)\.'
+    no_weight_decay_keys = ('norm', 'relative_position_bias_table')
 
     def __init__(self, arch: str = 'tiny', embed_dims: Optional[int] = None,
                  depths: Optional[Sequence[int]] = None,
@@ -363,6 +374,7 @@ class InLineSwin(InLineBackbone):
                  out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
                  with_cp: bool = False, pad_aware: bool = True, batched: Optional[bool] = None,
                  inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
+                 norm_cfg: Optional[dict] = None, act_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
                                 stage_types=stage_types)
@@ -382,7 +394,8 @@ class InLineSwin(InLineBackbone):
         self.inline_options = parse_inline_cfg(inline_cfg, block_types, type(self).__name__,
                                                window=True)
 
-        self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size)
+        norm, act = norm_layer(norm_cfg, 1e-5), act_layer(act_cfg)
+        self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size, norm_layer=norm)
         self.drop_after_pos = nn.Dropout(drop_rate)
         dpr = drop_path_rates(drop_path_rate, depths)
         self.layers = nn.ModuleList()
@@ -392,11 +405,11 @@ class InLineSwin(InLineBackbone):
                 dims[i], num_heads[i], t, ATTENTION_TYPES[t], mlp_ratio, qkv_bias, drop_rate,
                 attn_drop_rate, dpr[i][j],
                 attn_options=dict(window_size=window_size, shift=j % 2 == 1) if t == SOFTMAX
-                else self.inline_options[i])
+                else self.inline_options[i], norm_layer=norm, act_layer=act)
                 for j, t in enumerate(block_types[i])]
-            down = PatchMerging(dims[i]) if i < len(depths) - 1 else None
+            down = PatchMerging(dims[i], norm) if i < len(depths) - 1 else None
             self.layers.append(SwinStage(blocks, down))
-        self._finish_init(with_cp)
+        self._finish_init(with_cp, norm_cfg=norm_cfg)
 
     def _stage_list(self):
         return self.layers        # official key names: layers.{i}.blocks.{j}
@@ -406,6 +419,23 @@ class InLineSwin(InLineBackbone):
 
     def _convert_official(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         return convert_swin_checkpoint(state, last_stage=len(self.dims) - 1)
+
+    def _fit_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Relative position bias tables of another window size resized to this model's
+        (:func:`resize_relative_position_bias_table`), with a log line naming the sizes."""
+        own = self.state_dict()
+        resized = {}
+        for k, v in state.items():
+            if k.endswith('relative_position_bias_table') and k in own \
+                    and v.shape != own[k].shape and v.shape[1:] == own[k].shape[1:]:
+                side = math.isqrt(own[k].shape[0])
+                state[k] = resize_relative_position_bias_table(v, side)
+                resized.setdefault((math.isqrt(v.shape[0]), side), []).append(k)
+        for (src, dst), keys in resized.items():
+            print_log(f'{type(self).__name__}: {len(keys)} relative position bias tables of '
+                      f'window {(src + 1) // 2} ({src}x{src} offsets) resized to window '
+                      f'{(dst + 1) // 2} ({dst}x{dst}), bicubic', logger='current')
+        return state
 
     def forward(self, x: torch.Tensor, valid_sizes=None) -> Tuple[torch.Tensor, ...]:
         x, valid = self.prepare_input(x, valid_sizes)
@@ -422,6 +452,25 @@ class InLineSwin(InLineBackbone):
                 x, hw = stage.downsample(valid.zero_own(x), hw)
                 valid = valid.scaled(hw, 2)
         return tuple(outs)
+
+
+def resize_relative_position_bias_table(table: torch.Tensor, side: int) -> torch.Tensor:
+    """A ``(S * S, heads)`` relative position bias table -> ``(side * side, heads)``.
+
+    Each head's ``S x S`` grid of offsets (``S = 2 * window - 1``) is resized bicubically
+    (``align_corners=False``, computed in fp32), as mmdet's Swin resizes tables on load.
+    Returns the table itself when the sizes agree.
+    """
+    n, heads = table.shape
+    src = math.isqrt(n)
+    if src * src != n:
+        raise ValueError(f'a relative position bias table of {n} rows is no square grid of '
+                         'offsets: not a Swin window table')
+    if src == side:
+        return table
+    grid = table.float().t().reshape(1, heads, src, src)
+    grid = F.interpolate(grid, size=(side, side), mode='bicubic', align_corners=False)
+    return grid.reshape(heads, side * side).t().contiguous().to(table.dtype)
 
 
 def convert_swin_checkpoint(state: Dict[str, torch.Tensor],

@@ -2,7 +2,8 @@
 
 Only plain modules and functions; nothing here knows a family.
 """
-from typing import List, Optional, Sequence, Tuple
+from functools import partial
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -115,13 +116,16 @@ class PatchEmbed(nn.Module):
         dim (int): Output channels.
         patch_size (int): Patch side and stride. Default: 4.
         norm (bool): LayerNorm the tokens (key ``norm``). Default: True.
+        norm_layer (callable, optional): Builds that norm from the channels
+            (:func:`.norm_act.norm_layer`). Default: ``nn.LayerNorm``.
     """
 
-    def __init__(self, in_channels: int, dim: int, patch_size: int = 4, norm: bool = True):
+    def __init__(self, in_channels: int, dim: int, patch_size: int = 4, norm: bool = True,
+                 norm_layer: Optional[Callable[[int], nn.Module]] = None):
         super().__init__()
         self.patch_size = patch_size
         self.proj = nn.Conv2d(in_channels, dim, patch_size, patch_size)
-        self.norm = nn.LayerNorm(dim) if norm else None
+        self.norm = (norm_layer or nn.LayerNorm)(dim) if norm else None
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
         """``(B, C_in, H, W)`` -> ``(B, H' * W', C)`` tokens and ``(H', W')``."""
@@ -147,19 +151,26 @@ class TransformerBlock(nn.Module):
         drop_path (float): Stochastic depth of both branches.
         norm_eps (float): LayerNorm eps (1e-5 Swin, 1e-6 PVT and DeiT). Default: 1e-5.
         attn_options (dict, optional): Extra arguments of the attention.
+        norm_layer (callable, optional): Builds ``norm1``/``norm2`` from the channels
+            (:func:`.norm_act.norm_layer`). Default: LayerNorm with ``norm_eps``.
+        act_layer (callable, optional): The MLP's activation
+            (:func:`.norm_act.act_layer`). Default: ``nn.GELU``.
     """
 
     def __init__(self, dim: int, num_heads: int, attn_type: str, attention: type,
                  mlp_ratio: float, qkv_bias: bool, drop: float, attn_drop: float,
-                 drop_path: float, norm_eps: float = 1e-5, attn_options: Optional[dict] = None):
+                 drop_path: float, norm_eps: float = 1e-5, attn_options: Optional[dict] = None,
+                 norm_layer: Optional[Callable[[int], nn.Module]] = None,
+                 act_layer: Optional[Callable[[], nn.Module]] = None):
         super().__init__()
+        norm_layer = norm_layer or partial(nn.LayerNorm, eps=norm_eps)
         self.attn_type = attn_type
-        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
+        self.norm1 = norm_layer(dim)
         self.attn = attention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
                               proj_drop=drop, **(attn_options or {}))
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
+        self.norm2 = norm_layer(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer or nn.GELU, drop=drop)
 
     @fx_leaf
     def forward(self, x: torch.Tensor, hw: Tuple[int, int], valid=NO_PADDING) -> torch.Tensor:
