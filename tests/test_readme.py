@@ -149,7 +149,12 @@ def parse_only(target: str, argv: list, module: bool = False):
 @functools.lru_cache(maxsize=None)
 def _scope(config: str) -> str:
     from mmengine.config import Config
-    return Config.fromfile(config).get('default_scope', 'mmdet')
+    try:
+        return Config.fromfile(config).get('default_scope', 'mmdet')
+    except FileNotFoundError as e:      # an own-instance template reads its train.json
+        if 'INLINE_MM_DATA' not in str(e):
+            raise
+        return 'mmdet'
 
 
 def _check_launch(tool: str, argv: list, created: dict):
