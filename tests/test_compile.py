@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch._dynamo
 import torch._dynamo.testing
-from support import assert_compiled_matches
+from support import assert_compiled_matches, padded_canvas, smoke_backbone
 
 from inline_mm.models import FAMILIES
 
@@ -34,9 +34,7 @@ GRAPH_BOUND = 3
 
 
 def _smoke(name):
-    torch.manual_seed(0)
-    family = FAMILIES[name]
-    return family.cls(**family.smoke).eval()
+    return smoke_backbone(name, seed=0).eval()
 
 
 _check_close = assert_compiled_matches
@@ -44,10 +42,7 @@ _check_close = assert_compiled_matches
 
 def _padded_batch(canvas, sizes, seed):
     gen = torch.Generator().manual_seed(seed)
-    x = torch.zeros(len(sizes), 3, *canvas)
-    for i, (h, w) in enumerate(sizes):
-        x[i, :, :h, :w] = torch.randn(3, h, w, generator=gen)
-    return x
+    return padded_canvas([torch.randn(3, h, w, generator=gen) for h, w in sizes], canvas)
 
 
 @pytest.mark.parametrize('name', list(FAMILIES))

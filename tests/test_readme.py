@@ -60,6 +60,8 @@ def placeholder(word: str) -> bool:
     """``CONFIG``, ``configs/inline_swin/CONFIG.py``, ``<repo-url>``, ``/path/to/...``."""
     return word.startswith('/path/to/') or any(
         _PLACEHOLDER.match(part.split('.')[0]) for part in word.split('/') if part)
+
+
 #: programs whose lines are only split into words (their arguments are data paths)
 SHELL_ONLY = {'mkdir', 'sed', 'tar', 'sort', 'wget'}
 
