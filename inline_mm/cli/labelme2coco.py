@@ -111,8 +111,8 @@ def convert(src: str, out: str, val_fraction: float = 0.2, seed: int = 0,
         records.append(dict(json=path, img=img_path, embedded=embedded, h=h, w=w,
                             shapes=data.get('shapes') or []))
     if problems:
-        raise SystemExit('error: ' + '\n  '.join([f'{len(problems)} labelme file(s) cannot be '
-                                                   'converted:'] + problems))
+        head = f'{len(problems)} labelme file(s) cannot be converted:'
+        raise SystemExit('error: ' + '\n  '.join([head] + problems))
     if not records:
         raise SystemExit(f'error: no labelme json files under {src}')
     labels = Counter(s.get('label') for r in records for s in r['shapes']
