@@ -46,7 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FULL_SIZES = [(512, 1024), (1024, 2048), (2048, 4096)]
 QUICK_SIZES = [(64, 128)]
 PARTS = ('backbone', 'segmentor')
-UPERNET = ROOT / 'configs/inline_swin/inline-swin-t-in1k-pre_upernet_4xb2-80k_cityscapes-512x1024.py'
+UPERNET = (ROOT / 'configs/inline_swin'
+           / 'inline-swin-t-in1k-pre_upernet_4xb2-80k_cityscapes-512x1024.py')
 FPN = ROOT / 'configs/inline_pvt/fpn_inline-pvt-s_4xb2-80k_cityscapes-512x1024.py'
 
 

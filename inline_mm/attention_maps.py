@@ -231,7 +231,7 @@ class Capture:
         """Image ``image``'s ``(h, w)`` region of the map."""
         if not self.valid.is_padded:
             return tuple(self.hw)
-        return tuple(self.valid.sizes[image])
+        return tuple(self.valid.host_sizes()[image])
 
     def image(self, image: int = 0) -> ImageTokens:
         """Image ``image``'s valid tokens, per head, in float64."""

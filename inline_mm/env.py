@@ -139,5 +139,6 @@ def main(argv=None):
     for name, state, versions, why in describe_patches():
         print(f'  {name:<26} {state:<13} {versions:<26} {why}')
 
+
 if __name__ == '__main__':
     main()

@@ -3,12 +3,14 @@ conftest.py, by the tests, and by reliability_support.py inside training subproc
 (where importing conftest would set the test process up). The one tiny detector and the
 one tiny segmentor of the tests are the shipped configs through :func:`shrink_detector`
 and :func:`shrink_segmentor`."""
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import warnings
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Sequence, Tuple, Union
 
 import torch
 
@@ -16,6 +18,34 @@ from inline_mm.models import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / 'tests'
+
+
+def smoke_backbone(family, seed: Union[int, None] = None, **overrides) -> torch.nn.Module:
+    """A family's ``smoke`` configuration (``family``: its name or its
+    :class:`~inline_mm.models.families.Family`) with ``overrides``, in train mode; weights
+    drawn after ``torch.manual_seed(seed)`` when a seed is given."""
+    family = FAMILIES[family] if isinstance(family, str) else family
+    if seed is not None:
+        torch.manual_seed(seed)
+    return family.cls(**{**family.smoke, **overrides})
+
+
+def padded_canvas(images: Sequence[torch.Tensor], hw: Tuple[int, int]) -> torch.Tensor:
+    """Images ``(3, h, w)`` zero-padded bottom/right into one ``(B, 3, H, W)`` batch, as
+    mmdet's and mmseg's data preprocessors pad."""
+    batch = torch.zeros(len(images), 3, *hw, dtype=images[0].dtype)
+    for i, img in enumerate(images):
+        batch[i, :, :img.shape[1], :img.shape[2]] = img
+    return batch
+
+
+@contextlib.contextmanager
+def quiet_tracer():
+    """Tracing and export without their warnings (size arithmetic becoming constants is
+    what a size-locked graph is for)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        yield
 
 
 def subprocess_env(**extra: str) -> Dict[str, str]:

@@ -26,7 +26,7 @@ from inline_mm.attention_maps import (AttentionSiteError, Preprocess, attention_
                                       softmax_weights)
 from inline_mm.models import FAMILIES
 from inline_mm.models.inline_function import inline_qkv
-from support import ROOT, subprocess_env
+from support import ROOT, smoke_backbone, subprocess_env
 
 NAMES = list(FAMILIES)
 TOL = 1e-5
@@ -34,9 +34,7 @@ TOOL = ROOT / 'tools' / 'attention_map.py'
 
 
 def build(name):
-    torch.manual_seed(0)
-    family = FAMILIES[name]
-    return family.cls(**family.smoke).eval()
+    return smoke_backbone(name, seed=0).eval()
 
 
 def first_inline(model):

@@ -3,7 +3,6 @@ for one input size per graph, and refuses other sizes (``inline_mm.export``)."""
 import json
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import torch
 
 from inline_mm.export import SizeLocked, check_onnx, export_onnx, run_onnx, trace_backbone
 from inline_mm.models import FAMILIES
+from support import quiet_tracer, smoke_backbone
 from inline_mm.models.inline_function import (_depthwise3x3_shifted, _InLineFunction,
                                               depthwise3x3, plain_qkv, reference_local_residual)
 
@@ -21,14 +21,12 @@ SIZES = [(64, 96), (75, 61)]
 
 @pytest.fixture(autouse=True)
 def _quiet_tracer():
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
+    with quiet_tracer():
         yield
 
 
 def _smoke(name):
-    family = FAMILIES[name]
-    return family.cls(**family.smoke).eval()
+    return smoke_backbone(name).eval()
 
 
 def test_every_local_term_form_matches_reference(monkeypatch):

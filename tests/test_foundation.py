@@ -56,6 +56,7 @@ def test_env_report():
     for engine_row in ('cpu_distributed', 'checkpoint_prune_order', 'resume_fallback'):
         assert state[engine_row] == 'needed, off', out
 
+
 def _build(tmp_path, base, backbone, neck_in):
     """The packaged config ``base`` (``mmdet::...``), with a small InLine backbone."""
     from mmengine.config import Config

@@ -168,6 +168,6 @@ def test_panoptic_builds_trains_and_predicts_and_names_panopticapi_for_its_data(
         # the training data: COCO's panoptic PNGs, read with panopticapi (mmdet's message)
         with DefaultScope.overwrite_default_scope('mmdet'), \
                 pytest.raises(ImportError, match='pip install git\\+https://github.com/'
-                                                  'cocodataset/panopticapi.git'):
+                                                 'cocodataset/panopticapi.git'):
             Runner.build_dataloader(dict(cfg.train_dataloader, num_workers=0,
                                          persistent_workers=False))

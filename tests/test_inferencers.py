@@ -65,7 +65,7 @@ CITYSCAPES = ('inline-swin-t-in1k-pre_upernet_4xb2-80k_cityscapes-512x1024.py',
 SEG = _distinct(sorted(p for p in CONFIGS.glob('*/*.py')
                        if p.parent.name not in ('_base_', 'ablations')
                        if 'ade20k' in p.name or p.name in CITYSCAPES
-                       or p.parent.name == 'custom')
+                       or p.parent.name == 'custom' and 'custom-coco' not in p.name)
                 + [ABLATIONS / 'inline-swin-t-linear-relu-nolocal-in1k-pre_upernet_8xb2-160k_'
                    'ade20k-512x512.py'])
 # Every detector but the panoptic Mask2Former, whose test pipeline reads COCO's panoptic

@@ -14,6 +14,7 @@ from conftest import rel_err
 from inline_mm.export import trace_backbone
 from inline_mm.models import FAMILIES, InLineAttention, WindowAttention
 from inline_mm.models.padding import NO_PADDING, ValidMap, detect_valid_sizes
+from support import padded_canvas, smoke_backbone
 
 NAMES = list(FAMILIES)
 TOL = 1e-5
@@ -26,17 +27,8 @@ def valid_map(hw, sizes, batched, prefix=0):
     return ValidMap(hw, torch.tensor(sizes) if batched else sizes, prefix=prefix)
 
 
-def build(name, **kw):
-    family = FAMILIES[name]
-    return family.cls(**{**family.smoke, **kw})
-
-
-def canvas(images, hw, fill=None):
-    """Images ``(3, h, w)`` zero-padded bottom/right into one ``(B, 3, H, W)`` batch."""
-    batch = torch.zeros(len(images), 3, *hw)
-    for i, img in enumerate(images):
-        batch[i, :, :img.shape[1], :img.shape[2]] = img
-    return batch
+build = smoke_backbone
+canvas = padded_canvas
 
 
 def region(out, name, i, hw):

@@ -60,6 +60,8 @@ def placeholder(word: str) -> bool:
     """``CONFIG``, ``configs/inline_swin/CONFIG.py``, ``<repo-url>``, ``/path/to/...``."""
     return word.startswith('/path/to/') or any(
         _PLACEHOLDER.match(part.split('.')[0]) for part in word.split('/') if part)
+
+
 #: programs whose lines are only split into words (their arguments are data paths)
 SHELL_ONLY = {'mkdir', 'sed', 'tar', 'sort', 'wget'}
 
@@ -149,7 +151,12 @@ def parse_only(target: str, argv: list, module: bool = False):
 @functools.lru_cache(maxsize=None)
 def _scope(config: str) -> str:
     from mmengine.config import Config
-    return Config.fromfile(config).get('default_scope', 'mmdet')
+    try:
+        return Config.fromfile(config).get('default_scope', 'mmdet')
+    except FileNotFoundError as e:      # an own-instance template reads its train.json
+        if 'INLINE_MM_DATA' not in str(e):
+            raise
+        return 'mmdet'
 
 
 def _check_launch(tool: str, argv: list, created: dict):

@@ -26,7 +26,7 @@ SEG_CONFIGS = sorted(
     [p for d in ('inline_swin', 'inline_pvt', 'inline_cswin', 'inline_deit')
      for p in (CONFIGS / d).glob('*.py')
      if 'ade20k' in p.name and not p.name.startswith(('mask2former_', 'segformer_'))]
-    + list((CONFIGS / 'custom').glob('*.py')))
+    + [p for p in (CONFIGS / 'custom').glob('*.py') if 'custom-coco' not in p.name])
 IDS = [p.name for p in SEG_CONFIGS]
 
 

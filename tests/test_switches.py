@@ -8,14 +8,13 @@ The references here are written as attention matrices, term by term, not as the
 implementation's ``d x d`` statistics.
 """
 import math
-import warnings
 
 import pytest
 import torch
 import torch._dynamo
 import torch._dynamo.testing
 from conftest import rel_err
-from support import assert_compiled_matches
+from support import assert_compiled_matches, padded_canvas, quiet_tracer, smoke_backbone
 
 from inline_mm.models import FAMILIES, InLineAttention, InLineSwin, load_pretrained
 from inline_mm.models.inline_function import (LINEAR_EPS, guard_denominator,
@@ -38,9 +37,7 @@ def _stir(module, gain=2.0):
 
 
 def build(name, **kw):
-    torch.manual_seed(0)
-    family = FAMILIES[name]
-    return family.cls(**{**family.smoke, **kw}).eval()
+    return smoke_backbone(name, seed=0, **kw).eval()
 
 
 def inline_modules(model):
@@ -300,17 +297,10 @@ CASES = [(name, cfg) for name in NAMES for cfg in SWITCHES] + \
     [('InLineSwin', dict(window_size=3)), ('InLineSwin', dict(attention='linear', window_size=5))]
 
 
-def _canvas(images, hw):
-    batch = torch.zeros(len(images), 3, *hw, dtype=images[0].dtype)
-    for i, img in enumerate(images):
-        batch[i, :, :img.shape[1], :img.shape[2]] = img
-    return batch
-
-
 def _alone_and_in_a_padded_batch(model, name, tol, dtype=torch.float32):
     torch.manual_seed(2)
     a, b = torch.randn(3, 72, 104, dtype=dtype), torch.randn(3, 150, 180, dtype=dtype)
-    x = _canvas([b, a], (160, 192)).requires_grad_()
+    x = padded_canvas([b, a], (160, 192)).requires_grad_()
     alone = a[None].clone().requires_grad_()
     outs, outs_a = model(x), model(alone)
     family = FAMILIES[name]
@@ -352,8 +342,7 @@ TRACED = [('InLineSwin', dict(attention='linear', kernel='relu', window_size=5))
 def test_jit_trace_at_one_size_matches_eager(name, cfg):
     model = build(name, inline_cfg=cfg)
     x = torch.randn(1, 3, 64, 96)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter('ignore')
+    with torch.no_grad(), quiet_tracer():
         graph = torch.jit.trace(model, x, check_trace=False)
         batch = torch.randn(2, 3, 64, 96)
         # The local term is a grouped convolution in eager mode and shifted adds in the
@@ -368,8 +357,7 @@ def test_onnx_export_of_windowed_linear_swin_matches_eager(tmp_path):
     model = build('InLineSwin', inline_cfg=dict(attention='linear', kernel='relu',
                                                 window_size=5))
     path = str(tmp_path / 'switched.onnx')
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
+    with quiet_tracer():
         export_onnx(model, path, (64, 96))
     assert ort is not None
     x = torch.randn(1, 3, 64, 96)

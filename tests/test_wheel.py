@@ -133,7 +133,7 @@ def test_console_scripts_run(installed):
     cfg.read(ROOT / 'setup.cfg')
     names = [line.split(' = ')[0] for line in
              cfg['options.entry_points']['console_scripts'].strip().splitlines()]
-    assert len(names) == 6
+    assert len(names) == 9
     for name in names:
         out = _run([installed['bin'] / name, '--help'], installed['work'], installed['env'])
         assert out.startswith('usage: '), out[:500]

@@ -13,8 +13,8 @@ custom_imports = dict(imports=['inline_mm', 'inline_mm.engine.enable'],
                       allow_failed_imports=False)
 # Not run by default: decoding COCO's 123k images before training takes ~6 min on one core
 # (~3 ms a JPEG; docs/reliability.md). To refuse missing/truncated/corrupt images before
-# iteration 1:
-#   custom_hooks = [dict(type='DatasetCheckHook')]
+# iteration 1 (COCO 2017 holds a few boxes and polygons that mmdet drops: warn of those):
+#   custom_hooks = [dict(type='DatasetCheckHook', warn_only=('box-empty', 'polygon'))]
 
 max_epochs = 12
 train_cfg = dict(max_epochs=max_epochs)

@@ -1,5 +1,6 @@
-"""Check a segmentation dataset before training; report every problem, with file names.
+"""Check a dataset before training; report every problem, with file names.
 
+    inline-mm-check-dataset data/my_coco/annotations/train.json   # COCO instances
     inline-mm-check-dataset data/my_dataset                 # images/, masks/, meta.json
     inline-mm-check-dataset --config configs/custom/my.py   # exactly what the config reads
     inline-mm-check-dataset --config CONFIG --cfg-options train_dataloader.dataset.data_root=X
@@ -41,6 +42,15 @@ Problems (exit status 1; each line names the file):
 Warnings (exit status 0): files in image folders that are not images, classes that
 never occur in a split.
 
+A COCO json (instance segmentation or boxes): its images are looked up under the json's
+``../images`` (``DATA/annotations/train.json`` -> ``DATA/images``) unless --img-dir DIR
+says where ``file_name`` is relative to. Every rule of
+``inline_mm.datasets.coco_checks`` runs (schema, duplicate ids, missing or undecodable
+images, json width/height against the decoded image with its EXIF orientation, undeclared
+or unused categories, degenerate polygons, RLE of the wrong size, empty boxes or boxes
+outside the image, images without annotations), then a table per class. Each line names
+the file and the annotation or image id; --task detection accepts box-only annotations.
+
 The rules are those of ``inline_mm.datasets.checks``, which SegFolderDataset and the
 training hooks apply too (``--config`` also needs mmengine and mmseg).
 """
@@ -54,6 +64,7 @@ from typing import List, Optional, Sequence
 from inline_mm.datasets.checks import (IMAGE_SUFFIXES, FileTally, Problem, binary_problems,
                                        check_pair, default_jobs, label_problems, parallel_map,
                                        read_meta, scan_split)
+from inline_mm.datasets.coco_checks import check_coco_instances, class_table
 
 
 class Report:
@@ -255,7 +266,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split('\n\n', 2)[2])
-    p.add_argument('root', nargs='?', help='dataset folder (with images/, masks/, meta.json)')
+    p.add_argument('root', nargs='?', help='dataset folder (with images/, masks/, meta.json), '
+                                           'or a COCO json (DATA/annotations/train.json)')
     p.add_argument('--config', help='check the datasets of this mmseg config instead')
     p.add_argument('--cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
                    help='with --config: override entries as for tools/train.py, e.g. '
@@ -269,7 +281,14 @@ def parse_args(argv=None):
     p.add_argument('--reduce-zero-label', action='store_true',
                    help='value 0 means unlabelled and value k is class k-1 (ADE20K style)')
     p.add_argument('--meta', default='meta.json', help='metadata file under ROOT (meta.json)')
-    p.add_argument('--img-dir', default='images', help='image folder under ROOT (images)')
+    p.add_argument('--img-dir', help='folder form: image folder under ROOT (images); COCO '
+                                     'json: the folder file_name is relative to (default: '
+                                     'the json\'s ../images)')
+    p.add_argument('--task', choices=('instance', 'detection'), default='instance',
+                   help='COCO json: instance (masks needed, the default) or detection '
+                        '(box-only annotations are fine)')
+    p.add_argument('--all-warnings', action='store_true',
+                   help='COCO json: print every warning (default: the first 10 of a kind)')
     p.add_argument('--mask-dir', default='masks', help='mask folder under ROOT (masks)')
     p.add_argument('--mask-suffix', default='.png', help='mask extension (.png)')
     p.add_argument('--quick', action='store_true',
@@ -287,9 +306,108 @@ def parse_args(argv=None):
     return args
 
 
+def _print_coco(found, report: Report, all_warnings: bool):
+    report.add(found.problems)
+    shown = Counter()
+    for w in found.warnings:
+        shown[w.code] += 1
+        if all_warnings or shown[w.code] <= 10:
+            report.add([w], warning=True)
+        else:
+            report.warnings.append(tuple(w))
+    hidden = {k: n - 10 for k, n in shown.items() if n > 10 and not all_warnings}
+    if hidden:
+        print('(' + ', '.join(f'{n} more {k}' for k, n in hidden.items())
+              + ' warning(s) not shown: --all-warnings)')
+    if found.categories:
+        print(f'{found.ann_file}: {found.images} images, {found.annotations} annotations, '
+              f'{len(found.categories)} categories (label = position in "categories")')
+        print(class_table(found))
+
+
+def check_coco_files(files, report: Report, decode: bool, jobs: int, all_warnings: bool
+                     ) -> FileTally:
+    """Check ``[(ann_file, img_dir, task), ...]`` (:func:`check_coco_instances`)."""
+    tally, first = FileTally(), None
+    for ann_file, img_dir, task in files:
+        progress = Progress(f'decoding the images of {osp.basename(ann_file)}' if decode
+                            else f'reading the images of {osp.basename(ann_file)}')
+        try:
+            found = check_coco_instances(ann_file, img_dir, decode, task, jobs,
+                                         progress=progress)
+        finally:
+            progress.close()
+        _print_coco(found, report, all_warnings)
+        tally += found.tally
+        names = [c['name'] for c in found.categories]
+        if first is None:
+            first = (ann_file, names)
+        elif names != first[1]:
+            report.problem('category-order', ann_file,
+                           f'its categories {names[:10]} differ from those of {first[0]} '
+                           f'({first[1][:10]}): mmdet numbers classes by the list order, so '
+                           'every file of a config must list the same categories in one order')
+    return tally
+
+
+def coco_files_from_config(cfg) -> list:
+    """``[(ann_file, img_dir, task), ...]`` of a built mmdet config's COCO datasets."""
+    files = []
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        ds = (cfg.get(loader) or {}).get('dataset')
+        while ds is not None and 'dataset' in ds:
+            ds = ds['dataset']
+        if not ds or not str(ds.get('ann_file', '')).endswith('.json'):
+            continue
+        root = ds.get('data_root') or ''
+        ann = osp.join(root, ds['ann_file'])
+        img_dir = osp.join(root, (ds.get('data_prefix') or {}).get('img', ''))
+        masks = any(t.get('type') == 'LoadAnnotations' and t.get('with_mask')
+                    for t in ds.get('pipeline') or [] if isinstance(t, dict))
+        entry = (ann, img_dir, 'instance' if masks else 'detection')
+        if entry not in files:
+            files.append(entry)
+    if not files:
+        raise SystemExit('error: the config has no train/val/test dataset with a COCO json')
+    return files
+
+
+def _main_coco(files, args, root: str) -> int:
+    report = Report(root, args.quiet)
+    start = time.perf_counter()
+    tally = check_coco_files(files, report, not args.quick, args.jobs, args.all_warnings)
+    seconds = time.perf_counter() - start
+    threads = min(args.jobs, max(1, tally.images))
+    print(f'checked {tally.describe(seconds, headers_only=args.quick)}'
+          + (f' on {threads} threads' if threads > 1 else ''))
+    if args.quick:
+        print('quick: image headers only (sizes and EXIF checked): truncated or corrupt images '
+              'are not found (run without --quick to decode them)')
+    if report.problems:
+        kinds = Counter(p[0] for p in report.problems)
+        print(f'FAILED: {len(report.problems)} problem(s): '
+              + ', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))
+              + '. Fix them (in a copy: keep the export) and run this check again.')
+        return 1
+    print(f'OK: {", ".join(osp.basename(f[0]) for f in files)} look fine'
+          + (f', {len(report.warnings)} warning(s)' if report.warnings else ''))
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.root and args.root.endswith('.json'):
+        if not osp.isfile(args.root):
+            print(f'ERROR   [missing-file] {args.root}: annotation file does not exist')
+            return 1
+        return _main_coco([(args.root, args.img_dir, args.task)], args, '')
     if args.config:
+        from mmengine.config import Config
+        cfg = Config.fromfile(args.config)
+        if cfg.get('default_scope') == 'mmdet':
+            options = dict(i.partition('=')[::2] for i in args.cfg_options)
+            cfg.merge_from_dict(options)
+            return _main_coco(coco_files_from_config(cfg), args, '')
         options = {}
         for item in args.cfg_options:
             key, sep, value = item.partition('=')
@@ -305,7 +423,8 @@ def main(argv=None) -> int:
         if not osp.isdir(root):
             print(f'ERROR   [missing-dir] {root}: dataset folder does not exist')
             return 1
-        splits = [Split(n, osp.join(root, args.img_dir, n), osp.join(root, args.mask_dir, n),
+        splits = [Split(n, osp.join(root, args.img_dir or 'images', n),
+                        osp.join(root, args.mask_dir, n),
                         mask_suffix=args.mask_suffix) for n in args.splits]
         meta_path, classes = osp.join(root, args.meta), None
         num_classes, ignore_index = args.num_classes, args.ignore_index

@@ -4,6 +4,8 @@
     inline-mm-make-toy-dataset ade    data/toy_ade       # ADE20K directory layout
     inline-mm-make-toy-dataset cityscapes data/toy_city  # Cityscapes directory layout
     inline-mm-make-toy-dataset folder data/toy_folder    # images/ + masks/ folders
+    inline-mm-make-toy-dataset coco-export data/my_coco  # a COCO export with typical defects
+    inline-mm-make-toy-dataset labelme data/my_labelme   # a labelme folder
 
 Each kind's options: ``inline-mm-make-toy-dataset KIND --help``.
 """
@@ -16,6 +18,8 @@ KINDS = {
     'ade': 'inline_mm.toydata.segmentation',
     'cityscapes': 'inline_mm.toydata.segmentation',
     'folder': 'inline_mm.toydata.segmentation',
+    'coco-export': 'inline_mm.toydata.exports',
+    'labelme': 'inline_mm.toydata.exports',
 }
 
 

@@ -1,5 +1,7 @@
 """Your own segmentation data: ``SegFolderDataset``, ``PaletteIoUMetric`` and the data
-checks (:mod:`.checks`) that ``tools/misc/check_dataset.py`` and the training hooks share.
+checks (:mod:`.checks`) that ``tools/misc/check_dataset.py`` and the training hooks share;
+the checks of COCO instance files and the class names the own-instance templates read from
+them (:mod:`.coco_checks`).
 
 ``import inline_mm`` registers ``SegFolderDataset`` and ``PaletteIoUMetric`` in mmseg's
 ``DATASETS`` / ``METRICS`` when mmseg is installed, so configs can say

@@ -1,7 +1,8 @@
 """Reliability of training runs with the stock mmengine Runner.
 
 Importing this package (``import inline_mm`` does) only *registers*
-:class:`NonFiniteCheckHook` and :class:`DatasetCheckHook` (mmengine ``HOOKS``, so
+:class:`NonFiniteCheckHook`, :class:`DatasetCheckHook` and :class:`PredictionOverlayHook`
+(mmengine ``HOOKS``, so
 ``custom_hooks`` of mmdet and mmseg configs find them) and the ``CheckSegMapSize``
 pipeline steps ``CheckSegMapSize``, ``CheckSegLabels`` and ``CheckImageSize``
 (mmseg ``TRANSFORMS``, when mmseg is installed; :mod:`.transforms`); all are off
@@ -26,11 +27,13 @@ and the stock mmdet/mmseg tools get them too::
 Nothing here imports mmdet/mmseg models or mmcv's compiled ops.
 """
 from . import checkpointing, compiling, data_checks, distributed, loading  # noqa: F401
+from .overlays import PredictionOverlayHook
 from .data_checks import DatasetCheckHook, check_coco
 from .nonfinite import NonFiniteCheckHook, NonFiniteLossError
 from .transforms import CheckImageSize, CheckSegLabels, CheckSegMapSize
 
-__all__ = ['NonFiniteCheckHook', 'NonFiniteLossError', 'DatasetCheckHook', 'CheckSegMapSize',
+__all__ = ['NonFiniteCheckHook', 'NonFiniteLossError', 'DatasetCheckHook', 'PredictionOverlayHook',
+           'CheckSegMapSize',
            'CheckSegLabels', 'CheckImageSize',
            'check_coco', 'install', 'installed']
 

@@ -28,9 +28,10 @@ import difflib
 import functools
 import json
 import logging
+import os
 import os.path as osp
 import time
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from mmengine import dist
 from mmengine.hooks import Hook
@@ -39,6 +40,7 @@ from mmengine.registry import HOOKS
 
 from ..datasets.checks import (FileTally, Problem, check_coco, check_dataset_files,
                                dataset_file_problems, default_jobs)
+from ..datasets.coco_checks import check_coco_instances
 
 __all__ = ['DatasetCheckHook', 'check_coco', 'dataset_file_problems',
            'install', 'installed']
@@ -66,9 +68,64 @@ def _base_datasets(dataset) -> list:
     return [dataset] if hasattr(dataset, 'get_data_info') else []
 
 
+def _coco_file(dataset) -> Optional[str]:
+    """The COCO json of an mmdet COCO-style dataset, else None."""
+    ann_file = getattr(dataset, 'ann_file', None)
+    if isinstance(ann_file, str) and ann_file.endswith('.json') and hasattr(dataset, 'cat_ids'):
+        return ann_file
+    return None
+
+
+def _loads_masks(dataset) -> bool:
+    """Whether the dataset's pipeline reads instance masks (LoadAnnotations with_mask)."""
+    transforms = getattr(getattr(dataset, 'pipeline', None), 'transforms', None) or []
+    return any(type(t).__name__ == 'LoadAnnotations' and getattr(t, 'with_mask', False)
+               for t in transforms)
+
+
+def coco_dataset_problems(datasets, decode: bool = True, jobs: int = 1,
+                          shard=(0, 1)) -> tuple:
+    """``(problems, warnings, tally)`` of the COCO datasets among ``datasets``: the rules of
+    :func:`~inline_mm.datasets.coco_checks.check_coco_instances` on each json (masks
+    required where the pipeline loads them), images read for ``shard``, and the order of the
+    config's classes against each file's categories (mmdet numbers the categories in the
+    file's order, whatever the order of ``metainfo.classes``)."""
+    problems, warnings, tally, seen = [], [], FileTally(), {}
+    for ds in datasets:
+        ann_file = _coco_file(ds)
+        if ann_file is None:
+            continue
+        task = 'instance' if _loads_masks(ds) else 'detection'
+        img_dir = (getattr(ds, 'data_prefix', None) or {}).get('img', '')
+        key = (ann_file, img_dir)
+        if key in seen and (seen[key] == 'instance' or task == 'detection'):
+            continue
+        seen[key] = task
+        found = check_coco_instances(ann_file, img_dir, decode, task, jobs, shard=shard)
+        problems += found.problems
+        warnings += found.warnings
+        tally += found.tally
+        classes = list((getattr(ds, 'metainfo', None) or {}).get('classes') or ())
+        names = [c['name'] for c in found.categories]
+        in_file = [n for n in names if n in classes]
+        if classes and in_file != [c for c in classes if c in names]:
+            problems.append(Problem(
+                'category-order', ann_file,
+                f'its categories list the classes in another order ({in_file[:10]}) than '
+                f"the config's metainfo.classes ({classes[:10]}): mmdet would give class i's "
+                "name to the file's i-th category. Use the file's order (the own-data "
+                'templates read it from train.json; val.json must list the same order)'))
+    return problems, warnings, tally
+
+
 @HOOKS.register_module()
 class DatasetCheckHook(Hook):
     """Check every file of the train/val/test datasets before the first iteration.
+
+    COCO datasets (mmdet's ``CocoDataset`` and kin) get every rule of
+    ``tools/misc/check_dataset.py`` on their json (:mod:`inline_mm.datasets.coco_checks`:
+    schema, ids, categories, polygons, RLE, boxes, json sizes against the images, masks
+    present where the pipeline loads them) and the config's class order against the file's.
 
     Raises one ``FileNotFoundError`` / ``ValueError`` listing all missing images or
     masks, all files that do not decode in full (``truncated``, ``corrupt``,
@@ -99,12 +156,16 @@ class DatasetCheckHook(Hook):
             machine).
         splits (tuple[str]): Which dataloaders to check, of ``'train'``, ``'val'``,
             ``'test'``. Default: ``('train', 'val')``.
+        warn_only (Sequence[str]): Problem codes logged as warnings instead of stopping
+            the run, e.g. ``('box-empty', 'polygon')`` for COCO 2017 itself, which holds a
+            few annotations mmdet drops. Default: ``()``.
     """
 
     priority = 'VERY_HIGH'
 
     def __init__(self, check_sizes: bool = True, decode: bool = True,
-                 num_workers: Optional[int] = None, splits=('train', 'val')):
+                 num_workers: Optional[int] = None, splits=('train', 'val'),
+                 warn_only: Sequence[str] = ()):
         unknown = set(splits) - {'train', 'val', 'test'}
         if unknown:
             raise ValueError(f"DatasetCheckHook: unknown split(s) {sorted(unknown)}; use "
@@ -116,11 +177,16 @@ class DatasetCheckHook(Hook):
         self.decode = decode
         self.num_workers = num_workers
         self.splits = tuple(splits)
+        self.warn_only = frozenset(warn_only)
 
     def _workers(self) -> int:
         if self.num_workers is not None:
             return self.num_workers
-        return max(1, default_jobs() // max(1, dist.get_local_size()))
+        try:
+            local = dist.get_local_size()
+        except RuntimeError:    # no local group (mmengine makes one only for some launchers)
+            local = int(os.environ.get('LOCAL_WORLD_SIZE') or dist.get_world_size())
+        return max(1, default_jobs() // max(1, local))
 
     def _check(self, runner, splits):
         start = time.perf_counter()
@@ -138,16 +204,25 @@ class DatasetCheckHook(Hook):
                 last[0] = now
                 runner.logger.info(f'DatasetCheckHook: {done:,} of {total:,} samples '
                                    f'checked ({now - start:.0f} s)')
+        coco = [d for d in datasets if _coco_file(d) is not None]
+        others = [d for d in datasets if _coco_file(d) is None]
+        warnings = []
         try:
-            found = check_dataset_files(datasets, self.check_sizes, self.decode,
+            found = check_dataset_files(others, self.check_sizes, self.decode,
                                         jobs=self._workers(), shard=(rank, world_size),
                                         progress=progress)
+            coco_problems, warnings, coco_tally = coco_dataset_problems(
+                coco, self.decode, self._workers(), (rank, world_size))
+            found.problems.extend(coco_problems)
+            found.tally.__iadd__(coco_tally)
             failure = None
         except Exception as e:
             if world_size == 1:
                 raise
             found, failure = None, f'rank {rank}: {type(e).__name__}: {e}'
         problems, tally = (found.problems, found.tally) if found else ([], FileTally())
+        for warning in dict.fromkeys(warnings):
+            runner.logger.warning(f'DatasetCheckHook: {warning}')
         seconds = time.perf_counter() - start
         if world_size > 1:
             # Every rank gets all problems (and failures), so all raise or go on together.
@@ -155,19 +230,23 @@ class DatasetCheckHook(Hook):
             failures = [f for *_, f in gathered if f]
             if failures:
                 raise RuntimeError('DatasetCheckHook failed: ' + '; '.join(failures))
-            problems = sorted((p for part, *_ in gathered for p in part),
+            # (the rules on a COCO file run on every rank: each reports them once)
+            problems = sorted(dict.fromkeys(p for part, *_ in gathered for p in part),
                               key=lambda p: (p.path, p.code))
             tally = FileTally()
             for _, part, *_ in gathered:
                 tally += part
             seconds = max(s for _, _, s, _ in gathered)
+        for p in (p for p in problems if p.code in self.warn_only):
+            runner.logger.warning(f'DatasetCheckHook: [{p.code}] {p}')
+        problems = [p for p in problems if p.code not in self.warn_only]
         checked = tally.describe(seconds, headers_only=not self.decode)
         if problems:
             missing = all(p.code == 'missing-file' for p in problems)
             head = (f'DatasetCheckHook: {len(problems)} problem(s) with the data files, '
                     f'found before training started (checked {checked}):\n')
             tail = ('\nFix or remove these samples (tools/misc/check_dataset.py reports '
-                    'segmentation folders in detail).')
+                    'segmentation folders and COCO files in detail).')
             runner.logger.error(head + _listing(problems, limit=None) + tail)
             raise (FileNotFoundError if missing else ValueError)(
                 head + _listing(problems) + tail)

@@ -214,7 +214,7 @@ def make_ade_toy(out: str, num_train: int = 40, num_val: int = 10, size: int = 1
 
 
 def make_cityscapes_toy(out: str, num_train: int = 12, num_val: int = 4, size: int = 64,
-                       seed: int = 0) -> Dict[str, int]:
+                        seed: int = 0) -> Dict[str, int]:
     """Write a Cityscapes-layout toy set under ``out`` (images twice as wide as high, as
     Cityscapes' 1024x2048, in two cities per split); returns images per split."""
     rng = np.random.default_rng(seed)

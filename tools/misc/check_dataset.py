@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Check a segmentation dataset before training.
+"""Check a dataset (image/mask folders or a COCO json) before training.
 
 The checkout's path of the console script ``inline-mm-check-dataset``; all of it lives in
 :mod:`inline_mm.cli.check_dataset`.

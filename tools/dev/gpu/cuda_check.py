@@ -343,8 +343,8 @@ def _head_step(config, must_call):
 
 FOCAL = ('sigmoid_focal_loss_forward', 'sigmoid_focal_loss_backward')
 DEFORM = ('ms_deform_attn_forward', 'ms_deform_attn_backward')
-check_retinanet = check('RetinaNet step (configs/inline_swin/retinanet_inline-swin-t_fpn_1x_coco.py)')(
-    _head_step('configs/inline_swin/retinanet_inline-swin-t_fpn_1x_coco.py', FOCAL))
+_RETINANET = 'configs/inline_swin/retinanet_inline-swin-t_fpn_1x_coco.py'
+check_retinanet = check(f'RetinaNet step ({_RETINANET})')(_head_step(_RETINANET, FOCAL))
 check_dino = check('DINO step (configs/inline_swin/dino-4scale_inline-swin-t_8xb2-12e_coco.py)')(
     _head_step('configs/inline_swin/dino-4scale_inline-swin-t_8xb2-12e_coco.py', FOCAL + DEFORM))
 check_mask2former = check(

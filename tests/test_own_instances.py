@@ -1,0 +1,442 @@
+"""Own instance data (docs/own_instances.md): the page's commands in document order on the toy
+export, the COCO checks one rule at a time, the converters, and the templates' wiring.
+
+The walkthrough runs every command of the page as written, in a scratch folder laid out like
+the repository, with the page's rehearsal edits and a narrower InLine-Swin-T (as the
+segmentation walkthrough in tests/test_readme.py does): the checker must name the planted
+defects and exit 1, pass after the page's fix, training must lower the loss and report real
+COCO box and mask mAP, testing must reproduce the val figures, and predicting a folder must
+write one results json with the training file's category ids and one overlay PNG per image.
+"""
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from test_readme import ROOT, commands, page, shell, workspace
+
+TEMPLATE = ROOT / 'configs/custom/mask-rcnn_inline-swin-t_fpn_1xb4-36e_custom-coco.py'
+REHEARSAL_INTRO = 'To rehearse on the toy export'
+#: Test only, appended to the user's config after the page's edits: a narrower model, so that
+#: the run fits the suite's budget. Schedule, data, heads and recipe stay the template's.
+NARROW = """
+model['backbone'].update(embed_dims=16, depths=(1, 1, 1, 1), num_heads=(1, 1, 2, 2))
+model['neck'].update(in_channels=[16, 32, 64, 128], out_channels=32)
+model['rpn_head'].update(in_channels=32, feat_channels=32)
+model['roi_head'].update(
+    bbox_roi_extractor=dict(out_channels=32, roi_layer=dict(sampling_ratio=2)),
+    mask_roi_extractor=dict(out_channels=32, roi_layer=dict(sampling_ratio=2)))
+model['roi_head']['bbox_head'].update(in_channels=32, fc_out_channels=128)
+model['roi_head']['mask_head'].update(in_channels=32, conv_out_channels=32)
+model['train_cfg'] = dict(rpn_proposal=dict(nms_pre=500, max_per_img=200),
+                          rcnn=dict(sampler=dict(num=64)))
+model['test_cfg'] = dict(rpn=dict(nms_pre=300, max_per_img=100))
+"""
+
+
+def rehearsal_edits(text: str) -> list:
+    block = re.search(re.escape(REHEARSAL_INTRO) + r'.*?```python\n(.*?)```', text, re.S)
+    assert block, f'the page lost its "{REHEARSAL_INTRO}" block'
+    return [line.split('#')[0].strip() for line in block[1].splitlines() if line.strip()]
+
+
+def apply_edits(config: Path, edits: list):
+    text = config.read_text()
+    for line in edits:
+        name = line.split('=')[0].strip()
+        text, n = re.subn(rf'^{name} = .*$', line, text, flags=re.M)
+        assert n == 1, f'the template has no single line "{name} = ..." for the page\'s edit'
+    config.write_text(text + NARROW)
+
+
+def logged(log: str, key: str) -> list:
+    return [float(v) for v in re.findall(
+        rf'Epoch\(train\).*?\s{re.escape(key)}: ([\d.]+(?:e[-+]?\d+)?)', log)]
+
+
+def _metric(log: str, key: str) -> float:
+    return float(re.findall(rf'coco/{key}: (-?[\d.]+)', log)[-1])
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_own_instances_walkthrough_as_written(tmp_path, monkeypatch):
+    text = page('own_instances')
+    steps = commands(text)
+    edits = rehearsal_edits(text)
+    ws = workspace(tmp_path)
+    data = ws / 'data' / 'my_coco'
+    logs, ckpt, fixed = [], None, False
+    for cmd in steps:
+        if cmd.startswith(('bash tools/dist_train.sh', 'mim ', 'INLINE_MM_DATA=')):
+            continue        # alternatives named in prose: their lines parse (test_readme.py)
+        if 'best_coco_segm_mAP_epoch_N' in cmd:
+            ckpt = ckpt or next((ws / 'work_dirs' / 'my_instances').glob('best_coco_segm_*.pth'))
+            cmd = cmd.replace('work_dirs/my_instances/best_coco_segm_mAP_epoch_N.pth',
+                              str(ckpt.relative_to(ws)))
+        expect_fail = (cmd.startswith('python tools/misc/check_dataset.py data/my_coco/'
+                                      'annotations/train.json') and not fixed)
+        logs.append((cmd, shell_rc(cmd, ws, 1 if expect_fail else 0)))
+        fixed = fixed or 'coco_remove_images.py' in cmd
+        if cmd.startswith('cp configs/custom/') and cmd.endswith(' configs/my_instances.py'):
+            apply_edits(ws / 'configs' / 'my_instances.py', edits)
+    ran = ' '.join(steps)
+    for must in ('make_toy_dataset.py coco-export', 'labelme2coco.py', 'coco_remove_images.py',
+                 'check_dataset.py --config', 'tools/train.py', 'images2coco.py',
+                 'configs/my_instances_predict.py'):
+        assert must in ran, f'the walkthrough no longer runs {must}'
+
+    def log(start: str, last: bool = False) -> str:
+        found = [out for cmd, out in logs if cmd.startswith(start)]
+        assert found, f'no command starting {start!r} ran'
+        return found[-1 if last else 0]
+
+    first = log('python tools/misc/check_dataset.py data/my_coco/annotations/train')
+    assert re.search(r'ERROR +\[exif-rotation\] \S*train/0003\.jpg', first), first
+    assert re.search(r'ERROR +\[truncated\] \S*train/0007\.jpg', first), first
+    assert 'empty-images' in first and re.search(r'\n +0 +3 +circle', first), first
+    assert 'OK: train.json' in log('python tools/misc/check_dataset.py data/my_coco/annotations/'
+                                   'train', last=True)
+    labelme = log('python tools/dataset_converters/labelme2coco.py')
+    assert 'classes: circle, rectangle, triangle' in labelme
+    check = log('python tools/misc/check_dataset.py --config')
+    assert 'OK: train.json, val.json' in check, check
+
+    train = log('python tools/train.py')
+    assert 'DatasetCheckHook: train, val: checked' in train, train[-3000:]
+    losses = logged(train, 'loss')
+    assert len(losses) >= 5, train[-3000:]
+    assert np.mean(losses[-2:]) < 0.8 * np.mean(losses[:2]), f'loss did not fall: {losses}'
+    box, mask = _metric(train, 'bbox_mAP'), _metric(train, 'segm_mAP')
+    assert 0 <= box <= 1 and 0 <= mask <= 1
+    assert _metric(train, 'bbox_mAP_50') > 0, 'no box found at IoU 0.5 after training'
+    assert re.search(r'\|\s+triangle\s+\|', train), 'no per-class table'
+
+    test = log('python tools/test.py configs/my_instances.py')
+    assert _metric(test, 'segm_mAP') == pytest.approx(mask, abs=1e-3)
+    assert _metric(test, 'bbox_mAP') == pytest.approx(box, abs=1e-3)
+
+    out = ws / 'work_dirs' / 'predictions'
+    results = json.loads((out / 'results.segm.json').read_text())
+    predict = json.loads((data / 'annotations' / 'predict.json').read_text())
+    assert predict['annotations'] == [] and {c['id'] for c in predict['categories']} == {3, 7, 12}
+    assert results and {r['category_id'] for r in results} <= {3, 7, 12}
+    assert {r['image_id'] for r in results} <= {im['id'] for im in predict['images']}
+    assert all('counts' in r['segmentation'] and len(r['bbox']) == 4 for r in results)
+    pngs = sorted(p.stem for p in (out / 'overlays').glob('*.png'))
+    assert pngs == sorted(Path(im['file_name']).stem for im in predict['images'])
+    overlay = Image.open(out / 'overlays' / f'{pngs[0]}.png')
+    source = Image.open(data / 'images' / 'predict' / f'{pngs[0]}.jpg')
+    assert overlay.size == source.size
+
+    # the page's DetInferencer lines, as written, in the same folder
+    snippet = re.search(r'```python\n(from mmdet.apis import DetInferencer.*?)```', text, re.S)
+    assert snippet, 'the page lost its DetInferencer example'
+    monkeypatch.chdir(ws)
+    exec(snippet[1].replace('work_dirs/my_instances/best_coco_segm_mAP_epoch_N.pth',
+                            str(ckpt.relative_to(ws))), {})
+    preds = sorted((ws / 'work_dirs' / 'inferencer' / 'preds').glob('*.json'))
+    assert [p.stem for p in preds] == pngs
+    assert len(list((ws / 'work_dirs' / 'inferencer' / 'vis').iterdir())) == len(pngs)
+    assert json.loads(preds[0].read_text())['labels'] is not None
+
+
+@pytest.mark.subprocess
+def test_a_distributed_run_stops_on_every_rank_before_training(tmp_path):
+    """tools/dist_train.sh with the template on the toy export as exported: both ranks stop
+    before the first iteration with the same complete list (the image checks are shared)."""
+    from support import free_port, subprocess_env
+    from inline_mm.toydata.exports import make_coco_export
+    import subprocess
+    import sys
+    make_coco_export(str(tmp_path / 'data'), num_train=10, num_val=2, size=64)
+    config = tmp_path / 'my_instances.py'
+    config.write_text(TEMPLATE.read_text())
+    apply_edits(config, rehearsal_edits(page('own_instances')))
+    env = subprocess_env(PORT=str(free_port()), PYTHON=sys.executable,
+                         INLINE_MM_DATA=str(tmp_path / 'data'))
+    out = subprocess.run(['bash', 'tools/dist_train.sh', str(config), '2', '--work-dir',
+                          str(tmp_path / 'wd')], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300)
+    log = out.stdout + out.stderr
+    assert out.returncode != 0 and 'Distributed training: True' in log, log[-3000:]
+    errors = re.findall(r'DatasetCheckHook: (\d+) problem\(s\)', log)
+    assert errors and set(errors) == {'2'}, log[-3000:]
+    assert 'train/0003.jpg' in log and 'train/0007.jpg' in log and '2 ranks' not in log
+    assert 'Epoch(train)' not in log
+
+
+def shell_rc(cmd: str, cwd: Path, rc: int) -> str:
+    """:func:`shell`, but a command may be expected to fail (exit status ``rc``)."""
+    if rc == 0:
+        return shell(cmd, cwd)
+    import os
+    import subprocess
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
+    env['PATH'] = f'{cwd.parent / "bin"}{os.pathsep}{env["PATH"]}'
+    env['PYTHONPATH'] = str(ROOT) + os.pathsep + env.get('PYTHONPATH', '')
+    proc = subprocess.run(['bash', '-c', cmd], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == rc, f'$ {cmd}\nexit {proc.returncode}, expected {rc}\n{out[-4000:]}'
+    return out
+
+
+# ----------------------------------------------------------------- the COCO rules, one by one
+def _jpeg(path: Path, h: int, w: int, orientation: int = 0, cut: bool = False):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    im = Image.fromarray(np.random.default_rng(0).integers(0, 255, (h, w, 3), np.uint8))
+    kwargs = {}
+    if orientation:
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        kwargs['exif'] = exif.tobytes()
+    im.save(path, 'JPEG', **kwargs)
+    if cut:
+        path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+def _ann(aid, image_id, cat=3, bbox=(2, 2, 10, 10), segm='poly', **extra):
+    x, y, w, h = bbox
+    if segm == 'poly':
+        segm = [[x, y, x + w, y, x + w, y + h, x, y + h]]
+    ann = dict(id=aid, image_id=image_id, category_id=cat, bbox=list(bbox), area=w * h,
+               iscrowd=0)
+    if segm is not None:
+        ann['segmentation'] = segm
+    ann.update(extra)
+    return ann
+
+
+def _export(root: Path, images, anns, cats=((7, 'b'), (3, 'a'))) -> Path:
+    ann_file = root / 'annotations' / 'train.json'
+    ann_file.parent.mkdir(parents=True, exist_ok=True)
+    ann_file.write_text(json.dumps(dict(
+        images=[dict(id=i, file_name=f, width=w, height=h) for i, f, w, h in images],
+        annotations=anns, categories=[dict(id=i, name=n) for i, n in cats])))
+    return ann_file
+
+
+def test_every_coco_rule_names_the_file_and_the_id(tmp_path):
+    from inline_mm.datasets.coco_checks import check_coco_instances
+    img = tmp_path / 'images'
+    _jpeg(img / 'ok.jpg', 40, 60)
+    _jpeg(img / 'turned.jpg', 40, 60, orientation=6)      # json keeps the unturned 60x40
+    _jpeg(img / 'flipped.jpg', 40, 60, orientation=3)     # 180 degrees: sizes cannot tell
+    _jpeg(img / 'cut.jpg', 40, 60, cut=True)
+    _jpeg(img / 'resized.jpg', 20, 30)
+    _jpeg(img / 'empty.jpg', 40, 60)
+    images = [(1, 'ok.jpg', 60, 40), (2, 'turned.jpg', 60, 40), (3, 'flipped.jpg', 60, 40),
+              (4, 'cut.jpg', 60, 40), (5, 'resized.jpg', 60, 40), (6, 'gone.jpg', 60, 40),
+              (7, 'empty.jpg', 60, 40)]
+    anns = [_ann(1, 1), _ann(2, 1, segm=[[1, 1, 5, 5]]),                 # 2 points
+            _ann(3, 1, segm=[[1, 1, 5, 5, 9, 9]]),                       # on a line
+            _ann(4, 1, segm=dict(size=[10, 10], counts='PPYo0')),         # RLE of 10x10
+            _ann(5, 1, bbox=(3, 3, 0.5, 8)), _ann(6, 1, bbox=(70, 5, 5, 5)),
+            _ann(7, 1, bbox=(50, 30, 20, 20)),                            # partly outside
+            _ann(8, 1, cat=99), _ann(9, 42), _ann(10, 1, segm=None),
+            _ann(10, 2), _ann(11, 3), _ann(12, 4), _ann(13, 5), _ann(14, 6)]
+    del anns[-1]['area']
+    ann_file = _export(tmp_path, images, anns, cats=((7, 'b'), (3, 'a'), (9, 'a'), (11, 'c')))
+    found = check_coco_instances(str(ann_file))
+    by_code = {}
+    for p in found.problems:
+        by_code.setdefault(p.code, []).append(p)
+    expected = {'polygon': ['annotation 2 ', 'annotation 3 '], 'rle': ['annotation 4 '],
+                'box-empty': ['annotation 5 '], 'box-outside': ['annotation 6 '],
+                'undeclared-category': ['annotation 8 '], 'orphan-annotation': ['annotation 9:'],
+                'no-mask': ['annotation 10 '], 'duplicate-id': ['annotation id 10'],
+                'duplicate-name': ["'a'"], 'coco-schema': ['annotation 14 '],
+                'exif-rotation': ['image id 2'], 'truncated': ['image id 4'],
+                'image-size': ['image id 5'], 'missing-file': ['image id 6']}
+    assert set(by_code) == set(expected), sorted(by_code)
+    for code, ids in expected.items():
+        text = ' | '.join(str(p) for p in by_code[code])
+        assert all(i in text for i in ids), (code, text)
+    files = {p.code: p.path for p in found.problems}
+    assert files['truncated'].endswith('cut.jpg') and files['polygon'].endswith('train.json')
+    assert 'turns it 90 degrees clockwise' in str(by_code['exif-rotation'][0])
+    warned = {w.code: str(w) for w in found.warnings}
+    assert set(warned) == {'category-order', 'unused-category', 'box-partly-outside',
+                           'empty-images', 'exif-orientation'}, warned
+    assert 'annotation 7 ' in warned['box-partly-outside'] and 'empty.jpg' in warned['empty-images']
+    assert "'c'" in warned['unused-category'] and 'flipped.jpg' in warned['exif-orientation']
+
+
+def test_box_only_export_points_at_the_faster_rcnn_template(tmp_path):
+    from inline_mm.cli.check_dataset import main
+    from inline_mm.datasets.coco_checks import FASTER_RCNN_TEMPLATE, check_coco_instances
+    assert (ROOT / FASTER_RCNN_TEMPLATE).is_file()
+    _jpeg(tmp_path / 'pics' / 'a.jpg', 40, 60)
+    ann_file = _export(tmp_path, [(1, 'a.jpg', 60, 40)], [_ann(1, 1, segm=None, cat=7)])
+    found = check_coco_instances(str(ann_file), str(tmp_path / 'pics'))
+    assert [p.code for p in found.problems] == ['box-only']
+    assert FASTER_RCNN_TEMPLATE in found.problems[0].message
+    assert not check_coco_instances(str(ann_file), str(tmp_path / 'pics'),
+                                    task='detection').problems
+    assert main([str(ann_file), '--img-dir', str(tmp_path / 'pics')]) == 1
+    assert main([str(ann_file), '--img-dir', str(tmp_path / 'pics'), '--task', 'detection']) == 0
+    # without --img-dir the images are looked for in ../images, which is not there
+    assert main([str(ann_file)]) == 1
+
+
+def test_class_names_come_from_the_file_in_mmdets_label_order(tmp_path):
+    from inline_mm.datasets.coco_checks import coco_classes
+    ann_file = _export(tmp_path, [], [], cats=((12, 'rect'), (3, 'circle'), (7, 'tri')))
+    assert coco_classes(str(ann_file)) == ('rect', 'circle', 'tri')
+    with pytest.raises(FileNotFoundError, match='INLINE_MM_DATA'):
+        coco_classes(str(tmp_path / 'nothing.json'))
+    bad = _export(tmp_path / 'dup', [], [], cats=((1, 'a'), (2, 'a')))
+    with pytest.raises(ValueError, match='distinct'):
+        coco_classes(str(bad))
+
+
+def _toy_export(tmp_path) -> Path:
+    from inline_mm.toydata.exports import make_coco_export
+    make_coco_export(str(tmp_path / 'data'), num_train=10, num_val=2, size=64)
+    return tmp_path / 'data'
+
+
+@pytest.mark.parametrize('name', ['mask-rcnn', 'cascade-mask-rcnn', 'faster-rcnn', 'amp',
+                                  'predict'])
+def test_templates_take_root_and_classes_from_one_place(tmp_path, monkeypatch, name):
+    from mmdet.registry import MODELS
+    from mmdet.utils import register_all_modules
+    from mmengine.config import Config
+    import inline_mm  # noqa: F401
+    register_all_modules()
+    data = _toy_export(tmp_path)
+    monkeypatch.setenv('INLINE_MM_DATA', str(data))
+    files = {'mask-rcnn': TEMPLATE.name,
+             'cascade-mask-rcnn': 'cascade-' + TEMPLATE.name,
+             'faster-rcnn': TEMPLATE.name.replace('mask-rcnn', 'faster-rcnn'),
+             'amp': TEMPLATE.name.replace('1xb4-36e', '1xb4-amp-36e'),
+             'predict': TEMPLATE.name.replace('.py', '_predict.py')}
+    cfg = Config.fromfile(str(TEMPLATE.parent / files[name]))
+    assert cfg.classes == ('circle', 'triangle', 'rectangle')
+    for loader in ('train', 'val', 'test'):
+        ds = cfg[f'{loader}_dataloader'].dataset
+        assert ds.data_root == f'{data}/' and tuple(ds.metainfo.classes) == cfg.classes
+    assert cfg.val_evaluator.ann_file == f'{data}/annotations/val.json'
+    roi = cfg.model.roi_head
+    heads = roi.bbox_head if isinstance(roi.bbox_head, list) else [roi.bbox_head]
+    assert [h.num_classes for h in heads] == [3] * len(heads)
+    assert (roi.get('mask_head') is None) == (name == 'faster-rcnn')
+    if roi.get('mask_head') is not None:
+        assert roi.mask_head.num_classes == 3
+    assert cfg.optim_wrapper.type == ('AmpOptimWrapper' if name == 'amp' else 'OptimWrapper')
+    if name == 'predict':
+        assert cfg.test_evaluator.format_only and cfg.test_evaluator.ann_file == \
+            f'{data}/annotations/predict.json'
+        assert cfg.custom_hooks[0].type == 'PredictionOverlayHook'
+    cfg.model.backbone.init_cfg = None
+    MODELS.build(cfg.model)
+
+
+def test_the_hook_refuses_a_box_only_export_and_a_class_order_before_training(
+        tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from mmdet.registry import DATASETS
+    from mmdet.utils import register_all_modules
+    from mmengine.config import Config
+    from mmengine.logging import MMLogger
+
+    from inline_mm.engine.data_checks import DatasetCheckHook, coco_dataset_problems
+    register_all_modules()
+    data = _toy_export(tmp_path)
+    for split in ('train', 'val'):
+        ann_file = data / 'annotations' / f'{split}.json'
+        coco = json.loads(ann_file.read_text())
+        for a in coco['annotations']:
+            a.pop('segmentation')
+        coco['images'] = [im for im in coco['images'] if im['file_name'] not in
+                          ('train/0003.jpg', 'train/0007.jpg')]
+        kept = {im['id'] for im in coco['images']}
+        coco['annotations'] = [a for a in coco['annotations'] if a['image_id'] in kept]
+        ann_file.write_text(json.dumps(coco))
+    monkeypatch.setenv('INLINE_MM_DATA', str(data))
+
+    def dataset(config, **change):
+        ds = Config.fromfile(str(TEMPLATE.parent / config)).train_dataloader.dataset
+        ds.update(change)
+        return DATASETS.build(ds)
+
+    masks = dataset(TEMPLATE.name)
+    loader = SimpleNamespace(dataset=masks)
+    runner = SimpleNamespace(_train_loop=SimpleNamespace(dataloader=loader), _val_loop=None,
+                             logger=MMLogger.get_instance('own_instances_test'))
+    with pytest.raises(ValueError, match='box-only export') as e:
+        DatasetCheckHook(num_workers=1).before_train(runner)
+    assert 'train.json' in str(e.value) and 'faster-rcnn_inline-swin-t' in str(e.value)
+    DatasetCheckHook(num_workers=1, warn_only=('box-only',)).before_train(runner)
+    boxes = dataset(TEMPLATE.name.replace('mask-rcnn', 'faster-rcnn'))
+    assert coco_dataset_problems([boxes])[0] == []
+    loader.dataset = boxes
+    DatasetCheckHook(num_workers=1).before_train(runner)            # box-only is fine here
+    reordered = dataset(TEMPLATE.name.replace('mask-rcnn', 'faster-rcnn'),
+                        metainfo=dict(classes=('triangle', 'circle', 'rectangle')))
+    codes = [p.code for p in coco_dataset_problems([reordered])[0]]
+    assert codes == ['category-order']
+
+
+# ----------------------------------------------------------------- converters
+def test_labelme_conversion_groups_shapes_and_splits_reproducibly(tmp_path):
+    from inline_mm.cli.labelme2coco import main
+    src = tmp_path / 'lm'
+    for i in range(10):
+        _jpeg(src / 'sub' / f'{i}.jpg', 30, 40)
+        shapes = [dict(label='cat', shape_type='polygon', group_id=1,
+                       points=[[1, 1], [10, 1], [10, 10]]),
+                  dict(label='cat', shape_type='polygon', group_id=1,
+                       points=[[20, 20], [30, 20], [30, 28]]),
+                  dict(label='box', shape_type='rectangle', group_id=None,
+                       points=[[2, 3], [12, 13]]),
+                  dict(label='dot', shape_type='circle', group_id=None,
+                       points=[[20, 10], [24, 10]]),
+                  dict(label='edge', shape_type='line', group_id=None, points=[[0, 0], [5, 5]])]
+        (src / 'sub' / f'{i}.json').write_text(json.dumps(dict(
+            shapes=shapes if i else [], imagePath=f'{i}.jpg', imageHeight=30, imageWidth=40)))
+    assert main([str(src), str(tmp_path / 'a'), '--val-fraction', '0.3', '--seed', '1']) == 0
+    assert main([str(src), str(tmp_path / 'b'), '--val-fraction', '0.3', '--seed', '1']) == 0
+    a_val = json.loads((tmp_path / 'a/annotations/val.json').read_text())
+    b_val = json.loads((tmp_path / 'b/annotations/val.json').read_text())
+    assert a_val == b_val and len(a_val['images']) == 3
+    train = json.loads((tmp_path / 'a/annotations/train.json').read_text())
+    assert [c['name'] for c in train['categories']] == ['box', 'cat', 'dot']
+    cat = next(a for a in train['annotations'] if a['category_id'] == 2)
+    assert len(cat['segmentation']) == 2                   # one instance in two parts
+    assert (tmp_path / 'a/images/sub/3.jpg').is_file()
+    from inline_mm.datasets.coco_checks import check_coco_instances
+    for split in ('train', 'val'):
+        found = check_coco_instances(str(tmp_path / f'a/annotations/{split}.json'))
+        assert not found.problems, found.problems
+    with pytest.raises(SystemExit, match='nothing is overwritten'):
+        main([str(src), str(tmp_path / 'a')])
+    with pytest.raises(SystemExit, match="not in --classes"):
+        main([str(src), str(tmp_path / 'c'), '--classes', 'cat,dot'])
+
+
+def test_images_json_uses_loaded_sizes_and_training_categories(tmp_path):
+    from inline_mm.cli.coco_remove_images import main as remove
+    from inline_mm.cli.images2coco import main
+    _jpeg(tmp_path / 'images' / 'predict' / 'a.jpg', 30, 40, orientation=6)
+    _jpeg(tmp_path / 'images' / 'predict' / 'b.jpg', 30, 40)
+    train = _export(tmp_path, [(1, 'predict/a.jpg', 30, 40)], [], cats=((5, 'x'), (2, 'y')))
+    out = tmp_path / 'annotations' / 'predict.json'
+    assert main([str(tmp_path / 'images' / 'predict'), str(out), '--categories-from',
+                 str(train)]) == 0
+    coco = json.loads(out.read_text())
+    assert [(im['file_name'], im['width'], im['height']) for im in coco['images']] == \
+        [('predict/a.jpg', 30, 40), ('predict/b.jpg', 40, 30)]
+    assert coco['categories'] == json.loads(train.read_text())['categories']
+    with pytest.raises(SystemExit, match='exists'):
+        main([str(tmp_path / 'images'), str(out), '--categories-from', str(train)])
+    with pytest.raises(SystemExit, match='another file'):
+        remove([str(out), str(out), '--images', 'predict/a.jpg'])
+    assert remove([str(out), str(tmp_path / 'less.json'), '--images', 'predict/a.jpg']) == 0
+    assert [im['file_name'] for im in json.loads((tmp_path / 'less.json').read_text())['images']] \
+        == ['predict/b.jpg']
