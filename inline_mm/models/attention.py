@@ -31,7 +31,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .inline_function import KERNELS, apply_kernel, inline_folded, inline_qkv, is_exporting, plain_qkv
+from .inline_function import (KERNELS, apply_kernel, inline_folded, inline_qkv, is_exporting,
+                              plain_qkv)
 from .layers import crop, round_up, symbolic, window_merge, window_partition
 from .padding import NO_PADDING, ValidMap, batched_path
 

@@ -80,7 +80,8 @@ import torch.nn.functional as F
 
 from .padding import NO_PADDING, Regions, ValidMap, batched_path, zero_outside_
 
-__all__ = ['inline_qkv', 'inline_folded', 'inline_attention', 'local_residual', 'depthwise3x3', 'is_exporting',
+__all__ = ['inline_qkv', 'inline_folded', 'inline_attention', 'local_residual', 'depthwise3x3',
+           'is_exporting',
            'KERNELS', 'LINEAR_EPS', 'apply_kernel', 'guard_denominator', 'plain_qkv',
            'plain_attention',
            'reference_inline_attention', 'reference_local_residual', 'reference_attention']
