@@ -496,6 +496,28 @@ class _FoldedInLineFunction(torch.autograd.Function):
                 None, None)
 
 
+def _check_map(n: int, hw: Tuple[int, int], prefix: int, valid: ValidMap):
+    """``n`` tokens are ``prefix`` tokens plus the ``hw`` map that ``valid`` describes."""
+    (h, w), p = hw, prefix
+    if p + h * w != n:
+        raise ValueError(f'{n} tokens do not form a {h}x{w} map' if p == 0 else
+                         f'{n} tokens are not {p} prefix token(s) plus a {h}x{w} map')
+    if valid.is_padded and (tuple(valid.hw) != (h, w) or valid.prefix != p):
+        raise ValueError(f'valid describes a {valid.hw[0]}x{valid.hw[1]} map with '
+                         f'{valid.prefix} prefix token(s), the tokens are a {h}x{w} map '
+                         f'with {p}')
+
+
+def _host_regions(valid: ValidMap) -> Optional[Regions]:
+    """Each image's ``(h, w)`` for the per-sample kernels (None: no padding)."""
+    if not valid.is_padded:
+        return None
+    if valid.sizes is None:
+        raise ValueError('the per-sample InLine kernel needs the images\' sizes on the host: '
+                         'give ValidMap Python (h, w) pairs, or run the batched path')
+    return tuple(valid.sizes)
+
+
 def inline_folded(x: torch.Tensor, weight: torch.Tensor, qkv_bias: Optional[torch.Tensor],
                   num_heads: int, hw: Tuple[int, int], scale: float,
                   kernels: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
@@ -506,20 +528,11 @@ def inline_folded(x: torch.Tensor, weight: torch.Tensor, qkv_bias: Optional[torc
     other arguments as :func:`inline_qkv`. Returns ``(B, N, C)`` before any output
     projection."""
     b, n, c = x.shape
-    (h, w), p = hw, num_prefix_tokens
-    if p + h * w != n:
-        raise ValueError(f'{n} tokens do not form a {h}x{w} map' if p == 0 else
-                         f'{n} tokens are not {p} prefix token(s) plus a {h}x{w} map')
-    if valid.is_padded and (tuple(valid.hw) != (h, w) or valid.prefix != p):
-        raise ValueError(f'valid describes a {valid.hw[0]}x{valid.hw[1]} map with '
-                         f'{valid.prefix} prefix token(s), the tokens are a {h}x{w} map '
-                         f'with {p}')
+    p = num_prefix_tokens
+    _check_map(n, hw, p, valid)
     if weight.shape != (3 * c, c):
         raise ValueError(f'weight must be (3C, C) = {(3 * c, c)}, got {tuple(weight.shape)}')
-    if valid.is_padded and valid.sizes is None:
-        raise ValueError('the per-sample InLine kernel needs the images\' sizes on the host: '
-                         'give ValidMap Python (h, w) pairs, or run the batched path')
-    regions = tuple(valid.sizes) if valid.is_padded else None
+    regions = _host_regions(valid)
     return _FoldedInLineFunction.apply(x, weight, qkv_bias, kernels, bias, hw, scale, num_heads,
                                        p, valid.counts if regions else None, regions)
 
@@ -594,10 +607,7 @@ def _inline(packed, kernels, bias, hw, scale, prefix=0, valid: ValidMap = NO_PAD
         out = plain_attention(q, k, v, scale, valid.mask, valid.counts)
         return out if kernels is None else _add_local(
             out, depthwise3x3(_v_map(v, hw, prefix), kernels), bias, prefix)
-    if valid.is_padded and valid.sizes is None:
-        raise ValueError('the per-sample InLine kernel needs the images\' sizes on the host: '
-                         'give ValidMap Python (h, w) pairs, or run the batched path')
-    regions = tuple(valid.sizes) if valid.is_padded else None
+    regions = _host_regions(valid)
     return _InLineFunction.apply(packed, kernels, bias, hw, scale, prefix, valid.counts, regions)
 
 
@@ -626,14 +636,8 @@ def inline_qkv(qkv: torch.Tensor, num_heads: int, hw: Tuple[int, int], scale: fl
         Tensor: ``(B, N, C)``, before any output projection.
     """
     b, n, c3 = qkv.shape
-    (h, w), p = hw, num_prefix_tokens
-    if p + h * w != n:
-        raise ValueError(f'{n} tokens do not form a {h}x{w} map' if p == 0 else
-                         f'{n} tokens are not {p} prefix token(s) plus a {h}x{w} map')
-    if valid.is_padded and (tuple(valid.hw) != (h, w) or valid.prefix != p):
-        raise ValueError(f'valid describes a {valid.hw[0]}x{valid.hw[1]} map with '
-                         f'{valid.prefix} prefix token(s), the tokens are a {h}x{w} map '
-                         f'with {p}')
+    p = num_prefix_tokens
+    _check_map(n, hw, p, valid)
     c = c3 // 3
     packed = qkv.reshape(b, n, 3, num_heads, c // num_heads).permute(0, 2, 3, 1, 4)
     return _inline(packed, kernels, bias, hw, scale, p, valid)
