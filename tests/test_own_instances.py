@@ -17,6 +17,8 @@ import pytest
 from PIL import Image
 
 from test_readme import ROOT, commands, page, shell, workspace
+from test_readme import apply_edits as apply_walkthrough_edits
+from test_readme import rehearsal_edits as walkthrough_edits
 
 TEMPLATE = ROOT / 'configs/custom/mask-rcnn_inline-swin-t_fpn_1xb4-36e_custom-coco.py'
 REHEARSAL_INTRO = 'To rehearse on the toy export'
@@ -38,18 +40,11 @@ model['test_cfg'] = dict(rpn=dict(nms_pre=300, max_per_img=100))
 
 
 def rehearsal_edits(text: str) -> list:
-    block = re.search(re.escape(REHEARSAL_INTRO) + r'.*?```python\n(.*?)```', text, re.S)
-    assert block, f'the page lost its "{REHEARSAL_INTRO}" block'
-    return [line.split('#')[0].strip() for line in block[1].splitlines() if line.strip()]
+    return walkthrough_edits(text, REHEARSAL_INTRO)
 
 
 def apply_edits(config: Path, edits: list):
-    text = config.read_text()
-    for line in edits:
-        name = line.split('=')[0].strip()
-        text, n = re.subn(rf'^{name} = .*$', line, text, flags=re.M)
-        assert n == 1, f'the template has no single line "{name} = ..." for the page\'s edit'
-    config.write_text(text + NARROW)
+    apply_walkthrough_edits(config, edits, NARROW)
 
 
 def logged(log: str, key: str) -> list:

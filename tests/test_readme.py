@@ -381,19 +381,22 @@ model['auxiliary_head'].update(in_channels=64, channels=16)
 """
 
 
-def rehearsal_edits(text: str) -> list:
-    block = re.search(re.escape(REHEARSAL_INTRO) + r'.*?```python\n(.*?)```', text, re.S)
-    assert block, f'the walkthrough lost its "{REHEARSAL_INTRO}" block'
+def rehearsal_edits(text: str, intro: str = REHEARSAL_INTRO) -> list:
+    """The config edits of the ```python block after ``intro`` in a walkthrough."""
+    block = re.search(re.escape(intro) + r'.*?```python\n(.*?)```', text, re.S)
+    assert block, f'the walkthrough lost its "{intro}" block'
     return [line.split('#')[0].strip() for line in block[1].splitlines() if line.strip()]
 
 
-def apply_edits(config: Path, edits: list):
+def apply_edits(config: Path, edits: list, narrow: str = NARROW):
+    """Each ``name = value`` edit replaces the template's one line of ``name``; then the
+    narrowing lines that keep the walkthrough's model small."""
     text = config.read_text()
     for line in edits:
         name = line.split('=')[0].strip()
         text, n = re.subn(rf'^{name} = .*$', line, text, flags=re.M)
-        assert n == 1, f'the template has no single line "{name} = ..." for the README edit'
-    config.write_text(text + NARROW)
+        assert n == 1, f'the template has no single line "{name} = ..." for the documented edit'
+    config.write_text(text + narrow)
 
 
 def logged(log: str, key: str) -> list:
