@@ -128,14 +128,15 @@ def test_plain_form_matches_kernel(padded, prefix):
     _assert_close(grads[1], grads[0])
 
 
+@pytest.mark.parametrize('gram', [True, False], ids=['gram', 'keys'])
 @pytest.mark.parametrize('b', [1, 3])
 @pytest.mark.parametrize('prefix', [0, 1])
 @pytest.mark.parametrize('padded', [False, True], ids=['unpadded', 'padded'])
-def test_folded_projection_matches_kernel(padded, prefix, b):
+def test_folded_projection_matches_kernel(padded, prefix, b, gram):
     """The qkv projection folded into the kernel (q M = x (W_q^T M) + b_q M; the module's
     default on the per-sample path) against the kernel on the projection's output:
     output and every gradient (x, weight, bias, kernels, LePE bias), with and without the
-    local term."""
+    local term, with the statistics from x's covariance and from the keys."""
     heads, h, w, d = 3, 5, 7, 8
     c, n = heads * d, prefix + h * w
     x = torch.randn(b, n, c, requires_grad=True)
@@ -152,7 +153,7 @@ def test_folded_projection_matches_kernel(padded, prefix, b):
         for fold in (True, False):
             if fold:
                 out = inline_folded(x, weight, qkv_bias, heads, (h, w), d ** -0.5, kernels,
-                                    bias, prefix, valid)
+                                    bias, prefix, valid, gram=gram)
             else:
                 out = inline_qkv(torch.nn.functional.linear(x, weight, qkv_bias), heads,
                                  (h, w), d ** -0.5, kernels, bias, prefix, valid)

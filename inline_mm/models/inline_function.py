@@ -291,64 +291,121 @@ class _InLineFunction(torch.autograd.Function):
 # qkv projection joins the kernel: q M = (x W_q^T + b_q) M = x (W_q^T M) + b_q M, so the
 # queries are never made and the forward's q M, the backward's dQ = dO M^T and
 # dM = Q^T dO products (skinny, inner dimension d) become one dense C x C projection of
-# x and d x C products of the weights.
+# x and d x C products of the weights. On a large map the keys go as well: the key/value
+# covariance is the projection of x's own, Cov(K, V)_h = W_k,h Cov(x) W_v,h^T, and
+# mean(V) = W_v mean(x) + b_v, so one Gram product x^T x (C x C) replaces K (N x C) and
+# K^T V, and the backward's dK, dV products and the dK part of dx and dW.
+
+
+def _outside(t: torch.Tensor, hw: Tuple[int, int], prefix: int,
+             regions: Optional[Regions]):
+    """``(i, view)`` of ``t`` ``(B, prefix + H*W, C)`` for the tokens outside each image
+    of a padded batch: the map rows below it (``(m, C)``, one block) and the strip to its
+    right (``(h, W - w, C)``); nothing without padding or for an image that fills the map."""
+    if regions is None:
+        return
+    (hm, wm), c = hw, t.shape[-1]
+    for i, (h, w) in enumerate(regions):
+        tokens = t[i, prefix:]
+        if h < hm:
+            yield i, tokens[h * wm:]
+        if w < wm:
+            yield i, tokens[:h * wm].view(h, wm, c)[:, w:]
+
+
+def _gram_pays(n: int, c: int, heads: int) -> bool:
+    """Whether the fold takes its statistics from ``x``'s covariance: per sample it costs
+    ``C^3`` multiply-adds to project the ``C x C`` covariance per head (``4 C^3`` with the
+    backward's), where K costs ``N C d`` for ``K^T V`` and ``3 N C^2`` more in the backward
+    (``dK`` into ``dx`` and ``dW_k``, less the Gram's own); at least ``C * heads`` tokens
+    (``N d >= C^2``) it pays."""
+    return n * (c // heads) >= c * c
+
 
 class _FoldedInLineFunction(torch.autograd.Function):
     """InLine attention with the qkv projection folded in (identity kernel).
 
     Inputs: ``x`` ``(B, N, C)``, the qkv projection's ``weight`` ``(3C, C)`` and
     ``qkv_bias`` ``(3C,)`` or None, then as :class:`_InLineFunction`: ``kernels``,
-    ``bias``, ``hw``, ``scale``, ``prefix``, ``counts``, ``regions``; ``heads``.
+    ``bias``, ``hw``, ``scale``, ``prefix``, ``counts``, ``regions``; ``heads``; ``gram``
+    (the statistics from x's covariance; None: where :func:`_gram_pays`).
     Output: ``(B, N, C)``, what ``_InLineFunction`` gives on ``x``'s projection.
 
-    Forward: K and V from their own projections into dense token-layout buffers (V is
-    then the local term's channels-last input as it is: no copy), the statistics and
-    ``M`` per head, then per sample one ``addmm``: ``x A_i + c_i`` with
-    ``A_i = [W_q,h^T M_h]_h`` (``C x C``) and ``c_i = b_q M + mean(V)``. Padded: K and V
-    are zeroed outside each image (their own buffers), so plain sums over the map are
-    the images' sums. Saved: ``x``, K, V (the module's ``qkv`` output, 3 N x C, is not
-    made at all).
+    Forward: V from its projection into a dense token-layout buffer (the local term's
+    channels-last input as it is: no copy), zero outside each image of a padded batch;
+    ``M`` per head and ``mean(V)`` either from x's covariance (``gram``: ``S = x^T x / n -
+    mean(x)^T mean(x)`` over each image's tokens, ``Cov_h = W_k,h S W_v,h^T``,
+    ``mean(V) = W_v mean(x) + b_v``) or from K (``K^T V``, K and V zero outside each
+    image); then per sample one ``addmm``: ``x A_i + c_i`` with ``A_i = [W_q,h^T M_h]_h``
+    (``C x C``) and ``c_i = b_q M + mean(V)``. Saved: ``x``, V, and K without ``gram``: at
+    most 3 N x C, as the module's ``qkv`` output (not made).
 
     Backward (``dO`` the output gradient, ``dA_i = dO_i^T x_i``, ``dc_i = colsum dO_i``):
-    ``dx = dO A^T + [dK dV] W_kv``, ``dW_q,h = M_h dA_h``,
-    ``dM_h = W_q,h dA_h^T + b_q,h^T dc_h``, ``db_q = dc M^T``; ``dCov = s dM`` gives dK
-    and dV as in :class:`_InLineFunction` (``colsum(dO)`` is ``d mean(V)``), then
-    ``dW_kv = [dK dV]^T x`` in one product over the batch.
+    ``dx = dO A^T + ...``, ``dW_q,h = M_h dA_h``, ``dM_h = W_q,h dA_h^T + b_q,h^T dc_h``,
+    ``db_q = dc M^T``, ``dCov = s dM``; then ``gram``: ``dS = sum_h W_k,h^T dCov_h W_v,h``,
+    ``dx += x (dS + dS^T) / n`` plus a row offset from ``d mean(x)``, ``dW_k,h = dCov_h W_v,h
+    S``, ``dW_v,h = dCov_h^T W_k,h S + dc_h^T mean(x)``; otherwise dK and dV as in
+    :class:`_InLineFunction` (``colsum(dO)`` is ``d mean(V)``) and ``dx += [dK dV] W_kv``,
+    ``dW_kv = [dK dV]^T x``. The local term's ``dV`` joins ``dx``, ``dW_v`` and ``db_v``.
     """
 
     @staticmethod
     def forward(ctx, x, weight, qkv_bias, kernels, bias, hw, scale, heads, prefix=0,
-                counts=None, regions=None):
+                counts=None, regions=None, gram=None):
         b, n, c = x.shape
         d = c // heads
         dt = x.dtype
         p = prefix
+        gram = _gram_pays(n, c, heads) if gram is None else gram
         w_q, w_k, w_v = weight.detach().split(c)
-        b_q, b_k, b_v = (None,) * 3 if qkv_bias is None else qkv_bias.detach().split(c)
-        # K without its bias: Cov(K, V) and (K - mean K) do not change with a constant
-        # added to K, so b_k has no effect on the output (and a zero gradient).
-        k = torch.matmul(x, w_k.t())                                        # (B, N, C)
-        v = F.linear(x, w_v, b_v)
+        b_q = b_v = None
+        if qkv_bias is not None:
+            b_q, _, b_v = qkv_bias.detach().split(c)
+        # Tokens each sample's statistics are over: (B, 1, 1), or all n.
+        per = n if regions is None else counts.view(b, 1, 1)
+        v = F.linear(x, w_v, b_v)                                           # (B, N, C)
         if regions is not None:
-            zero_outside_(k[:, p:].unflatten(1, hw), regions)
             zero_outside_(v[:, p:].unflatten(1, hw), regions)
-            per = counts.view(b, 1, 1, 1)
+        k = means = x_mean = cov_x = None
+        if gram:
+            # x's covariance over each image's tokens: the sums over the whole map less
+            # those over the tokens outside each image (work in proportion to the padding).
+            xf = _f32(x)
+            x_sum = xf.sum(dim=1)                                           # (B, C)
+            cov_x = torch.bmm(xf.transpose(1, 2), xf)                       # (B, C, C)
+            for i, rows in _outside(xf, hw, p, regions):
+                rows = rows.reshape(-1, c)
+                cov_x[i].addmm_(rows.t(), rows, alpha=-1)
+                x_sum[i] -= rows.sum(dim=0)
+            del xf
+            x_mean = x_sum.div_(n if regions is None else counts.view(b, 1))
+            cov_x.div_(per).sub_(x_mean.unsqueeze(2) * x_mean.unsqueeze(1))  # Cov(x)
+            cov = _f32(w_k).view(heads, d, c) @ cov_x.unsqueeze(1) \
+                @ _f32(w_v).view(heads, d, c).transpose(-2, -1)             # (B, heads, d, d)
+            v_mean = x_mean @ _f32(w_v).t()
+            if b_v is not None:
+                v_mean += _f32(b_v)
+            v_mean = v_mean.view(b, heads, 1, d)
         else:
-            per = n
-        k_h = k.view(b, n, heads, d).transpose(1, 2)                        # (B, heads, N, d)
-        v_h = v.view(b, n, heads, d).transpose(1, 2)
-        means = torch.stack([k.sum(dim=1, dtype=_F32), v.sum(dim=1, dtype=_F32)], 1)
-        means = means.view(b, 2, heads, 1, d).div_(
-            n if regions is None else counts.view(b, 1, 1, 1, 1))
-        k_mean, v_mean = means.unbind(1)                                    # (B, heads, 1, d)
-        cov = x.new_empty((b, heads, d, d), dtype=_F32)
-        for i in range(b):
-            torch.bmm(_f32(k_h[i]).transpose(1, 2), _f32(v_h[i]), out=cov[i])
-        cov.div_(per).sub_(k_mean.transpose(-2, -1) @ v_mean)
+            # K without its bias: Cov(K, V) and (K - mean K) do not change with a constant
+            # added to K, so b_k has no effect on the output (and a zero gradient).
+            k = torch.matmul(x, w_k.t())                                    # (B, N, C)
+            if regions is not None:
+                zero_outside_(k[:, p:].unflatten(1, hw), regions)
+            k_h = k.view(b, n, heads, d).transpose(1, 2)                    # (B, heads, N, d)
+            v_h = v.view(b, n, heads, d).transpose(1, 2)
+            means = torch.stack([k.sum(dim=1, dtype=_F32), v.sum(dim=1, dtype=_F32)], 1)
+            means = means.view(b, 2, heads, 1, d).div_(
+                n if regions is None else counts.view(b, 1, 1, 1, 1))
+            k_mean, v_mean = means.unbind(1)                                # (B, heads, 1, d)
+            cov = x.new_empty((b, heads, d, d), dtype=_F32)
+            for i in range(b):
+                torch.bmm(_f32(k_h[i]).transpose(1, 2), _f32(v_h[i]), out=cov[i])
+            cov.div_(per if regions is None else per.unsqueeze(1)).sub_(
+                k_mean.transpose(-2, -1) @ v_mean)
         m = cov.mul_(scale).to(dt)                                          # (B, heads, d, d)
         # A_i as a linear layer's (out, in) weight: row h*d + j is (M_h^T W_q,h)[j].
-        wq_h = w_q.view(heads, d, c)
-        w_fold = (m.transpose(-2, -1) @ wq_h).view(b, c, c)
+        w_fold = (m.transpose(-2, -1) @ w_q.view(heads, d, c)).view(b, c, c)
         c_fold = v_mean.to(dt).reshape(b, c)
         if b_q is not None:
             c_fold = c_fold + (b_q.view(1, heads, 1, d) @ m).reshape(b, c)
@@ -377,29 +434,33 @@ class _FoldedInLineFunction(torch.autograd.Function):
                 for i in range(b):
                     local = F.conv2d(x_img[i:i + 1], kernels[i], conv_bias, padding=1, groups=c)
                     out[i, p:].add_(local.permute(0, 2, 3, 1).reshape(n - p, c))
-        ctx.save_for_backward(x, weight, qkv_bias, k, v, m, means, w_fold, kernels, counts)
-        ctx.scale, ctx.hw, ctx.prefix, ctx.heads = scale, hw, prefix, heads
+        ctx.save_for_backward(x, weight, qkv_bias, v, m, w_fold, kernels, counts,
+                              k, means, x_mean, cov_x)
+        ctx.scale, ctx.hw, ctx.prefix, ctx.heads, ctx.gram = scale, hw, prefix, heads, gram
         ctx.has_bias, ctx.regions = bias is not None, regions
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        x, weight, qkv_bias, k, v, m, means, w_fold, kernels, counts = ctx.saved_tensors
+        (x, weight, qkv_bias, v, m, w_fold, kernels, counts, k, means, x_mean,
+         cov_x) = ctx.saved_tensors
         need_x, need_w, need_qb, need_kernels, need_bias = ctx.needs_input_grad[:5]
         scale, p, regions, heads = ctx.scale, ctx.prefix, ctx.regions, ctx.heads
         b, n, c = x.shape
         d = c // heads
         dt = x.dtype
+        h, w = ctx.hw
         grad = grad.contiguous()
         grad_sum = grad.sum(dim=1, dtype=_F32)                              # (B, C): dc
         grad_x = grad_w = grad_qb = grad_kernels = grad_bias = None
-        w_q = weight.detach()[:c]
-        w_kv = weight.detach()[c:]
+        w_q, w_k, w_v = weight.detach().split(c)
         b_q = None if qkv_bias is None else qkv_bias.detach()[:c]
+        per = n if regions is None else counts.view(b, 1, 1)
 
+        # The local term's dV per sample, (N - p, C) in token layout; padded, zero outside
+        # the image (its V was).
         grad_local = None
         if kernels is not None and (need_x or need_w or need_qb or need_kernels):
-            h, w = ctx.hw
             grad_img = _conv_cl(grad[:, p:].view(b, h, w, c))
             x_img = _conv_cl(v[:, p:].view(b, h, w, c))
             grad_local, dk_list = [], []
@@ -407,93 +468,165 @@ class _FoldedInLineFunction(torch.autograd.Function):
                 dx, dw, _ = torch.ops.aten.convolution_backward(
                     grad_img[i:i + 1], x_img[i:i + 1], kernels[i], None, [1, 1], [1, 1],
                     [1, 1], False, [0, 0], c, [True, need_kernels, False])
-                grad_local.append(dx)
+                dx = dx.permute(0, 2, 3, 1)
+                if regions is not None:
+                    zero_outside_(dx, regions[i:i + 1])
+                grad_local.append(dx.reshape(n - p, c))
                 if need_kernels:
                     dk_list.append(dw.view(c, 3, 3))
             if need_kernels:
                 grad_kernels = torch.stack(dk_list)
 
         if need_x or need_w or need_qb:
-            k_mean, v_mean = means.unbind(1)
             # dA_i = dO_i^T x_i: (B, C_out, C_in), rows h*d + j.
             grad_fold = torch.bmm(grad.transpose(1, 2), x)
             gf_h = grad_fold.view(b, heads, d, c)
-            wq_h = w_q.view(heads, d, c)
             # dM_h = W_q,h dA_h^T (+ b_q,h^T dc_h), in fp32.
-            dm = torch.matmul(_f32(wq_h), _f32(gf_h).transpose(-2, -1))     # (B, heads, d, d)
+            dm = torch.matmul(_f32(w_q).view(heads, d, c), _f32(gf_h).transpose(-2, -1))
             dc = grad_sum.view(b, heads, 1, d)
             if b_q is not None:
                 dm += _f32(b_q).view(1, heads, d, 1) * dc
-            if counts is None:
-                per = n
-                dcov_n = dm.mul_(scale / n)
+            dcov = dm.mul_(scale)                                           # (B, heads, d, d)
+            if ctx.gram:
+                grads = _gram_backward(ctx, grad, x, weight.detach(), w_fold, x_mean, cov_x,
+                                       dcov, grad_sum, grad_local, per)
             else:
-                per = counts.view(b, 1, 1, 1)
-                dcov_n = dm.mul_(scale).div_(per)
-            off_k = -(v_mean @ dcov_n.transpose(-2, -1))
-            off_v = dc / per - k_mean @ dcov_n
-            dcov_n, off_k, off_v = dcov_n.to(dt), off_k.to(dt), off_v.to(dt)
-
-            k_h = k.view(b, n, heads, d).transpose(1, 2)
-            v_h = v.view(b, n, heads, d).transpose(1, 2)
-            grad_kv = x.new_empty((b, n, 2, heads, d))
-            dk, dv = grad_kv.permute(0, 2, 3, 1, 4).unbind(1)              # (B, heads, N, d)
-            # Unpadded, the row offsets of dK and dV (the same for every token) are not
-            # written: they reach dx as one row, dW_kv as a rank-one term and db_v as n
-            # times themselves; the local term's dV is then the dV product's
-            # accumulator instead of a pass of its own. Padded, rows outside an image
-            # must stay 0, and the offsets are written.
-            rank1 = regions is None
-            for i in range(b):
-                dxl = None
-                if grad_local is not None:
-                    dxl = grad_local[i].permute(0, 2, 3, 1).reshape(n - p, c)
-                    grad_local[i] = None
-                if rank1:
-                    torch.bmm(v_h[i], dcov_n[i].transpose(1, 2), out=dk[i])
-                    if dxl is not None and p == 0:
-                        torch.baddbmm(dxl.view(n, heads, d).transpose(0, 1), k_h[i], dcov_n[i],
-                                      out=dv[i])
-                        dxl = None
-                    else:
-                        torch.bmm(k_h[i], dcov_n[i], out=dv[i])
-                else:
-                    torch.baddbmm(off_k[i], v_h[i], dcov_n[i].transpose(1, 2), out=dk[i])
-                    torch.baddbmm(off_v[i], k_h[i], dcov_n[i], out=dv[i])
-                if dxl is not None:
-                    grad_kv[i, p:, 1].view(n - p, c).add_(dxl)
-            if regions is not None:
-                zero_outside_(grad_kv[:, p:].unflatten(1, ctx.hw), regions)
-            grad_kv = grad_kv.view(b, n, 2 * c)
-            off_kv = torch.cat([off_k.reshape(b, 1, c), off_v.reshape(b, 1, c)], -1) \
-                if rank1 else None                                          # (B, 1, 2C)
-            if need_x:
-                if rank1:
-                    grad_x = torch.baddbmm(off_kv @ w_kv, grad, w_fold)
-                    grad_x.view(b * n, c).addmm_(grad_kv.view(b * n, 2 * c), w_kv)
-                else:
-                    grad_x = torch.matmul(grad_kv, w_kv).baddbmm_(grad, w_fold)
+                grads = _keys_backward(ctx, grad, x, weight.detach(), w_fold, k, v, means,
+                                       dcov, dc, grad_local, per)
+            grad_x, grad_kv, grad_bv = grads
             if need_w:
                 grad_w = weight.new_empty(weight.shape)
                 # dW_q,h = M_h dA_h, summed over the batch.
                 torch.matmul(m.permute(1, 2, 0, 3).reshape(heads, d, b * d),
                              gf_h.transpose(0, 1).reshape(heads, b * d, c),
                              out=grad_w[:c].view(heads, d, c))
-                torch.mm(grad_kv.reshape(b * n, 2 * c).t(), x.reshape(b * n, c),
-                         out=grad_w[c:])
-                if rank1:
-                    grad_w[c:].addmm_(off_kv.view(b, 2 * c).t(), x.sum(dim=1))
+                grad_w[c:].copy_(grad_kv)
             if need_qb and qkv_bias is not None:
                 grad_qb = qkv_bias.new_zeros(qkv_bias.shape)
-                # db_q,h = dc_h M_h^T; db_k = 0 (see the forward); db_v = colsum dV.
+                # db_q,h = dc_h M_h^T; db_k = 0 (see the forward).
                 grad_qb[:c] = (dc.to(dt) @ m.transpose(-2, -1)).sum(0).reshape(c)
-                torch.sum(grad_kv[..., c:], dim=(0, 1), out=grad_qb[2 * c:])
-                if rank1:
-                    grad_qb[2 * c:].add_(off_v.reshape(b, c).sum(0), alpha=n)
+                grad_qb[2 * c:] = grad_bv
         if need_bias and ctx.has_bias:
             grad_bias = (grad_sum if p == 0 else grad[:, p:].sum(dim=1, dtype=_F32)).sum(0)
         return (grad_x, grad_w, grad_qb, grad_kernels, grad_bias, None, None, None, None,
-                None, None)
+                None, None, None)
+
+
+def _gram_backward(ctx, grad, x, weight, w_fold, x_mean, cov_x, dcov, grad_sum, grad_local,
+                   per):
+    """:class:`_FoldedInLineFunction`'s backward from ``dCov`` with the statistics from
+    x's covariance ``S``: ``dx``, ``[dW_k; dW_v]`` and ``db_v`` (None where not needed)."""
+    need_x, need_w, need_qb = ctx.needs_input_grad[:3]
+    b, n, c = x.shape
+    w_k, w_v = weight[c:].split(c)
+    heads, d = dcov.shape[1], dcov.shape[-1]
+    p, regions, dt = ctx.prefix, ctx.regions, x.dtype
+    wk_h, wv_h = _f32(w_k).view(heads, d, c), _f32(w_v).view(heads, d, c)
+    grad_x = grad_kv = grad_bv = None
+    if need_x:
+        # dS = sum_h W_k,h^T dCov_h W_v,h, as [W_k,h^T dCov_h]_h (C x C) times W_v.
+        ds = (wk_h.transpose(-2, -1) @ dcov).transpose(1, 2).reshape(b, c, c) @ _f32(w_v)
+        ds = ds + ds.transpose(1, 2)                                        # dS + dS^T
+        # d mean(x): from mean(V) = W_v mean(x) + b_v and from S's - mean(x)^T mean(x).
+        dmean = grad_sum @ _f32(w_v) - (x_mean.unsqueeze(1) @ ds).squeeze(1)
+        if regions is None:
+            row = dmean.div_(n).to(dt).unsqueeze(1)
+            grad_x = torch.baddbmm(row, grad, w_fold)
+        else:
+            row = dmean.div_(per.view(b, 1)).to(dt)
+            grad_x = torch.bmm(grad, w_fold)
+            for i, (hi, wi) in enumerate(regions):
+                grad_x[i, :p] += row[i]
+                grad_x[i, p:].view(ctx.hw[0], ctx.hw[1], c)[:hi, :wi] += row[i]
+        # x (dS + dS^T) / n on each image's tokens: on every token, less the product over
+        # the tokens outside each image.
+        ds = ds.div_(per).to(dt)
+        grad_x.baddbmm_(x, ds)
+        for (i, rows), (_, g_rows) in zip(_outside(x, ctx.hw, p, regions),
+                                          _outside(grad_x, ctx.hw, p, regions)):
+            g_rows.sub_((rows.reshape(-1, c) @ ds[i]).view(g_rows.shape))
+        if grad_local is not None:
+            for i in range(b):
+                grad_x[i, p:].addmm_(grad_local[i], w_v)
+    if need_w:
+        grad_kv = x.new_empty((2 * c, c))
+        # dW_k,h = dCov_h W_v,h S and dW_v,h = dCov_h^T W_k,h S (+ dc_h^T mean(x)),
+        # summed over the batch.
+        cov_x = cov_x.unsqueeze(1)
+        grad_kv[:c] = (dcov @ (wv_h @ cov_x)).sum(0).view(c, c)
+        dwv = (dcov.transpose(-2, -1) @ (wk_h @ cov_x)).sum(0).view(c, c)
+        grad_kv[c:] = dwv.addmm_(grad_sum.t(), x_mean)
+        if grad_local is not None:
+            for i in range(b):
+                grad_kv[c:].addmm_(grad_local[i].t(), x[i, p:])
+    if need_qb:
+        grad_bv = grad_sum.sum(0)
+        for g in grad_local or ():
+            grad_bv += g.sum(0, dtype=_F32)
+    return grad_x, grad_kv, grad_bv
+
+
+def _keys_backward(ctx, grad, x, weight, w_fold, k, v, means, dcov, dc, grad_local, per):
+    """:class:`_FoldedInLineFunction`'s backward from ``dCov`` with the statistics from
+    K: ``dx``, ``[dW_k; dW_v]`` and ``db_v`` (None where not needed)."""
+    need_x, need_w, need_qb = ctx.needs_input_grad[:3]
+    b, n, c = x.shape
+    heads, d = dcov.shape[1], dcov.shape[-1]
+    p, regions, dt = ctx.prefix, ctx.regions, x.dtype
+    w_kv = weight[c:]
+    k_mean, v_mean = means.unbind(1)
+    dcov_n = dcov.div_(per if regions is None else per.unsqueeze(1))       # dCov / n
+    off_k = -(v_mean @ dcov_n.transpose(-2, -1))
+    off_v = dc / (per if regions is None else per.unsqueeze(1)) - k_mean @ dcov_n
+    dcov_n, off_k, off_v = dcov_n.to(dt), off_k.to(dt), off_v.to(dt)
+
+    k_h = k.view(b, n, heads, d).transpose(1, 2)
+    v_h = v.view(b, n, heads, d).transpose(1, 2)
+    grad_kv = x.new_empty((b, n, 2, heads, d))
+    dk, dv = grad_kv.permute(0, 2, 3, 1, 4).unbind(1)                      # (B, heads, N, d)
+    # Unpadded, the row offsets of dK and dV (the same for every token) are not
+    # written: they reach dx as one row, dW_kv as a rank-one term and db_v as n
+    # times themselves; the local term's dV is then the dV product's
+    # accumulator instead of a pass of its own. Padded, rows outside an image
+    # must stay 0, and the offsets are written.
+    rank1 = regions is None
+    for i in range(b):
+        dxl = None if grad_local is None else grad_local[i]
+        if rank1:
+            torch.bmm(v_h[i], dcov_n[i].transpose(1, 2), out=dk[i])
+            if dxl is not None and p == 0:
+                torch.baddbmm(dxl.view(n, heads, d).transpose(0, 1), k_h[i], dcov_n[i],
+                              out=dv[i])
+                dxl = None
+            else:
+                torch.bmm(k_h[i], dcov_n[i], out=dv[i])
+        else:
+            torch.baddbmm(off_k[i], v_h[i], dcov_n[i].transpose(1, 2), out=dk[i])
+            torch.baddbmm(off_v[i], k_h[i], dcov_n[i], out=dv[i])
+        if dxl is not None:
+            grad_kv[i, p:, 1].view(n - p, c).add_(dxl)
+    if regions is not None:
+        zero_outside_(grad_kv[:, p:].unflatten(1, ctx.hw), regions)
+    grad_kv = grad_kv.view(b, n, 2 * c)
+    off_kv = torch.cat([off_k.reshape(b, 1, c), off_v.reshape(b, 1, c)], -1) \
+        if rank1 else None                                                  # (B, 1, 2C)
+    grad_x = grad_w = None
+    if need_x:
+        if rank1:
+            grad_x = torch.baddbmm(off_kv @ w_kv, grad, w_fold)
+            grad_x.view(b * n, c).addmm_(grad_kv.view(b * n, 2 * c), w_kv)
+        else:
+            grad_x = torch.matmul(grad_kv, w_kv).baddbmm_(grad, w_fold)
+    if need_w:
+        grad_w = torch.mm(grad_kv.reshape(b * n, 2 * c).t(), x.reshape(b * n, c))
+        if rank1:
+            grad_w.addmm_(off_kv.view(b, 2 * c).t(), x.sum(dim=1))
+    grad_bv = None
+    if need_qb:
+        grad_bv = grad_kv[..., c:].sum(dim=(0, 1))
+        if rank1:
+            grad_bv.add_(off_v.reshape(b, c).sum(0), alpha=n)
+    return grad_x, grad_w, grad_bv
 
 
 def _check_map(n: int, hw: Tuple[int, int], prefix: int, valid: ValidMap):
@@ -521,12 +654,14 @@ def _host_regions(valid: ValidMap) -> Optional[Regions]:
 def inline_folded(x: torch.Tensor, weight: torch.Tensor, qkv_bias: Optional[torch.Tensor],
                   num_heads: int, hw: Tuple[int, int], scale: float,
                   kernels: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
-                  num_prefix_tokens: int = 0, valid: ValidMap = NO_PADDING) -> torch.Tensor:
+                  num_prefix_tokens: int = 0, valid: ValidMap = NO_PADDING,
+                  gram: Optional[bool] = None) -> torch.Tensor:
     """:func:`inline_qkv` of ``F.linear(x, weight, qkv_bias)`` with the projection folded
     into the kernel (identity kernel, the per-sample path; see
     :class:`_FoldedInLineFunction`). ``x`` ``(B, N, C)``, ``weight`` ``(3C, C)``; the
-    other arguments as :func:`inline_qkv`. Returns ``(B, N, C)`` before any output
-    projection."""
+    other arguments as :func:`inline_qkv`; ``gram``: the statistics from ``x``'s
+    covariance (True) or from the keys (False); None: by cost (:func:`_gram_pays`).
+    Returns ``(B, N, C)`` before any output projection."""
     b, n, c = x.shape
     p = num_prefix_tokens
     _check_map(n, hw, p, valid)
@@ -534,7 +669,7 @@ def inline_folded(x: torch.Tensor, weight: torch.Tensor, qkv_bias: Optional[torc
         raise ValueError(f'weight must be (3C, C) = {(3 * c, c)}, got {tuple(weight.shape)}')
     regions = _host_regions(valid)
     return _FoldedInLineFunction.apply(x, weight, qkv_bias, kernels, bias, hw, scale, num_heads,
-                                       p, valid.counts if regions else None, regions)
+                                       p, valid.counts if regions else None, regions, gram)
 
 
 def _depthwise3x3_shifted(x_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
