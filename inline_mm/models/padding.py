@@ -395,7 +395,9 @@ class NoPadding(ValidMap):
         return x
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
-        return x.mean(dim=1)
+        # A sum, then the division of the (B, C) result: the backward is then a broadcast
+        # (Tensor.mean's divides a whole (B, N, C) gradient); in fp32, as ValidMap.mean.
+        return x.sum(dim=1, dtype=torch.float32).div_(x.shape[1]).to(x.dtype)
 
 
 #: what a map without padding is (the path left to the device: :func:`use_batched`)
