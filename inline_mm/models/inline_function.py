@@ -57,7 +57,9 @@ Implementation notes (why it looks the way it does):
   path), ``q M = x (W_q^T M) + b_q M`` takes the projection into the kernel: the queries
   are never made, and the forward's ``q M``, the backward's ``dQ`` and ``dM = Q^T dO``
   (skinny products, inner dimension ``d``) become one dense ``C x C`` product of ``x``
-  and ``d x C`` products of the weights. :meth:`.attention.InLineAttention.attend`
+  and ``d x C`` products of the weights. On a map of at least ``C * heads`` tokens the
+  keys go too: ``Cov(K, V)_h = W_k,h Cov(x) W_v,h^T`` from one Gram product ``x^T x``.
+  :meth:`.attention.InLineAttention.attend`
   (InLine-CSwin's branches, the attention-map capture) keeps the kernel above on the
   projection's output.
 * Padding awareness in the kernel: each image of a padded batch is the top-left
