@@ -80,7 +80,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from .padding import NO_PADDING, Regions, Size, ValidMap, batched_path, zero_outside_
+from .padding import NO_PADDING, Regions, ValidMap, batched_path, zero_outside_
 
 __all__ = ['inline_qkv', 'inline_folded', 'inline_attention', 'local_residual', 'depthwise3x3',
            'is_exporting',
@@ -299,26 +299,22 @@ class _InLineFunction(torch.autograd.Function):
 # K^T V, and the backward's dK, dV products and the dK part of dx and dW.
 
 
-def _inside(t: torch.Tensor, hw: Tuple[int, int], prefix: int, region: Size) -> torch.Tensor:
-    """One image's tokens, ``t`` ``(prefix + H*W, C)``, that are inside it (its prefix
-    tokens and its ``region`` of the map) as ``(m, C)`` rows: a slice of ``t`` where the
-    image spans the map's width, else a copy (work in proportion to the image)."""
-    (h, w), (hm, wm) = region, hw
-    if w == wm:
-        return t[:prefix + h * wm]
-    return torch.cat([t[:prefix], t[prefix:].view(hm, wm, -1)[:h, :w].reshape(h * w, -1)])
-
-
-def _add_inside_(t: torch.Tensor, rows: torch.Tensor, hw: Tuple[int, int], prefix: int,
-                 region: Size):
-    """``t`` ``(prefix + H*W, C)`` plus ``rows`` on the tokens :func:`_inside` took them
-    from, in place."""
-    (h, w), (hm, wm) = region, hw
-    if w == wm:
-        t[:prefix + h * wm] += rows
-    else:
-        t[:prefix] += rows[:prefix]
-        t[prefix:].view(hm, wm, -1)[:h, :w] += rows[prefix:].view(h, w, -1)
+def _outside(t: torch.Tensor, hw: Tuple[int, int], prefix: int,
+             regions: Optional[Regions]):
+    """``(i, view)`` of ``t`` ``(B, prefix + H*W, C)`` for the tokens outside each image
+    of a padded batch: the map rows below it (``(m, C)``, one block) and the strip to its
+    right (``(h, W - w, C)``); nothing without padding or for an image that fills the map.
+    What the covariance fold sums over the whole map, it takes back over these: work in
+    proportion to the padding."""
+    if regions is None:
+        return
+    (hm, wm), c = hw, t.shape[-1]
+    for i, (h, w) in enumerate(regions):
+        tokens = t[i, prefix:]
+        if h < hm:
+            yield i, tokens[h * wm:]
+        if w < wm:
+            yield i, tokens[:h * wm].view(h, wm, c)[:, w:]
 
 
 def _gram_pays(n: int, c: int, heads: int) -> bool:
@@ -376,17 +372,15 @@ class _FoldedInLineFunction(torch.autograd.Function):
             zero_outside_(v[:, p:].unflatten(1, hw), regions)
         k = means = x_mean = cov_x = None
         if gram:
-            # x's covariance over each image's tokens (padded: per image, over its own).
+            # x's covariance over each image's tokens: the sums over the map, less those
+            # over the tokens outside each image.
             xf = _f32(x)
-            if regions is None:
-                x_sum = xf.sum(dim=1)                                       # (B, C)
-                cov_x = torch.bmm(xf.transpose(1, 2), xf)                   # (B, C, C)
-            else:
-                x_sum, cov_x = xf.new_empty((b, c)), xf.new_empty((b, c, c))
-                for i, region in enumerate(regions):
-                    rows = _inside(xf[i], hw, p, region)
-                    torch.mm(rows.t(), rows, out=cov_x[i])
-                    torch.sum(rows, dim=0, out=x_sum[i])
+            x_sum = xf.sum(dim=1)                                           # (B, C)
+            cov_x = torch.bmm(xf.transpose(1, 2), xf)                       # (B, C, C)
+            for i, rows in _outside(xf, hw, p, regions):
+                rows = rows.reshape(-1, c)                 # the strip: a copy of it
+                cov_x[i].addmm_(rows.t(), rows, alpha=-1)
+                x_sum[i] -= rows.sum(dim=0)
             del xf
             x_mean = x_sum.div_(n if regions is None else counts.view(b, 1))
             cov_x.div_(per).sub_(x_mean.unsqueeze(2) * x_mean.unsqueeze(1))  # Cov(x)
@@ -539,26 +533,14 @@ def _gram_backward(ctx, grad, x, weight, w_fold, x_mean, cov_x, dcov, grad_sum, 
         ds = ds + ds.transpose(1, 2)                                        # dS + dS^T
         # d mean(x): from mean(V) = W_v mean(x) + b_v and from S's - mean(x)^T mean(x).
         dmean = grad_sum @ _f32(w_v) - (x_mean.unsqueeze(1) @ ds).squeeze(1)
-        if regions is None:
-            row = dmean.div_(n).to(dt).unsqueeze(1)
-            grad_x = torch.baddbmm(row, grad, w_fold)
-        else:
-            row = dmean.div_(per.view(b, 1)).to(dt)
-            grad_x = torch.bmm(grad, w_fold)
-            for i, (hi, wi) in enumerate(regions):
-                grad_x[i, :p] += row[i]
-                grad_x[i, p:].view(ctx.hw[0], ctx.hw[1], c)[:hi, :wi] += row[i]
-        # x (dS + dS^T) / n on each image's tokens.
+        row = dmean.div_(n if regions is None else per.view(b, 1)).to(dt)
+        # x (dS + dS^T) / n and the row on every token, then taken back from the tokens
+        # outside each image, which have no part in its statistics.
         ds = ds.div_(per).to(dt)
-        if regions is None:
-            grad_x.baddbmm_(x, ds)
-        else:
-            for i, region in enumerate(regions):
-                rows = _inside(x[i], ctx.hw, p, region)
-                if region[1] == ctx.hw[1]:          # a slice of x: accumulate in place
-                    grad_x[i, :rows.shape[0]].addmm_(rows, ds[i])
-                else:
-                    _add_inside_(grad_x[i], rows @ ds[i], ctx.hw, p, region)
+        grad_x = torch.baddbmm(row.unsqueeze(1), grad, w_fold).baddbmm_(x, ds)
+        for (i, rows), (_, g_rows) in zip(_outside(x, ctx.hw, p, regions),
+                                          _outside(grad_x, ctx.hw, p, regions)):
+            g_rows.sub_((rows.reshape(-1, c) @ ds[i]).add_(row[i]).view(g_rows.shape))
         if grad_local is not None:
             for i in range(b):
                 grad_x[i, p:].addmm_(grad_local[i], w_v)
