@@ -96,12 +96,12 @@ from typing import List, Tuple
 
 import torch
 
-from benchmarks.attention import attention_table, run_attention, write_attention_csv
+from benchmarks.attention import attention_table, run_attention
 from benchmarks.backbones import (FULL_SIZES, MODELS, MODES, QUICK_SIZES, Result,
                                   backbone_tables, build_models, plot_backbones,
                                   run_backbones, write_backbone_csv)
 from benchmarks import deit, floor, launches, padding, resolution
-from benchmarks.measure import Timer, free_memory, machine_info
+from benchmarks.measure import Timer, free_memory, machine_info, write_dict_rows
 from inline_mm.models import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -294,7 +294,7 @@ def main(argv=None):
             rows += run_attention(args, device)
         print(attention_table(rows))
         att_path = args.out_dir / 'attention.csv'
-        write_attention_csv(rows, att_path)
+        write_dict_rows(rows, att_path)
         outputs.append(att_path)
     _write_meta(args, info, outputs)
 
@@ -336,7 +336,7 @@ def run_deit(args, devices, info):
         rows += deit.run_split(args, device)
     print(deit.split_table(rows, args.quick))
     split_path = args.out_dir / 'deit_split.csv'
-    deit.write_split_csv(rows, split_path)
+    write_dict_rows(rows, split_path)
     outputs.append(split_path)
     _write_meta(args, info, outputs)
 

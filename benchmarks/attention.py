@@ -1,9 +1,7 @@
 """InLine attention alone: the production kernel against the plain reference of the
 formula (``inline_mm.models.inline_function.reference_attention``), same weights, one process
 (``python -m benchmarks --attention``)."""
-import csv
 import statistics
-from pathlib import Path
 from typing import List
 
 import torch
@@ -13,7 +11,7 @@ from inline_mm.models.inline_function import reference_attention
 from .backbones import MODES
 from .measure import Timer
 
-__all__ = ['run_attention', 'attention_table', 'write_attention_csv']
+__all__ = ['run_attention', 'attention_table']
 
 
 def run_attention(args, device: torch.device) -> List[dict]:
@@ -101,11 +99,3 @@ def attention_table(rows: List[dict]) -> str:
                          f'peak memory production / reference '
                          f'{prod["peak_mib"] / ref["peak_mib"]:.2f}x')
     return '\n'.join(lines)
-
-
-def write_attention_csv(rows: List[dict], path: Path):
-    with open(path, 'w', newline='') as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f'{v:.3f}' if isinstance(v, float) else v) for k, v in r.items()})

@@ -1,5 +1,6 @@
 """Measuring one step: wall-clock or CUDA-event time, peak memory, and the cost
 predicted at a larger size (to skip what would take too long)."""
+import csv
 import gc
 import json
 import math
@@ -169,3 +170,12 @@ def free_memory(device: torch.device):
     gc.collect()
     if device.type == 'cuda':
         torch.cuda.empty_cache()
+
+
+def write_dict_rows(rows: List[dict], path: Path):
+    """Rows of dicts (one key set) as a CSV, floats to 3 decimals."""
+    with open(path, 'w', newline='') as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f'{v:.3f}' if isinstance(v, float) else v) for k, v in r.items()})
