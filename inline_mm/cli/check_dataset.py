@@ -34,13 +34,13 @@ the file and the annotation or image id; --task detection accepts box-only annot
 The rules are those of ``inline_mm.datasets.checks``, which SegFolderDataset and the
 training hooks apply too (``--config`` also needs mmengine and mmseg).
 """
-import argparse
 import os.path as osp
 import sys
 import time
 from collections import Counter
 from typing import List, Optional, Sequence
 
+from inline_mm.cli import doc_parser
 from inline_mm.datasets.checks import (IMAGE_SUFFIXES, PROBLEM_CODES, FileTally, Problem,
                                        binary_problems, check_pair, default_jobs, label_problems,
                                        parallel_map, read_meta, scan_split)
@@ -261,10 +261,8 @@ def splits_from_config(config: str, options: Optional[dict] = None):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split('\n\n', 2)[2] + '\nProblem codes:\n'
-                                + PROBLEM_CODES)
+    p = doc_parser(__doc__, skip=2)
+    p.epilog += '\nProblem codes:\n' + PROBLEM_CODES
     p.add_argument('root', nargs='?', help='dataset folder (with images/, masks/, meta.json), '
                                            'or a COCO json (DATA/annotations/train.json)')
     p.add_argument('--config', help='check the datasets of this mmseg config instead')
