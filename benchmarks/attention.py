@@ -1,7 +1,6 @@
 """InLine attention alone: the production kernel against the plain reference of the
 formula (``inline_mm.models.inline_function.reference_attention``), same weights, one process
 (``python -m benchmarks --attention``)."""
-import statistics
 from typing import List
 
 import torch
@@ -9,7 +8,7 @@ import torch
 from inline_mm.models.attention import InLineAttention
 from inline_mm.models.inline_function import reference_attention
 from .backbones import MODES
-from .measure import Timer
+from .measure import Timer, interleaved_times, time_stats
 
 __all__ = ['run_attention', 'attention_table']
 
@@ -58,22 +57,12 @@ def run_attention(args, device: torch.device) -> List[dict]:
     rows = []
     for mode in args.modes:
         steps = {name: step_for(fn, mode) for name, fn in paths.items()}
-        times = {name: [] for name in paths}
-        for step in steps.values():
-            for _ in range(args.warmup):
-                timer(step)
-        names = list(paths)
-        for rep in range(args.attention_repeats):
-            order = names if rep % 2 == 0 else names[::-1]
-            for name in order:
-                times[name].append(timer(steps[name]))
-        for name in names:
+        # two paths: each round starts with the other one
+        times = interleaved_times(timer, steps, args.warmup, args.attention_repeats)
+        for name in paths:
             rows.append(dict(device=device.type, mode=mode, path=name, tokens=h * w,
                              height=h, width=w, channels=c, heads=heads, batch=args.batch,
-                             threads=torch.get_num_threads(),
-                             median_ms=statistics.median(times[name]) * 1e3,
-                             min_ms=min(times[name]) * 1e3, max_ms=max(times[name]) * 1e3,
-                             runs=len(times[name]),
+                             threads=torch.get_num_threads(), **time_stats(times[name]),
                              peak_mib=timer.peak_bytes(steps[name]) / 2 ** 20,
                              memory_method=timer.mem_method))
     return rows

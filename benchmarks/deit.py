@@ -22,7 +22,6 @@ same shapes is timed beside it for scale.
 """
 import csv
 import functools
-import statistics
 from pathlib import Path
 from typing import Dict, List
 
@@ -32,7 +31,7 @@ import torch.nn.functional as F
 
 from .backbones import (MODES, TIMING_COLUMNS, Result, _size, log_log_axes, mode_sections,
                         save_figure, sizes_of, timing_cells)
-from .measure import Timer
+from .measure import Timer, interleaved_times, time_stats
 
 __all__ = ['MODELS', 'FULL_SIZES', 'QUICK_SIZES', 'PAPER_SPEEDUP', 'SPLIT_SIZE', 'SPLIT_GOAL',
            'ratio_table', 'write_csv', 'plot', 'run_split', 'split_table']
@@ -237,22 +236,11 @@ def run_split(args, device: torch.device) -> List[dict]:
     rows = []
     for mode in args.modes:
         steps = {name: step_for(fn, mode) for name, fn in parts.items()}
-        times = {name: [] for name in parts}
-        for step in steps.values():
-            for _ in range(max(args.warmup, 1)):
-                timer(step)
-        names = list(parts)
-        for rep in range(args.split_repeats):
-            order = names[rep % len(names):] + names[:rep % len(names)]
-            for name in order:
-                times[name].append(timer(steps[name]))
-        for name in names:
+        times = interleaved_times(timer, steps, max(args.warmup, 1), args.split_repeats)
+        for name in parts:
             rows.append(dict(device=device.type, mode=mode, part=name, tokens=n, channels=c,
                              heads=attn.num_heads, batch=args.batch,
-                             threads=torch.get_num_threads(),
-                             median_ms=statistics.median(times[name]) * 1e3,
-                             min_ms=min(times[name]) * 1e3, max_ms=max(times[name]) * 1e3,
-                             runs=len(times[name])))
+                             threads=torch.get_num_threads(), **time_stats(times[name])))
     return rows
 
 
