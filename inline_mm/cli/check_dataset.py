@@ -376,8 +376,8 @@ def _main_coco(files, args, root: str) -> int:
     seconds = time.perf_counter() - start
     return report.verdict(
         tally.describe(seconds, headers_only=args.quick), min(args.jobs, max(1, tally.images)),
-        args.quick and ('quick: image headers only (sizes and EXIF checked): truncated or '
-                        'corrupt images are not found (run without --quick to decode them)'),
+        'quick: image headers only (sizes and EXIF checked): truncated or corrupt images are '
+        'not found (run without --quick to decode them)' if args.quick else None,
         'Fix them (in a copy: keep the export) and run this check again.',
         f'OK: {", ".join(osp.basename(f[0]) for f in files)} look fine')
 
@@ -460,8 +460,8 @@ def main(argv=None) -> int:
 
     return report.verdict(
         tally.describe(seconds, headers_only=args.quick), min(args.jobs, tally.images),
-        args.quick and ('quick: image headers only, images not decoded: truncated or corrupt '
-                        'images are not found (run without --quick to decode them)'),
+        'quick: image headers only, images not decoded: truncated or corrupt images are not '
+        'found (run without --quick to decode them)' if args.quick else None,
         'Fix them and run this check again.',
         f'OK: {", ".join(s.name for s in splits)} look fine for {num_classes} classes '
         f'(ignore_index {ignore_index}, reduce_zero_label {reduce_zero_label})',
