@@ -96,12 +96,12 @@ from typing import List, Tuple
 
 import torch
 
-from benchmarks.attention import attention_table, run_attention, write_attention_csv
+from benchmarks.attention import attention_table, run_attention
 from benchmarks.backbones import (FULL_SIZES, MODELS, MODES, QUICK_SIZES, Result,
                                   backbone_tables, build_models, plot_backbones,
                                   run_backbones, write_backbone_csv)
 from benchmarks import deit, floor, launches, padding, resolution
-from benchmarks.measure import Timer, free_memory, machine_info
+from benchmarks.measure import Timer, free_memory, machine_info, write_dict_rows
 from inline_mm.models import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -280,23 +280,13 @@ def main(argv=None):
 
     outputs = []
     if run_backbone_part:
-        results: List[Result] = []
-        mem_methods = {}
-        for device in devices:
-            models = build_models(args.models, device)
-            print(f'\n{device.type.upper()}: sizes {", ".join(f"{h}x{w}" for h, w in args.sizes)}; '
-                  f'{args.warmup} warm-up + {args.repeats} timed runs each, batch {args.batch}')
-            results += run_backbones(args, device, models)
-            mem_methods[device.type] = Timer(device).mem_method
-            del models
-            free_memory(device)
+        results, mem_methods = _time_backbones(
+            args, devices, lambda device: build_models(args.models, device))
         print(backbone_tables(results, args.models))
         csv_path = args.out_dir / 'backbones.csv'
         write_backbone_csv(results, csv_path, args.batch, mem_methods)
         png_path = args.out_dir / 'backbones.png'
-        title = (f'{info["cpu"]}, torch {info["torch"]}, {torch.get_num_threads()} thread(s), '
-                 f'batch {args.batch}' + (f', GPU {info["cuda"]}' if info['cuda'] else ''))
-        plot_backbones(results, png_path, title)
+        plot_backbones(results, png_path, _plot_title(args, info))
         outputs += [csv_path, png_path]
     if run_attention_part:
         rows = []
@@ -304,51 +294,51 @@ def main(argv=None):
             rows += run_attention(args, device)
         print(attention_table(rows))
         att_path = args.out_dir / 'attention.csv'
-        write_attention_csv(rows, att_path)
+        write_dict_rows(rows, att_path)
         outputs.append(att_path)
-    if hasattr(os, 'getloadavg'):
-        info['load_average_end'] = os.getloadavg()
-    info['arguments'] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    meta = args.out_dir / 'meta.json'
-    meta.write_text(json.dumps(info, indent=2, default=str))
-    outputs.append(meta)
-    print('\nwrote ' + ', '.join(str(p) for p in outputs))
+    _write_meta(args, info, outputs)
+
+
+def _time_backbones(args, devices, build):
+    """The backbones ``build(device)`` makes, timed on each device in turn (one device's
+    models freed before the next's are built); the results and each device's memory method."""
+    results: List[Result] = []
+    mem_methods = {}
+    for device in devices:
+        models = build(device)
+        print(f'\n{device.type.upper()}: sizes {", ".join(f"{h}x{w}" for h, w in args.sizes)}; '
+              f'{args.warmup} warm-up + {args.repeats} timed runs each, batch {args.batch}')
+        results += run_backbones(args, device, models)
+        mem_methods[device.type] = Timer(device).mem_method
+        del models
+        free_memory(device)
+    return results, mem_methods
+
+
+def _plot_title(args, info) -> str:
+    return (f'{info["cpu"]}, torch {info["torch"]}, {torch.get_num_threads()} thread(s), '
+            f'batch {args.batch}' + (f', GPU {info["cuda"]}' if info['cuda'] else ''))
 
 
 def run_deit(args, devices, info):
     """``--deit``: the plain-ViT comparison, its speed-up table and plot, and the split."""
     outputs = []
     if not args.split_only:
-        results, mem_methods = [], {}
-        for device in devices:
-            models = {name: deit.MODELS[name][0]().to(device) for name in args.models}
-            print(f'\n{device.type.upper()}: sizes {", ".join(f"{h}x{w}" for h, w in args.sizes)}'
-                  f'; {args.warmup} warm-up + {args.repeats} timed runs each, batch {args.batch}')
-            results += run_backbones(args, device, models)
-            mem_methods[device.type] = Timer(device).mem_method
-            del models
-            free_memory(device)
+        results, mem_methods = _time_backbones(args, devices, lambda device: {
+            name: deit.MODELS[name][0]().to(device) for name in args.models})
         print(deit.ratio_table(results, args.models))
         csv_path, png_path = args.out_dir / 'deit.csv', args.out_dir / 'deit.png'
         deit.write_csv(results, csv_path, args, mem_methods)
-        deit.plot(results, png_path, f'{info["cpu"]}, torch {info["torch"]}, '
-                  f'{torch.get_num_threads()} thread(s), batch {args.batch}'
-                  + (f', GPU {info["cuda"]}' if info['cuda'] else ''))
+        deit.plot(results, png_path, _plot_title(args, info))
         outputs += [csv_path, png_path]
     rows = []
     for device in devices:
         rows += deit.run_split(args, device)
     print(deit.split_table(rows, args.quick))
     split_path = args.out_dir / 'deit_split.csv'
-    deit.write_split_csv(rows, split_path)
+    write_dict_rows(rows, split_path)
     outputs.append(split_path)
-    if hasattr(os, 'getloadavg'):
-        info['load_average_end'] = os.getloadavg()
-    info['arguments'] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    meta = args.out_dir / 'meta.json'
-    meta.write_text(json.dumps(info, indent=2, default=str))
-    outputs.append(meta)
-    print('\nwrote ' + ', '.join(str(p) for p in outputs))
+    _write_meta(args, info, outputs)
 
 
 def _write_meta(args, info, outputs):
@@ -402,9 +392,7 @@ def run_resolution(args, devices, info):
     print(resolution.table(results, args.models))
     csv_path, png_path = args.out_dir / 'resolution.csv', args.out_dir / 'resolution.png'
     resolution.write_csv(results, csv_path, args.batch, mem_methods)
-    resolution.plot(results, png_path, f'{info["cpu"]}, torch {info["torch"]}, '
-                    f'{torch.get_num_threads()} thread(s), batch {args.batch}'
-                    + (f', GPU {info["cuda"]}' if info['cuda'] else ''))
+    resolution.plot(results, png_path, _plot_title(args, info))
     _write_meta(args, info, [csv_path, png_path])
 
 
@@ -425,12 +413,7 @@ def run_padding(args, devices, info):
     print(padding.padding_table(results))
     csv_path = args.out_dir / 'padding.csv'
     padding.write_csv(results, csv_path, args.batch, mem_methods)
-    if hasattr(os, 'getloadavg'):
-        info['load_average_end'] = os.getloadavg()
-    info['arguments'] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    meta = args.out_dir / 'meta.json'
-    meta.write_text(json.dumps(info, indent=2, default=str))
-    print(f'\nwrote {csv_path}, {meta}')
+    _write_meta(args, info, [csv_path])
 
 
 if __name__ == '__main__':

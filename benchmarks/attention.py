@@ -1,9 +1,6 @@
 """InLine attention alone: the production kernel against the plain reference of the
 formula (``inline_mm.models.inline_function.reference_attention``), same weights, one process
 (``python -m benchmarks --attention``)."""
-import csv
-import statistics
-from pathlib import Path
 from typing import List
 
 import torch
@@ -11,9 +8,9 @@ import torch
 from inline_mm.models.attention import InLineAttention
 from inline_mm.models.inline_function import reference_attention
 from .backbones import MODES
-from .measure import Timer
+from .measure import Timer, interleaved_times, time_stats
 
-__all__ = ['run_attention', 'attention_table', 'write_attention_csv']
+__all__ = ['run_attention', 'attention_table']
 
 
 def run_attention(args, device: torch.device) -> List[dict]:
@@ -60,22 +57,12 @@ def run_attention(args, device: torch.device) -> List[dict]:
     rows = []
     for mode in args.modes:
         steps = {name: step_for(fn, mode) for name, fn in paths.items()}
-        times = {name: [] for name in paths}
-        for step in steps.values():
-            for _ in range(args.warmup):
-                timer(step)
-        names = list(paths)
-        for rep in range(args.attention_repeats):
-            order = names if rep % 2 == 0 else names[::-1]
-            for name in order:
-                times[name].append(timer(steps[name]))
-        for name in names:
+        # two paths: each round starts with the other one
+        times = interleaved_times(timer, steps, args.warmup, args.attention_repeats)
+        for name in paths:
             rows.append(dict(device=device.type, mode=mode, path=name, tokens=h * w,
                              height=h, width=w, channels=c, heads=heads, batch=args.batch,
-                             threads=torch.get_num_threads(),
-                             median_ms=statistics.median(times[name]) * 1e3,
-                             min_ms=min(times[name]) * 1e3, max_ms=max(times[name]) * 1e3,
-                             runs=len(times[name]),
+                             threads=torch.get_num_threads(), **time_stats(times[name]),
                              peak_mib=timer.peak_bytes(steps[name]) / 2 ** 20,
                              memory_method=timer.mem_method))
     return rows
@@ -101,11 +88,3 @@ def attention_table(rows: List[dict]) -> str:
                          f'peak memory production / reference '
                          f'{prod["peak_mib"] / ref["peak_mib"]:.2f}x')
     return '\n'.join(lines)
-
-
-def write_attention_csv(rows: List[dict], path: Path):
-    with open(path, 'w', newline='') as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f'{v:.3f}' if isinstance(v, float) else v) for k, v in r.items()})

@@ -29,8 +29,9 @@ from inline_mm.models.padding import NO_PADDING, ValidMap
 from .measure import Timer, default_max_mem_gb, free_memory, is_oom, make_step, predict
 
 __all__ = ['MODELS', 'MODES', 'PAIRS', 'FULL_SIZES', 'QUICK_SIZES', 'GROWTH_FROM', 'GROWTH_TO',
-           'Result', 'build_models', 'run_backbones', 'backbone_tables', 'write_backbone_csv',
-           'plot_backbones']
+           'Result', 'build_models', 'run_backbones', 'sizes_of', 'mode_sections',
+           'backbone_tables', 'TIMING_COLUMNS', 'timing_cells', 'write_backbone_csv', 'STYLES',
+           'log_log_axes', 'save_figure', 'plot_backbones']
 
 FULL_SIZES = [(224, 224), (512, 512), (800, 1333), (1024, 1024), (1536, 1536)]
 QUICK_SIZES = [(64, 64), (96, 128)]
@@ -228,17 +229,27 @@ def _report_line(res: Result):
           f'n={len(res.times)})  peak {res.peak_bytes / 2 ** 20:8.1f} MiB', flush=True)
 
 
+def sizes_of(results: Sequence[Result]) -> List[Tuple[int, int]]:
+    """The sizes the results hold, smallest first."""
+    return sorted({r.size for r in results}, key=lambda s: s[0] * s[1])
+
+
+def mode_sections(results: Sequence[Result], dev: str):
+    """(mode, heading) for each mode the results hold on the device: one table each."""
+    for mode in MODES:
+        if any(r.device == dev and r.mode == mode for r in results):
+            what = 'forward, no_grad' if mode == 'inference' else 'forward + backward'
+            yield mode, f'\n{dev.upper()} {mode} ({what}): median ms [peak MiB]'
+
+
 def backbone_tables(results: List[Result], models: Sequence[str]) -> str:
     lines = []
     by_key = {(r.device, r.model, r.mode, r.size): r for r in results}
     devices = sorted({r.device for r in results})
-    sizes = sorted({r.size for r in results}, key=lambda s: s[0] * s[1])
+    sizes = sizes_of(results)
     for dev in devices:
-        for mode in MODES:
-            if not any(r.device == dev and r.mode == mode for r in results):
-                continue
-            what = 'forward, no_grad' if mode == 'inference' else 'forward + backward'
-            lines.append(f'\n{dev.upper()} {mode} ({what}): median ms [peak MiB]')
+        for mode, heading in mode_sections(results, dev):
+            lines.append(heading)
             lines.append(f'{"size":>10s}' + ''.join(f'{m:>22s}' for m in models))
             for size in sizes:
                 row = f'{_size(size):>10s}'
@@ -280,22 +291,35 @@ def backbone_tables(results: List[Result], models: Sequence[str]) -> str:
     return '\n'.join(lines)
 
 
+#: The CSV columns of one timing (:func:`timing_cells`), after batch and threads.
+TIMING_COLUMNS = ['median_ms', 'min_ms', 'max_ms', 'runs', 'peak_mib']
+
+
+def timing_cells(r: Result) -> list:
+    """Median, min and max ms, runs and peak MiB of a result ('' where it was skipped)."""
+    ok = r.median is not None
+    return [f'{r.median * 1e3:.3f}' if ok else '',
+            f'{min(r.times) * 1e3:.3f}' if ok else '',
+            f'{max(r.times) * 1e3:.3f}' if ok else '', len(r.times),
+            f'{r.peak_bytes / 2 ** 20:.2f}' if r.peak_bytes is not None else '']
+
+
 def write_backbone_csv(results: List[Result], path: Path, batch: int,
                        mem_methods: Dict[str, str]):
     with open(path, 'w', newline='') as f:
         w = csv.writer(f)
         w.writerow(['device', 'model', 'attention', 'mode', 'height', 'width', 'megapixels',
-                    'batch', 'threads', 'median_ms', 'min_ms', 'max_ms', 'runs', 'peak_mib',
-                    'memory_method', 'status'])
+                    'batch', 'threads', *TIMING_COLUMNS, 'memory_method', 'status'])
         for r in results:
-            ok = r.median is not None
             w.writerow([r.device, r.model, MODELS[r.model][1], r.mode, r.size[0], r.size[1],
                         f'{r.pixels / 1e6:.4f}', batch, torch.get_num_threads(),
-                        f'{r.median * 1e3:.3f}' if ok else '',
-                        f'{min(r.times) * 1e3:.3f}' if ok else '',
-                        f'{max(r.times) * 1e3:.3f}' if ok else '', len(r.times),
-                        f'{r.peak_bytes / 2 ** 20:.2f}' if r.peak_bytes is not None else '',
-                        mem_methods[r.device], r.status])
+                        *timing_cells(r), mem_methods[r.device], r.status])
+
+
+#: Colour, marker and line style of each model in the plots.
+STYLES = {'InLine-Swin-T': ('tab:blue', 'o', '-'), 'Swin-T': ('tab:orange', 's', '--'),
+          'Swin-T-global': ('tab:red', '^', ':'), 'InLine-PVT-S': ('tab:green', 'o', '-'),
+          'PVT-S': ('tab:purple', 's', '--')}
 
 
 def plot_backbones(results: List[Result], path: Path, title: str):
@@ -305,9 +329,6 @@ def plot_backbones(results: List[Result], path: Path, title: str):
     devices = sorted({r.device for r in results})
     fig, axes = plt.subplots(len(devices), len(MODES), figsize=(12, 4.8 * len(devices)),
                              squeeze=False)
-    styles = {'InLine-Swin-T': ('tab:blue', 'o', '-'), 'Swin-T': ('tab:orange', 's', '--'),
-              'Swin-T-global': ('tab:red', '^', ':'), 'InLine-PVT-S': ('tab:green', 'o', '-'),
-              'PVT-S': ('tab:purple', 's', '--')}
     for i, dev in enumerate(devices):
         for j, mode in enumerate(MODES):
             ax = axes[i][j]
@@ -316,7 +337,7 @@ def plot_backbones(results: List[Result], path: Path, title: str):
                              if r.device == dev and r.mode == mode and r.model == name
                              and r.median is not None)
                 if pts:
-                    color, marker, ls = styles[name]
+                    color, marker, ls = STYLES[name]
                     ax.plot(*zip(*pts), marker=marker, linestyle=ls, color=color, label=name)
             inline = sorted((r.pixels / 1e6, r.median * 1e3) for r in results
                             if r.device == dev and r.mode == mode and r.median is not None
@@ -325,14 +346,25 @@ def plot_backbones(results: List[Result], path: Path, title: str):
                 (p0, t0), p1 = inline[0], inline[-1][0]
                 ax.plot([p0, p1], [t0, t0 * p1 / p0], color='0.6', linewidth=0.8,
                         label='linear in pixels (from InLine-Swin-T)')
-            ax.set_xscale('log')
-            ax.set_yscale('log')
-            ax.set_xlabel('input megapixels')
-            ax.set_ylabel('median time per image (ms)')
-            ax.set_title(f'{dev.upper()} {mode}')
-            ax.grid(True, which='both', alpha=0.3)
-            ax.legend(fontsize=8)
+            log_log_axes(ax, 'input megapixels', 'median time per image (ms)',
+                         f'{dev.upper()} {mode}')
+    save_figure(fig, path, title)
+
+
+def log_log_axes(ax, xlabel: str, ylabel: str, title: str):
+    """A panel's log-log scales, labels, grid and legend (set its ticks after this)."""
+    ax.set_xscale('log')
+    ax.set_yscale('log')
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which='both', alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def save_figure(fig, path: Path, title: str, dpi: int = 110):
+    import matplotlib.pyplot as plt
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)

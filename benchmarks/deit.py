@@ -22,7 +22,6 @@ same shapes is timed beside it for scale.
 """
 import csv
 import functools
-import statistics
 from pathlib import Path
 from typing import Dict, List
 
@@ -30,11 +29,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .backbones import MODES, Result, _size
-from .measure import Timer
+from .backbones import (MODES, TIMING_COLUMNS, Result, _size, log_log_axes, mode_sections,
+                        save_figure, sizes_of, timing_cells)
+from .measure import Timer, interleaved_times, time_stats
 
 __all__ = ['MODELS', 'FULL_SIZES', 'QUICK_SIZES', 'PAPER_SPEEDUP', 'SPLIT_SIZE', 'SPLIT_GOAL',
-           'ratio_table', 'write_csv', 'plot', 'run_split', 'split_table', 'write_split_csv']
+           'ratio_table', 'write_csv', 'plot', 'run_split', 'split_table']
 
 FULL_SIZES = [(224, 224), (384, 384), (640, 640), (1024, 1024), (1536, 1536)]
 QUICK_SIZES = [(64, 64), (96, 128)]
@@ -77,14 +77,11 @@ MODELS = {
 
 def ratio_table(results: List[Result], models) -> str:
     by_key = {(r.device, r.model, r.mode, r.size): r for r in results}
-    sizes = sorted({r.size for r in results}, key=lambda s: s[0] * s[1])
+    sizes = sizes_of(results)
     lines = []
     for dev in sorted({r.device for r in results}):
-        for mode in MODES:
-            if not any(r.device == dev and r.mode == mode for r in results):
-                continue
-            what = 'forward, no_grad' if mode == 'inference' else 'forward + backward'
-            lines.append(f'\n{dev.upper()} {mode} ({what}): median ms [peak MiB]')
+        for mode, heading in mode_sections(results, dev):
+            lines.append(heading)
             lines.append(f'{"size":>10s}{"tokens":>8s}' + ''.join(f'{m:>20s}' for m in models))
             for size in sizes:
                 tokens = 1 + -(-size[0] // 16) * -(-size[1] // 16)
@@ -138,8 +135,8 @@ def write_csv(results, path: Path, args, mem_methods: Dict[str, str]):
     with open(path, 'w', newline='') as f:
         w = csv.writer(f)
         w.writerow(['device', 'model', 'attention', 'mode', 'height', 'width', 'tokens',
-                    'batch', 'threads', 'median_ms', 'min_ms', 'max_ms', 'runs', 'peak_mib',
-                    'speedup_vs_inline', 'memory_method', 'status'])
+                    'batch', 'threads', *TIMING_COLUMNS, 'speedup_vs_inline', 'memory_method',
+                    'status'])
         inline = {(r.device, r.mode, r.size): r for r in results if r.model == INLINE}
         for r in results:
             ok = r.median is not None
@@ -148,12 +145,8 @@ def write_csv(results, path: Path, args, mem_methods: Dict[str, str]):
                      else '')
             w.writerow([r.device, r.model, MODELS[r.model][1], r.mode, r.size[0], r.size[1],
                         1 + -(-r.size[0] // 16) * -(-r.size[1] // 16), args.batch,
-                        torch.get_num_threads(),
-                        f'{r.median * 1e3:.3f}' if ok else '',
-                        f'{min(r.times) * 1e3:.3f}' if ok else '',
-                        f'{max(r.times) * 1e3:.3f}' if ok else '', len(r.times),
-                        f'{r.peak_bytes / 2 ** 20:.2f}' if r.peak_bytes is not None else '',
-                        speed, mem_methods[r.device], r.status])
+                        torch.get_num_threads(), *timing_cells(r), speed,
+                        mem_methods[r.device], r.status])
 
 
 def plot(results, path: Path, title: str):
@@ -173,13 +166,8 @@ def plot(results, path: Path, title: str):
                 if pts:
                     color, marker, ls = styles[name]
                     ax.plot(*zip(*pts), marker=marker, linestyle=ls, color=color, label=name)
-            ax.set_xscale('log')
-            ax.set_yscale('log')
-            ax.set_xlabel('input megapixels')
-            ax.set_ylabel('median time per image (ms)')
-            ax.set_title(f'{dev.upper()} {mode}')
-            ax.grid(True, which='both', alpha=0.3)
-            ax.legend(fontsize=8)
+            log_log_axes(ax, 'input megapixels', 'median time per image (ms)',
+                         f'{dev.upper()} {mode}')
         ax = axes[i][2]
         inline = {(r.mode, r.size): r for r in results
                   if r.device == dev and r.model == INLINE and r.median}
@@ -201,10 +189,7 @@ def plot(results, path: Path, title: str):
         ax.set_title(f'{dev.upper()} speed-up over DeiT-T')
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, title)
 
 
 # ----------------------------------------------------------------------------- split
@@ -251,22 +236,11 @@ def run_split(args, device: torch.device) -> List[dict]:
     rows = []
     for mode in args.modes:
         steps = {name: step_for(fn, mode) for name, fn in parts.items()}
-        times = {name: [] for name in parts}
-        for step in steps.values():
-            for _ in range(max(args.warmup, 1)):
-                timer(step)
-        names = list(parts)
-        for rep in range(args.split_repeats):
-            order = names[rep % len(names):] + names[:rep % len(names)]
-            for name in order:
-                times[name].append(timer(steps[name]))
-        for name in names:
+        times = interleaved_times(timer, steps, max(args.warmup, 1), args.split_repeats)
+        for name in parts:
             rows.append(dict(device=device.type, mode=mode, part=name, tokens=n, channels=c,
                              heads=attn.num_heads, batch=args.batch,
-                             threads=torch.get_num_threads(),
-                             median_ms=statistics.median(times[name]) * 1e3,
-                             min_ms=min(times[name]) * 1e3, max_ms=max(times[name]) * 1e3,
-                             runs=len(times[name])))
+                             threads=torch.get_num_threads(), **time_stats(times[name])))
     return rows
 
 
@@ -292,11 +266,3 @@ def split_table(rows: List[dict], quick: bool) -> str:
             lines.append(f'  InLine attention / linear layers = {ratio:.3f}{verdict}; '
                          f'Softmax (SDPA) attention / linear layers = {soft:.2f}')
     return '\n'.join(lines)
-
-
-def write_split_csv(rows: List[dict], path: Path):
-    with open(path, 'w', newline='') as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f'{v:.3f}' if isinstance(v, float) else v) for k, v in r.items()})

@@ -1,10 +1,12 @@
 """Measuring one step: wall-clock or CUDA-event time, peak memory, and the cost
 predicted at a larger size (to skip what would take too long)."""
+import csv
 import gc
 import json
 import math
 import os
 import platform
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -169,3 +171,35 @@ def free_memory(device: torch.device):
     gc.collect()
     if device.type == 'cuda':
         torch.cuda.empty_cache()
+
+
+def write_dict_rows(rows: List[dict], path: Path):
+    """Rows of dicts (one key set) as a CSV, floats to 3 decimals."""
+    with open(path, 'w', newline='') as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f'{v:.3f}' if isinstance(v, float) else v) for k, v in r.items()})
+
+
+def interleaved_times(timer, steps: Dict[str, Callable[[], None]], warmup: int,
+                      repeats: int) -> Dict[str, List[float]]:
+    """Seconds per run of each named step: ``warmup`` untimed runs each, then ``repeats``
+    rounds that time every step once, each round starting one step further on, so that a
+    drift of the machine (heat, other processes) falls on all of them alike."""
+    for step in steps.values():
+        for _ in range(warmup):
+            timer(step)
+    names = list(steps)
+    times: Dict[str, List[float]] = {name: [] for name in names}
+    for rep in range(repeats):
+        k = rep % len(names)
+        for name in names[k:] + names[:k]:
+            times[name].append(timer(steps[name]))
+    return times
+
+
+def time_stats(times: List[float]) -> dict:
+    """Median, min and max ms and the number of runs of a list of seconds (a CSV row's)."""
+    return dict(median_ms=statistics.median(times) * 1e3, min_ms=min(times) * 1e3,
+                max_ms=max(times) * 1e3, runs=len(times))

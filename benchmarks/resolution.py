@@ -36,7 +36,8 @@ import torch
 import torch.nn as nn
 
 from . import backbones
-from .backbones import Result, _size, run_backbones
+from .backbones import (STYLES, TIMING_COLUMNS, Result, _size, log_log_axes, run_backbones,
+                        save_figure, sizes_of, timing_cells)
 from .measure import free_memory
 
 __all__ = ['FULL_SIZES', 'QUICK_SIZES', 'MODELS', 'PARTS', 'PAIRS', 'UPERNET', 'FPN',
@@ -145,7 +146,7 @@ def table(results: List[Result], names: Sequence[str]) -> str:
     """Per device and part: median ms [peak MiB] per size and model, the ratios of
     :data:`PAIRS`, and the reasons of every skip."""
     by_key = {(r.device, *_split(r), r.size): r for r in results}
-    sizes = sorted({r.size for r in results}, key=lambda s: s[0] * s[1])
+    sizes = sizes_of(results)
     lines = []
     for dev in sorted({r.device for r in results}):
         for part in PARTS:
@@ -182,23 +183,12 @@ def write_csv(results: List[Result], path: Path, batch: int, mem_methods: Dict[s
     with open(path, 'w', newline='') as f:
         w = csv.writer(f)
         w.writerow(['device', 'part', 'model', 'attention', 'height', 'width', 'megapixels',
-                    'batch', 'threads', 'median_ms', 'min_ms', 'max_ms', 'runs', 'peak_mib',
-                    'memory_method', 'status'])
+                    'batch', 'threads', *TIMING_COLUMNS, 'memory_method', 'status'])
         for r in results:
             part, name = _split(r)
-            ok = r.median is not None
             w.writerow([r.device, part, name, MODELS[name][1], r.size[0], r.size[1],
                         f'{r.pixels / 1e6:.4f}', batch, torch.get_num_threads(),
-                        f'{r.median * 1e3:.3f}' if ok else '',
-                        f'{min(r.times) * 1e3:.3f}' if ok else '',
-                        f'{max(r.times) * 1e3:.3f}' if ok else '', len(r.times),
-                        f'{r.peak_bytes / 2 ** 20:.2f}' if r.peak_bytes is not None else '',
-                        mem_methods[r.device], r.status])
-
-
-STYLES = {'InLine-Swin-T': ('tab:blue', 'o', '-'), 'Swin-T': ('tab:orange', 's', '--'),
-          'Swin-T-global': ('tab:red', '^', ':'), 'InLine-PVT-S': ('tab:green', 'o', '-'),
-          'PVT-S': ('tab:purple', 's', '--')}
+                        *timing_cells(r), mem_methods[r.device], r.status])
 
 
 def plot(results: List[Result], path: Path, title: str):
@@ -228,17 +218,9 @@ def plot(results: List[Result], path: Path, title: str):
                     if skipped:
                         ax.annotate('skipped beyond', pts[-1], textcoords='offset points',
                                     xytext=(4, -10), fontsize=7, color=color)
-                ax.set_xscale('log')
-                ax.set_yscale('log')
-                sizes = sorted({r.size for r in results}, key=lambda z: z[0] * z[1])
+                log_log_axes(ax, 'input size (log of pixels)', unit,
+                             f'{dev.upper()} {part}, whole-image inference: {what}')
+                sizes = sizes_of(results)
                 ax.set_xticks([h * w / 1e6 for h, w in sizes], [_size(z) for z in sizes])
                 ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-                ax.set_xlabel('input size (log of pixels)')
-                ax.set_ylabel(unit)
-                ax.set_title(f'{dev.upper()} {part}, whole-image inference: {what}')
-                ax.grid(True, which='both', alpha=0.3)
-                ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, title, dpi=100)

@@ -8,24 +8,21 @@ backbone itself (conftest.out_channels)."""
 from inline_mm.models.families import FAMILIES
 
 
-#: Variant (as config names spell it) -> (backbone type, arch, drop path rate in the COCO
-#: configs, drop path rate in the ADE20K configs). The ImageNet recipes' rates, but for
-#: InLine-Swin-T's UperNet (0.3, as the sibling Swin-T segmenters).
-BACKBONES = {
-    'swin-t': ('InLineSwin', 'tiny', 0.2, 0.3),
-    'swin-s': ('InLineSwin', 'small', 0.3, 0.3),
-    'swin-b': ('InLineSwin', 'base', 0.5, 0.5),
-    'pvt-t': ('InLinePVT', 'tiny', 0.1, 0.1),
-    'pvt-s': ('InLinePVT', 'small', 0.1, 0.1),
-    'pvt-m': ('InLinePVT', 'medium', 0.3, 0.1),
-    'pvt-l': ('InLinePVT', 'large', 0.3, 0.1),
-    'cswin-t': ('InLineCSwin', 'tiny', 0.2, 0.2),
-    'cswin-s': ('InLineCSwin', 'small', 0.4, 0.4),
-    'cswin-b': ('InLineCSwin', 'base', 0.5, 0.5),
-    'deit-t': ('InLineDeiT', 'tiny', 0.1, 0.1),
-    'deit-s': ('InLineDeiT', 'small', 0.1, 0.1),
-    'deit-b': ('InLineDeiT', 'base', 0.1, 0.1),
+_TYPES = dict(swin='InLineSwin', pvt='InLinePVT', cswin='InLineCSwin', deit='InLineDeiT')
+_ARCHS = dict(t='tiny', s='small', m='medium', l='large', b='base')
+#: Drop path rates in the COCO and in the ADE20K configs, by variant (as config names spell
+#: it). The ImageNet recipes' rates, but for InLine-Swin-T's UperNet (0.3, as the sibling
+#: Swin-T segmenters).
+_DROP_PATH = {
+    'swin-t': (0.2, 0.3), 'swin-s': (0.3, 0.3), 'swin-b': (0.5, 0.5),
+    'pvt-t': (0.1, 0.1), 'pvt-s': (0.1, 0.1), 'pvt-m': (0.3, 0.1), 'pvt-l': (0.3, 0.1),
+    'cswin-t': (0.2, 0.2), 'cswin-s': (0.4, 0.4), 'cswin-b': (0.5, 0.5),
+    'deit-t': (0.1, 0.1), 'deit-s': (0.1, 0.1), 'deit-b': (0.1, 0.1),
 }
+#: Variant -> (backbone type, arch, drop path rate in the COCO configs, drop path rate in
+#: the ADE20K configs).
+BACKBONES = {variant: (_TYPES[variant.split('-')[0]], _ARCHS[variant[-1]], *rates)
+             for variant, rates in _DROP_PATH.items()}
 
 #: Parameter-name keys without weight decay, by backbone type: the backbone's own
 #: ``no_weight_decay_keys`` (the LayerNorms everywhere, and the family's position tables and

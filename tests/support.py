@@ -369,3 +369,15 @@ def assert_compiled_matches(compiled, model, x: torch.Tensor, tol: float = 1e-5)
     sum(o.square().mean() for o in got).backward()
     sum(o.square().mean() for o in ref).backward()
     torch.testing.assert_close(xc.grad, xe.grad, rtol=tol, atol=tol)
+
+
+def fx_trace_matching(model) -> torch.fx.GraphModule:
+    """``torch.fx.symbolic_trace(model)``, checked to give the model's outputs exactly at an
+    even batch of 2 and an odd single image of another size."""
+    graph = torch.fx.symbolic_trace(model)
+    for size in [(2, 3, 64, 96), (1, 3, 75, 61)]:
+        x = torch.randn(*size)
+        with torch.no_grad():
+            for got, ref in zip(graph(x), model(x)):
+                torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    return graph

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from test_readme import ROOT, commands, page, shell, workspace
+from test_readme import ROOT, assert_walkthrough_runs, commands, page, shell, workspace
 from test_readme import apply_edits as apply_walkthrough_edits
 from test_readme import rehearsal_edits as walkthrough_edits
 
@@ -78,11 +78,10 @@ def test_own_instances_walkthrough_as_written(tmp_path, monkeypatch):
         fixed = fixed or 'coco_remove_images.py' in cmd
         if cmd.startswith('cp configs/custom/') and cmd.endswith(' configs/my_instances.py'):
             apply_edits(ws / 'configs' / 'my_instances.py', edits)
-    ran = ' '.join(steps)
-    for must in ('make_toy_dataset.py coco-export', 'labelme2coco.py', 'coco_remove_images.py',
-                 'check_dataset.py --config', 'tools/train.py', 'images2coco.py',
-                 'configs/my_instances_predict.py'):
-        assert must in ran, f'the walkthrough no longer runs {must}'
+    assert_walkthrough_runs(steps, (
+        'make_toy_dataset.py coco-export', 'labelme2coco.py', 'coco_remove_images.py',
+        'check_dataset.py --config', 'tools/train.py', 'images2coco.py',
+        'configs/my_instances_predict.py'))
 
     def log(start: str, last: bool = False) -> str:
         found = [out for cmd, out in logs if cmd.startswith(start)]

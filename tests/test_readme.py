@@ -399,6 +399,13 @@ def apply_edits(config: Path, edits: list, narrow: str = NARROW):
     config.write_text(text + narrow)
 
 
+def assert_walkthrough_runs(steps: list, musts) -> None:
+    """Each of ``musts`` is part of one of the walkthrough's commands."""
+    ran = ' '.join(steps)
+    for must in musts:
+        assert must in ran, f'the walkthrough no longer runs {must}'
+
+
 def logged(log: str, key: str) -> list:
     return [float(v) for v in re.findall(
         rf'Iter\(train\).*?\s{re.escape(key)}: ([\d.]+(?:e[-+]?\d+)?)', log)]
@@ -432,11 +439,10 @@ def test_finetune_walkthrough_as_written(tmp_path):
         logs[cmd] = shell(cmd, ws)
         if cmd.startswith('cp configs/custom/') and cmd.endswith(' configs/my_dataset.py'):
             apply_edits(ws / 'configs' / 'my_dataset.py', edits)
-    ran = ' '.join(steps)
-    for must in ('make_toy_dataset.py folder', 'check_dataset.py data/', 'convert_masks.py',
-                 'check_dataset.py --config', 'tools/train.py', '--out work_dirs/my_dataset/val',
-                 'configs/my_dataset_predict.py'):
-        assert must in ran, f'the walkthrough no longer runs {must}'
+    assert_walkthrough_runs(steps, (
+        'make_toy_dataset.py folder', 'check_dataset.py data/', 'convert_masks.py',
+        'check_dataset.py --config', 'tools/train.py', '--out work_dirs/my_dataset/val',
+        'configs/my_dataset_predict.py'))
 
     check = next(v for k, v in logs.items()
                  if k.startswith('python tools/misc/check_dataset.py --c'))

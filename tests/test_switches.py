@@ -14,7 +14,8 @@ import torch
 import torch._dynamo
 import torch._dynamo.testing
 from conftest import rel_err
-from support import assert_compiled_matches, padded_canvas, quiet_tracer, smoke_backbone
+from support import (assert_compiled_matches, fx_trace_matching, padded_canvas, quiet_tracer,
+                     smoke_backbone)
 
 from inline_mm.models import FAMILIES, InLineAttention, InLineSwin, load_pretrained
 from inline_mm.models.inline_function import (LINEAR_EPS, guard_denominator,
@@ -379,13 +380,7 @@ def test_torch_compile_one_graph_matches_eager():
 
 @pytest.mark.parametrize('name, cfg', TRACED)
 def test_fx_symbolic_trace_matches_eager(name, cfg):
-    model = build(name, inline_cfg=cfg)
-    graph = torch.fx.symbolic_trace(model)
-    for size in [(2, 3, 64, 96), (1, 3, 75, 61)]:
-        x = torch.randn(*size)
-        with torch.no_grad():
-            for got, ref in zip(graph(x), model(x)):
-                torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    fx_trace_matching(build(name, inline_cfg=cfg))
 
 
 def test_timm_create_model_passes_inline_cfg_through():

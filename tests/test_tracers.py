@@ -2,10 +2,9 @@
 a plain ``torch.jit.trace`` or ``torch.onnx.export`` graph refuses another input size
 (never silently wrong), ``torch.jit.script`` refuses plainly, and ``torch.fx`` traces
 (torchvision's feature extraction included)."""
-import warnings
-
 import pytest
 import torch
+from support import fx_trace_matching, quiet_tracer, smoke_backbone
 from torchvision.models.feature_extraction import create_feature_extractor
 
 from inline_mm.models import FAMILIES
@@ -16,15 +15,12 @@ TRACED, OTHER = (64, 128), (128, 64)
 
 @pytest.fixture(autouse=True)
 def _quiet_tracer():
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
+    with quiet_tracer():
         yield
 
 
 def _smoke(name):
-    torch.manual_seed(0)
-    family = FAMILIES[name]
-    return family.cls(**family.smoke).eval()
+    return smoke_backbone(name, seed=0).eval()
 
 
 @pytest.mark.parametrize('name', list(FAMILIES))
@@ -67,13 +63,7 @@ def test_jit_script_refuses_plainly():
 
 @pytest.mark.parametrize('name', list(FAMILIES))
 def test_fx_symbolic_trace_any_size(name):
-    model = _smoke(name)
-    graph = torch.fx.symbolic_trace(model)
-    for size in [(2, 3, 64, 96), (1, 3, 75, 61)]:
-        x = torch.randn(*size)
-        with torch.no_grad():
-            for got, ref in zip(graph(x), model(x)):
-                torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    graph = fx_trace_matching(_smoke(name))
     with pytest.raises(ValueError, match='expects a \\(B, C, H, W\\) batch'):
         graph(torch.randn(3, 64, 64))                  # the input check runs with the graph
     with pytest.raises(ValueError, match='padding-unaware'):

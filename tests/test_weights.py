@@ -186,6 +186,12 @@ def mirrored(host, monkeypatch, **files):
     monkeypatch.setenv('INLINE_MM_WEIGHTS_MIRROR', f'{host.url}/mirror/')
 
 
+def _refused(url: str, pattern: str):
+    """Resolving ``url`` stops with a WeightsError that matches ``pattern``."""
+    with pytest.raises(WeightsError, match=pattern):
+        weights.resolve(url)
+
+
 def leftovers(cache: Path) -> list:
     """Files in the cache other than locks (a refused download must leave none)."""
     return sorted(str(p.relative_to(cache)) for p in cache.rglob('*')
@@ -269,8 +275,7 @@ def test_short_name_through_the_mirror_then_offline(host, cache, monkeypatch, sw
            f'{Path.cwd() / "checkpoints" / "inline_swin_t.pth"})' in message
     monkeypatch.delenv('INLINE_MM_OFFLINE')
     monkeypatch.setenv('HF_HUB_OFFLINE', '1')                # the ecosystem's variable too
-    with pytest.raises(WeightsError, match=r'downloads are off \(HF_HUB_OFFLINE=1\)'):
-        weights.resolve('inline://swin_t')
+    _refused('inline://swin_t', r'downloads are off \(HF_HUB_OFFLINE=1\)')
     assert host.bodies('inline_swin_t.pth') == [None]
 
 
@@ -332,18 +337,16 @@ def test_body_cut_short_is_refused(host, cache, monkeypatch, swin_t_bytes):
     cut = len(swin_t_bytes) // 2
     # with Content-Length, every attempt ends early: the retries give up, naming the count
     host.drop_after['inline_swin_t.pth'], host.drop_always = 4096, True
-    with pytest.raises(WeightsError, match=r'/mirror/inline_swin_t\.pth: download failed after '
-                                           r'3 attempt\(s\): the connection closed after'):
-        weights.resolve('inline://swin_t')
+    _refused('inline://swin_t', r'/mirror/inline_swin_t\.pth: download failed after '
+                                r'3 attempt\(s\): the connection closed after')
     assert not (cache / 'inline_swin_t.pth').exists()       # only the resumable part is kept
     assert leftovers(cache) == ['.partial/inline_swin_t.pth']
     # without Content-Length the end looks like success: the file itself says it is cut
     (cache / '.partial/inline_swin_t.pth').unlink()
     host.length, host.drop_after['inline_swin_t.pth'] = False, cut
-    with pytest.raises(WeightsError, match=r'did not send a checkpoint of inline://swin_t: '
-                                           r'what arrived \(Content-Type application/octet-'
-                                           r'stream\) is a PyTorch checkpoint cut short'):
-        weights.resolve('inline://swin_t')
+    _refused('inline://swin_t', r'did not send a checkpoint of inline://swin_t: '
+                                r'what arrived \(Content-Type application/octet-'
+                                r'stream\) is a PyTorch checkpoint cut short')
     assert leftovers(cache) == []
 
 
@@ -351,14 +354,12 @@ def test_wrong_file_is_refused(host, cache, monkeypatch):
     pvt = official_bytes(InLinePVT, **smoke('InLinePVT'))
     golden = (GOLDEN / 'inline_swin_tiny_224.pth').read_bytes()      # depths (2, 2, 2, 2)
     mirrored(host, monkeypatch, **{'inline_swin_t.pth': pvt, 'inline_swin_s.pth': golden})
-    with pytest.raises(WeightsError, match=r'did not send a checkpoint of inline://swin_t: what '
-                                           r'arrived \([\d,]+ bytes\) is a checkpoint of '
-                                           r'InLinePVT, not of InLineSwin'):
-        weights.resolve('inline://swin_t')
-    with pytest.raises(WeightsError, match=r'inline://swin_s: what arrived \([\d,]+ bytes\) is '
-                                           r'not InLineSwin small: checkpoint of InLineSwin with '
-                                           r'depths \(2, 2, 2, 2\).*another variant'):
-        weights.resolve('inline://swin_s')
+    _refused('inline://swin_t', r'did not send a checkpoint of inline://swin_t: what '
+                                r'arrived \([\d,]+ bytes\) is a checkpoint of '
+                                r'InLinePVT, not of InLineSwin')
+    _refused('inline://swin_s', r'inline://swin_s: what arrived \([\d,]+ bytes\) is '
+                                r'not InLineSwin small: checkpoint of InLineSwin with '
+                                r'depths \(2, 2, 2, 2\).*another variant')
     assert leftovers(cache) == []
 
 
@@ -368,9 +369,8 @@ def test_slow_server_times_out_and_retries_a_bounded_number_of_times(host, cache
     monkeypatch.setenv('INLINE_MM_DOWNLOAD_TIMEOUT', '0.3')
     monkeypatch.setenv('INLINE_MM_DOWNLOAD_RETRIES', '1')
     start = time.monotonic()
-    with pytest.raises(WeightsError, match=r'slow\.pth: download failed after 2 attempt\(s\): '
-                                           r'timed out'):
-        weights.resolve(f'{host.url}/files/slow.pth')
+    _refused(f'{host.url}/files/slow.pth', r'slow\.pth: download failed after 2 attempt\(s\): '
+                                           r'timed out')
     assert time.monotonic() - start < 3                     # 2 x 0.3 s + a 1 s pause
     assert len(host.requests) == 2 and leftovers(cache) == []
 
@@ -393,9 +393,8 @@ def test_recorded_hash_is_checked_on_later_loads(host, cache, monkeypatch, swin_
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF                             # one flipped byte
     path.write_bytes(bytes(data))
-    with pytest.raises(WeightsError, match=r'inline_swin_t\.pth has changed since it was '
-                                           r'downloaded from .*fetch --force inline://swin_t'):
-        weights.resolve('inline://swin_t')
+    _refused('inline://swin_t', r'inline_swin_t\.pth has changed since it was '
+                                r'downloaded from .*fetch --force inline://swin_t')
     assert weights.main(['fetch', '--force', 'swin_t']) == 0
     assert path.read_bytes() == swin_t_bytes and len(host.bodies('inline_swin_t.pth')) == 2
 
@@ -417,10 +416,9 @@ def test_file_put_in_the_cache_by_hand_is_verified_and_recorded(cache, monkeypat
     cache.mkdir()
     pvt = official_bytes(InLinePVT, **smoke('InLinePVT'))
     (cache / 'inline_swin_t.pth').write_bytes(pvt)          # the wrong file, by hand
-    with pytest.raises(WeightsError, match=r'inline_swin_t\.pth \(in the cache with no recorded '
-                                           r'hash\) is not a checkpoint of inline://swin_t: the '
-                                           r'file .* is a checkpoint of InLinePVT'):
-        weights.resolve('inline://swin_t')
+    _refused('inline://swin_t', r'inline_swin_t\.pth \(in the cache with no recorded '
+                                r'hash\) is not a checkpoint of inline://swin_t: the '
+                                r'file .* is a checkpoint of InLinePVT')
     (cache / 'inline_swin_t.pth').write_bytes(official_bytes(**NARROW_SWIN_T))
     weights.resolve('inline://swin_t')
     digest = hashlib.sha256((cache / 'inline_swin_t.pth').read_bytes()).hexdigest()

@@ -8,26 +8,7 @@
 # Any other torchrun flag goes in TORCHRUN_ARGS, e.g. TORCHRUN_ARGS="--rdzv-backend=c10d".
 # On a machine without CUDA the processes test on CPU over gloo (inline_mm.engine.distributed).
 set -euo pipefail
-if [ $# -lt 3 ]; then
-    echo "usage: bash tools/dist_test.sh CONFIG CHECKPOINT NUM_PROCESSES_PER_NODE [test.py args ...]" >&2
-    exit 2
-fi
-CONFIG=$1
-CHECKPOINT=$2
-GPUS=$3
-shift 3
-NNODES=${NNODES:-1}
-NODE_RANK=${NODE_RANK:-0}
-PORT=${PORT:-29500}
-MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# The project's environment when there is one (make / tools/dev/setup_env.sh), else python on PATH.
-if [ -z "${PYTHON:-}" ]; then
-    if [ -x "$HERE/../.venv/bin/python" ]; then PYTHON="$HERE/../.venv/bin/python"; else PYTHON=python; fi
-fi
-
-# shellcheck disable=SC2086  # TORCHRUN_ARGS is a list of flags
-exec "$PYTHON" -m torch.distributed.run \
-    --nnodes="$NNODES" --node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" \
-    --master_port="$PORT" --nproc_per_node="$GPUS" ${TORCHRUN_ARGS:-} \
-    "$HERE/test.py" "$CONFIG" "$CHECKPOINT" --launcher pytorch "$@"
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
+need_args 3 $# "bash tools/dist_test.sh CONFIG CHECKPOINT NUM_PROCESSES_PER_NODE [test.py args ...]"
+# CONFIG=$1, CHECKPOINT=$2, GPUS=$3
+torchrun_tool test.py "$3" "$1" "$2" --launcher pytorch "${@:4}"

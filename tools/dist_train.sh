@@ -8,25 +8,7 @@
 # Any other torchrun flag goes in TORCHRUN_ARGS, e.g. TORCHRUN_ARGS="--rdzv-backend=c10d".
 # On a machine without CUDA the processes train on CPU over gloo (inline_mm.engine.distributed).
 set -euo pipefail
-if [ $# -lt 2 ]; then
-    echo "usage: bash tools/dist_train.sh CONFIG NUM_PROCESSES_PER_NODE [train.py args ...]" >&2
-    exit 2
-fi
-CONFIG=$1
-GPUS=$2
-shift 2
-NNODES=${NNODES:-1}
-NODE_RANK=${NODE_RANK:-0}
-PORT=${PORT:-29500}
-MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# The project's environment when there is one (make / tools/dev/setup_env.sh), else python on PATH.
-if [ -z "${PYTHON:-}" ]; then
-    if [ -x "$HERE/../.venv/bin/python" ]; then PYTHON="$HERE/../.venv/bin/python"; else PYTHON=python; fi
-fi
-
-# shellcheck disable=SC2086  # TORCHRUN_ARGS is a list of flags
-exec "$PYTHON" -m torch.distributed.run \
-    --nnodes="$NNODES" --node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" \
-    --master_port="$PORT" --nproc_per_node="$GPUS" ${TORCHRUN_ARGS:-} \
-    "$HERE/train.py" "$CONFIG" --launcher pytorch "$@"
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
+need_args 2 $# "bash tools/dist_train.sh CONFIG NUM_PROCESSES_PER_NODE [train.py args ...]"
+# CONFIG=$1, GPUS=$2
+torchrun_tool train.py "$2" "$1" --launcher pytorch "${@:3}"

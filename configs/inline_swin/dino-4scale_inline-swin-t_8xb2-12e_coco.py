@@ -4,15 +4,10 @@
 _base_ = ['mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py', './_base_/inline-swin-t_query-heads.py']
 custom_imports = dict(imports=['inline_mm', 'inline_mm.engine.enable'],
                       allow_failed_imports=False)
+# The backbone of the folder's query-based heads (./_base_/inline-swin-t_query-heads.py:
+# InLine-Swin-T, ImageNet-1k weights) with the drop path of its ImageNet recipe, from
+# stride 8 on.
 model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='InLineSwin',
-        arch='tiny',
-        drop_path_rate=0.2,  # as in its ImageNet recipe
-        out_indices=(1, 2, 3),
-        with_cp=False,
-        # Official ImageNet weights: downloaded once into the weights cache (checkpoints/README.md).
-        init_cfg=dict(type='Pretrained', checkpoint='inline://swin_t')),
+    backbone=dict(_base_.inline_mask2former_backbone, drop_path_rate=0.2, out_indices=(1, 2, 3)),
     neck=dict(in_channels=[192, 384, 768]))
 optim_wrapper = dict(paramwise_cfg=dict(custom_keys={{_base_.inline_custom_keys}}))

@@ -18,29 +18,9 @@ Layout checked (names pair up by file stem; see docs/own_data.md)::
     ROOT/images/{train,val}/NAME.jpg  (.jpeg .png .bmp .tif .tiff .webp)
     ROOT/masks/{train,val}/NAME.png   one class index per pixel
 
-Problems (exit status 1; each line names the file):
-  missing-dir, empty-split        a split folder is missing or has no images
-  unpaired-image, unpaired-mask   an image without its mask, a mask without its image
-  duplicate-name                  two images with one stem (a.jpg and a.png) share a mask
-  mask-format                     a mask that is not .png (JPEG changes label values)
-  size-mismatch                   image and mask sizes differ
-  exif-rotation                   a JPEG with an EXIF rotation: OpenCV (mmseg) rotates
-                                  the image when loading, the mask is not rotated
-  rgb-mask                        a colour (RGB) mask: convert with inline-mm-convert-masks
-  mask-mode                       another pixel format mmseg cannot use as labels
-  label-out-of-range              label values >= num_classes other than ignore_index
-  binary-0-255                    a 2-class set stored as 0/255: 255 is the ignore index,
-                                  so the foreground would never be learned
-  unreadable                      a file whose header cannot be read: empty (0 bytes),
-                                  another format (e.g. text named .jpg), garbage
-  truncated                       a file that ends before its pixels do (interrupted
-                                  download or copy; not found by --quick for images)
-  corrupt                         pixels that do not decode, or that OpenCV (the image
-                                  loader of the pipelines) cannot decode in full
-                                  (not found by --quick for images)
-  meta                            meta.json missing, malformed or inconsistent
-Warnings (exit status 0): files in image folders that are not images, classes that
-never occur in a split.
+Problems (exit status 1; each line names the file): the codes at the end of --help
+(``inline_mm.datasets.checks.PROBLEM_CODES``). Warnings (exit status 0): files in image
+folders that are not images, classes that never occur in a split.
 
 A COCO json (instance segmentation or boxes): its images are looked up under the json's
 ``../images`` (``DATA/annotations/train.json`` -> ``DATA/images``) unless --img-dir DIR
@@ -54,16 +34,16 @@ the file and the annotation or image id; --task detection accepts box-only annot
 The rules are those of ``inline_mm.datasets.checks``, which SegFolderDataset and the
 training hooks apply too (``--config`` also needs mmengine and mmseg).
 """
-import argparse
 import os.path as osp
 import sys
 import time
 from collections import Counter
 from typing import List, Optional, Sequence
 
-from inline_mm.datasets.checks import (IMAGE_SUFFIXES, FileTally, Problem, binary_problems,
-                                       check_pair, default_jobs, label_problems, parallel_map,
-                                       read_meta, scan_split)
+from inline_mm.cli import doc_parser
+from inline_mm.datasets.checks import (IMAGE_SUFFIXES, PROBLEM_CODES, FileTally, Problem,
+                                       binary_problems, check_pair, default_jobs, label_problems,
+                                       parallel_map, read_meta, scan_split)
 from inline_mm.datasets.coco_checks import check_coco_instances, class_table
 
 
@@ -95,6 +75,24 @@ class Report:
     def add(self, problems: Sequence[Problem], warning: bool = False):
         for p in problems:
             (self.warning if warning else self.problem)(*p)
+
+    def verdict(self, checked: str, threads: int, quick_note: Optional[str], fix: str,
+                ok: str, count_files: bool = False) -> int:
+        """Prints what was read (``checked``, on how many threads), the caveat of --quick,
+        then FAILED with the problems by code (and in how many files) or ``ok`` with the
+        number of warnings; returns the exit status."""
+        print(f'checked {checked}' + (f' on {threads} threads' if threads > 1 else ''))
+        if quick_note:
+            print(quick_note)
+        if self.problems:
+            kinds = Counter(p[0] for p in self.problems)
+            files = len({p[1] for p in self.problems})
+            print(f'FAILED: {len(self.problems)} problem(s)'
+                  + (f' in {files} file(s)/folder(s)' if count_files else '') + ': '
+                  + ', '.join(f'{k} x{n}' for k, n in sorted(kinds.items())) + f'. {fix}')
+            return 1
+        print(ok + (f', {len(self.warnings)} warning(s)' if self.warnings else ''))
+        return 0
 
 
 class Split:
@@ -263,9 +261,8 @@ def splits_from_config(config: str, options: Optional[dict] = None):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split('\n\n', 2)[2])
+    p = doc_parser(__doc__, skip=2)
+    p.epilog += '\nProblem codes:\n' + PROBLEM_CODES
     p.add_argument('root', nargs='?', help='dataset folder (with images/, masks/, meta.json), '
                                            'or a COCO json (DATA/annotations/train.json)')
     p.add_argument('--config', help='check the datasets of this mmseg config instead')
@@ -377,21 +374,12 @@ def _main_coco(files, args, root: str) -> int:
     start = time.perf_counter()
     tally = check_coco_files(files, report, not args.quick, args.jobs, args.all_warnings)
     seconds = time.perf_counter() - start
-    threads = min(args.jobs, max(1, tally.images))
-    print(f'checked {tally.describe(seconds, headers_only=args.quick)}'
-          + (f' on {threads} threads' if threads > 1 else ''))
-    if args.quick:
-        print('quick: image headers only (sizes and EXIF checked): truncated or corrupt images '
-              'are not found (run without --quick to decode them)')
-    if report.problems:
-        kinds = Counter(p[0] for p in report.problems)
-        print(f'FAILED: {len(report.problems)} problem(s): '
-              + ', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))
-              + '. Fix them (in a copy: keep the export) and run this check again.')
-        return 1
-    print(f'OK: {", ".join(osp.basename(f[0]) for f in files)} look fine'
-          + (f', {len(report.warnings)} warning(s)' if report.warnings else ''))
-    return 0
+    return report.verdict(
+        tally.describe(seconds, headers_only=args.quick), min(args.jobs, max(1, tally.images)),
+        'quick: image headers only (sizes and EXIF checked): truncated or corrupt images are '
+        'not found (run without --quick to decode them)' if args.quick else None,
+        'Fix them (in a copy: keep the export) and run this check again.',
+        f'OK: {", ".join(osp.basename(f[0]) for f in files)} look fine')
 
 
 def main(argv=None) -> int:
@@ -470,23 +458,14 @@ def main(argv=None) -> int:
                               num_classes, ignore_index, reduce_zero_label))
     class_summary(stats, classes, num_classes, reduce_zero_label, report)
 
-    threads = min(args.jobs, tally.images)
-    print(f'checked {tally.describe(seconds, headers_only=args.quick)}'
-          + (f' on {threads} threads' if threads > 1 else ''))
-    if args.quick:
-        print('quick: image headers only, images not decoded: truncated or corrupt images '
-              'are not found (run without --quick to decode them)')
-    if report.problems:
-        kinds = Counter(p[0] for p in report.problems)
-        files = {p[1] for p in report.problems}
-        print(f'FAILED: {len(report.problems)} problem(s) in {len(files)} file(s)/folder(s): '
-              + ', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))
-              + '. Fix them and run this check again.')
-        return 1
-    print(f'OK: {", ".join(s.name for s in splits)} look fine for {num_classes} classes '
-          f'(ignore_index {ignore_index}, reduce_zero_label {reduce_zero_label})'
-          + (f', {len(report.warnings)} warning(s)' if report.warnings else ''))
-    return 0
+    return report.verdict(
+        tally.describe(seconds, headers_only=args.quick), min(args.jobs, tally.images),
+        'quick: image headers only, images not decoded: truncated or corrupt images are not '
+        'found (run without --quick to decode them)' if args.quick else None,
+        'Fix them and run this check again.',
+        f'OK: {", ".join(s.name for s in splits)} look fine for {num_classes} classes '
+        f'(ignore_index {ignore_index}, reduce_zero_label {reduce_zero_label})',
+        count_files=True)
 
 
 if __name__ == '__main__':

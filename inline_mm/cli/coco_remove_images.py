@@ -6,16 +6,15 @@
 For images the checker names that cannot be fixed now (a truncated copy, a photo to
 annotate again). The input is never changed: the output must be another file.
 """
-import argparse
 import json
 import os.path as osp
 import sys
 
+from inline_mm.cli import doc_parser
+
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split('\n\n', 1)[1])
+    p = doc_parser(__doc__)
     p.add_argument('src', help='the COCO json to read')
     p.add_argument('out', help='the json to write (not the input)')
     p.add_argument('--images', nargs='+', required=True, metavar='FILE_NAME',

@@ -28,6 +28,8 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 from PIL import Image
 
+from inline_mm.cli import doc_parser
+
 MASK_SUFFIXES = ('.png', '.bmp', '.tif', '.tiff', '.gif', '.jpg', '.jpeg', '.webp')
 
 
@@ -139,9 +141,7 @@ def convert_file(src: str, dst: str, args, palette) -> Optional[str]:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split('\n\n', 1)[1])
+    p = doc_parser(__doc__)
     p.add_argument('src', help='folder of colour masks (searched recursively)')
     p.add_argument('dst', help='output folder for index masks (created)')
     src = p.add_mutually_exclusive_group()

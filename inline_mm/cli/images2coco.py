@@ -10,12 +10,12 @@ training file's category ids. ``file_name`` is relative to --img-root (default: 
 ``images`` folder next to the output's ``annotations`` folder) when the image lies under it,
 else an absolute path.
 """
-import argparse
 import json
 import os
 import os.path as osp
 import sys
 
+from inline_mm.cli import doc_parser
 from inline_mm.datasets.checks import EXIF_SWAPPING, IMAGE_SUFFIXES, read_file
 from inline_mm.datasets.coco_checks import default_img_dir
 
@@ -50,9 +50,7 @@ def images_json(img_dir: str, categories_from: str, img_root: str) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split('\n\n', 1)[1])
+    p = doc_parser(__doc__)
     p.add_argument('img_dir', help='folder of images (searched recursively)')
     p.add_argument('out', help='the json to write (DATA/annotations/predict.json)')
     p.add_argument('--categories-from', required=True,

@@ -17,7 +17,6 @@ shapes gives an image without annotations. The split is reproducible: each image
 comes from a hash of its path and --seed, so the same folder and seed give the same split on
 any machine. Nothing in the labelme folder is changed; an existing output is not overwritten.
 """
-import argparse
 import base64
 import hashlib
 import json
@@ -28,6 +27,9 @@ import shutil
 import sys
 from collections import Counter, defaultdict
 from typing import Dict, List, Optional, Sequence
+
+from inline_mm.cli import doc_parser
+
 SHAPES_AS_MASKS = ('polygon', 'rectangle', 'circle')
 
 
@@ -178,9 +180,7 @@ def convert(src: str, out: str, val_fraction: float = 0.2, seed: int = 0,
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split('\n\n', 1)[1])
+    p = doc_parser(__doc__)
     p.add_argument('src', help='labelme folder (json files next to their images)')
     p.add_argument('out', help='output folder (gets annotations/ and images/)')
     p.add_argument('--val-fraction', type=float, default=0.2,

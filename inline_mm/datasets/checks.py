@@ -6,30 +6,8 @@ Used by ``tools/misc/check_dataset.py`` (reports all of them), :class:`SegFolder
 ``DatasetCheckHook`` / empty-dataset messages. Only numpy and Pillow are needed;
 with OpenCV installed images are also decoded as mmcv's ``LoadImageFromFile`` does.
 
-Problem codes (``message`` never repeats ``path``):
-
-  missing-dir, empty-split        a split folder is missing or has no images
-  unpaired-image, unpaired-mask   an image without its mask, a mask without its image
-  duplicate-name                  two images with one stem (a.jpg and a.png) share a mask
-  mask-format                     a mask that is not .png (JPEG changes label values)
-  size-mismatch                   image and mask sizes differ
-  exif-rotation                   a JPEG with an EXIF rotation: OpenCV (mmseg) rotates
-                                  the image when loading, the mask is not rotated
-  rgb-mask                        a colour (RGB) mask
-  mask-mode                       another pixel format mmseg cannot use as labels
-  label-out-of-range              label values >= num_classes other than ignore_index
-  binary-0-255                    a 2-class set stored as 0/255 (255 is the ignore index)
-  unreadable                      a file whose header cannot be read: empty (0 bytes),
-                                  another format (e.g. text named .jpg), garbage, no access
-  truncated                       a file that ends before its pixels do (interrupted
-                                  download or copy); found by the full decode only
-  corrupt                         pixels that do not decode, or that OpenCV (the image
-                                  loader of the pipelines) cannot decode in full; found
-                                  by the full decode only
-  missing-file                    a file a dataset lists but that is not on disk
-  meta                            meta.json malformed or inconsistent
-  coco                            a COCO annotation file that would break training
-Warnings (same record): skipped-file (not an image), class-absent.
+Problem codes: :data:`PROBLEM_CODES` (``message`` never repeats ``path``). Warnings (same
+record): skipped-file (not an image), class-absent.
 
 A full decode (:func:`read_file`, :func:`check_pair` and :func:`check_dataset_files`
 with ``decode=True``) refuses what the training pipelines would fail on when a data
@@ -54,11 +32,37 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 from PIL import Image, ImageFile
 
-__all__ = ['Problem', 'IMAGE_SUFFIXES', 'meta_problems', 'read_meta', 'SplitFiles',
+__all__ = ['PROBLEM_CODES', 'Problem', 'IMAGE_SUFFIXES', 'meta_problems', 'read_meta', 'SplitFiles',
            'scan_split', 'image_size', 'FileRead', 'read_file', 'decode_problems',
            'PairCheck', 'check_pair', 'label_problems', 'binary_problems', 'check_coco',
            'default_jobs', 'parallel_map', 'FileTally', 'FileCheck', 'check_sample',
            'check_dataset_files', 'dataset_file_problems']
+
+#: Every problem code and what it means (``inline-mm-check-dataset --help`` prints this).
+PROBLEM_CODES = """\
+  missing-dir, empty-split        a split folder is missing or has no images
+  unpaired-image, unpaired-mask   an image without its mask, a mask without its image
+  duplicate-name                  two images with one stem (a.jpg and a.png) share a mask
+  mask-format                     a mask that is not .png (JPEG changes label values)
+  size-mismatch                   image and mask sizes differ
+  exif-rotation                   a JPEG with an EXIF rotation: OpenCV (mmseg) rotates
+                                  the image when loading, the mask is not rotated
+  rgb-mask                        a colour (RGB) mask: convert with inline-mm-convert-masks
+  mask-mode                       another pixel format mmseg cannot use as labels
+  label-out-of-range              label values >= num_classes other than ignore_index
+  binary-0-255                    a 2-class set stored as 0/255: 255 is the ignore index,
+                                  so the foreground would never be learned
+  unreadable                      a file whose header cannot be read: empty (0 bytes),
+                                  another format (e.g. text named .jpg), garbage, no access
+  truncated                       a file that ends before its pixels do (interrupted
+                                  download or copy); found by the full decode only (for
+                                  images, not by --quick)
+  corrupt                         pixels that do not decode, or that OpenCV (the image
+                                  loader of the pipelines) cannot decode in full; found
+                                  by the full decode only (for images, not by --quick)
+  missing-file                    a file a dataset lists but that is not on disk
+  meta                            meta.json missing, malformed or inconsistent
+  coco                            a COCO annotation file that would break training"""
 
 #: image extensions looked for by default (matched case-insensitively)
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp')

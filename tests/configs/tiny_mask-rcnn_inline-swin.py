@@ -21,12 +21,9 @@ train_dataloader = dict(
     batch_sampler=None,
     dataset=dict(data_root='data/toy_coco/', metainfo=dict(classes=classes),
                  pipeline=train_pipeline))
-val_dataloader = None
-val_cfg = None
-val_evaluator = None
-test_dataloader = None
-test_cfg = None
-test_evaluator = None
+# training only: no validation or test loop
+val_dataloader = val_cfg = val_evaluator = None
+test_dataloader = test_cfg = test_evaluator = None
 train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=3, val_interval=1000)
 param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=False, begin=0, end=1000)]
 optim_wrapper = dict(optimizer=dict(lr=1e-4))

@@ -19,12 +19,9 @@ train_dataloader = dict(
     batch_size=2, num_workers=0, persistent_workers=False,
     sampler=dict(type='InfiniteSampler', shuffle=False),
     dataset=dict(data_root='data/toy_ade', pipeline=train_pipeline))
-val_dataloader = None
-val_cfg = None
-val_evaluator = None
-test_dataloader = None
-test_cfg = None
-test_evaluator = None
+# training only: no validation or test loop
+val_dataloader = val_cfg = val_evaluator = None
+test_dataloader = test_cfg = test_evaluator = None
 optim_wrapper = dict(optimizer=dict(lr=1e-3))
 max_iters = 6
 # lr changes every iteration, so a resumed run shows whether the schedule was restored.

@@ -21,7 +21,8 @@ inline_custom_keys.update({
     f'backbone.layers.{stage}.downsample.norm': _backbone_no_decay
     for stage in range(len(_depths) - 1)})
 # The backbone of the Mask2Former configs (Swin-T's Mask2Former settings in mmdet/mmseg:
-# drop path 0.3, all four stages into the pixel decoder).
+# drop path 0.3, all four stages into the pixel decoder); the DINO config takes it with
+# its own drop path and strides.
 inline_mask2former_backbone = dict(
     _delete_=True,
     type='InLineSwin',
