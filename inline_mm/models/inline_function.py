@@ -139,6 +139,24 @@ def _v_image(v_tok: torch.Tensor, hw: Tuple[int, int], prefix: int) -> torch.Ten
     return _conv_cl(v_tok[:, prefix:].view(b, hw[0], hw[1], c))
 
 
+def _local_backward(grad: torch.Tensor, v_img: torch.Tensor, kernels: torch.Tensor,
+                    hw: Tuple[int, int], prefix: int, need_v: bool, need_kernels: bool):
+    """The local term's backward, per sample: each image's ``dV`` as a ``(1, H, W, C)``
+    view of a channels-last gradient (None where not needed) and the kernels' gradient
+    ``(B, C, 3, 3)`` (or None). ``v_img`` is the forward's channels-last V image,
+    ``kernels`` ``(B, C, 1, 3, 3)``."""
+    b, c = kernels.shape[:2]
+    grad_img = _conv_cl(grad[:, prefix:].view(b, hw[0], hw[1], c))
+    grad_v, grad_k = [], []
+    for i in range(b):
+        dv, dk, _ = torch.ops.aten.convolution_backward(
+            grad_img[i:i + 1], v_img[i:i + 1], kernels[i], None, [1, 1], [1, 1], [1, 1],
+            False, [0, 0], c, [need_v, need_kernels, False])
+        grad_v.append(None if dv is None else dv.permute(0, 2, 3, 1))
+        grad_k.append(dk)
+    return grad_v, (torch.stack(grad_k).view(b, c, 3, 3) if need_kernels else None)
+
+
 class _InLineFunction(torch.autograd.Function):
     """InLine attention of a packed ``qkv`` view, optionally with the local term.
 
@@ -231,20 +249,9 @@ class _InLineFunction(torch.autograd.Function):
             # 3 N x C gradient buffer exists.
             grad_local = None
             if kernels is not None and (need_qkv or need_kernels):
-                h, w = ctx.hw
-                grad_img = _conv_cl(grad[:, p:].view(b, h, w, c))
-                x_img = _v_image(_v_tokens(v, ctx.hw, p, regions), ctx.hw, p)
-                grad_local, dk_list = [], []
-                for i in range(b):
-                    dx, dw, _ = torch.ops.aten.convolution_backward(
-                        grad_img[i:i + 1], x_img[i:i + 1], kernels[i], None, [1, 1], [1, 1],
-                        [1, 1], False, [0, 0], c, [need_qkv, need_kernels, False])
-                    grad_local.append(dx)
-                    if need_kernels:
-                        dk_list.append(dw.view(c, 3, 3))
-                del x_img
-                if need_kernels:
-                    grad_kernels = torch.stack(dk_list)
+                grad_local, grad_kernels = _local_backward(
+                    grad, _v_image(_v_tokens(v, ctx.hw, p, regions), ctx.hw, p), kernels,
+                    ctx.hw, p, need_qkv, need_kernels)
 
             if need_qkv:
                 k_mean, v_mean = means.unbind(1)
@@ -278,8 +285,7 @@ class _InLineFunction(torch.autograd.Function):
                     if grad_local is not None:
                         dx = grad_local[i]
                         grad_local[i] = None
-                        grad_tok[i, p:, 2].view(n - p, c).add_(
-                            dx.permute(0, 2, 3, 1).reshape(n - p, c))
+                        grad_tok[i, p:, 2].view(n - p, c).add_(dx.reshape(n - p, c))
                 if regions is not None:
                     # K and V outside an image did not enter the result.
                     zero_outside_(grad_tok[:, p:, 1:].unflatten(1, ctx.hw), regions)
@@ -465,21 +471,13 @@ class _FoldedInLineFunction(torch.autograd.Function):
         # the image (its V was).
         grad_local = None
         if kernels is not None and (need_x or need_w or need_qb or need_kernels):
-            grad_img = _conv_cl(grad[:, p:].view(b, h, w, c))
-            x_img = _conv_cl(v[:, p:].view(b, h, w, c))
-            grad_local, dk_list = [], []
-            for i in range(b):
-                dx, dw, _ = torch.ops.aten.convolution_backward(
-                    grad_img[i:i + 1], x_img[i:i + 1], kernels[i], None, [1, 1], [1, 1],
-                    [1, 1], False, [0, 0], c, [True, need_kernels, False])
-                dx = dx.permute(0, 2, 3, 1)
-                if regions is not None:
-                    zero_outside_(dx, regions[i:i + 1])
-                grad_local.append(dx.reshape(n - p, c))
-                if need_kernels:
-                    dk_list.append(dw.view(c, 3, 3))
-            if need_kernels:
-                grad_kernels = torch.stack(dk_list)
+            grad_local, grad_kernels = _local_backward(
+                grad, _conv_cl(v[:, p:].view(b, h, w, c)), kernels, ctx.hw, p, True,
+                need_kernels)
+            if regions is not None:
+                for dv, region in zip(grad_local, regions):
+                    zero_outside_(dv, [region])
+            grad_local = [dv.reshape(n - p, c) for dv in grad_local]
 
         if need_x or need_w or need_qb:
             # dA_i = dO_i^T x_i: (B, C_out, C_in), rows h*d + j.
