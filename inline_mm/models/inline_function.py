@@ -569,9 +569,10 @@ def _keys_backward(ctx, grad, x, weight, w_fold, k, v, means, dcov, dc, grad_loc
     p, regions, dt = ctx.prefix, ctx.regions, x.dtype
     w_kv = weight[c:]
     k_mean, v_mean = means.unbind(1)
-    dcov_n = dcov.div_(per if regions is None else per.unsqueeze(1))       # dCov / n
+    per = per if regions is None else per.unsqueeze(1)                     # (B, 1, 1, 1)
+    dcov_n = dcov.div_(per)                                                 # dCov / n
     off_k = -(v_mean @ dcov_n.transpose(-2, -1))
-    off_v = dc / (per if regions is None else per.unsqueeze(1)) - k_mean @ dcov_n
+    off_v = dc / per - k_mean @ dcov_n
     dcov_n, off_k, off_v = dcov_n.to(dt), off_k.to(dt), off_v.to(dt)
 
     k_h = k.view(b, n, heads, d).transpose(1, 2)
