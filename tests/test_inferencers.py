@@ -111,6 +111,17 @@ def image(tmp_path_factory):
     return str(path), mmcv.imread(str(path))
 
 
+def _initialised(inferencer):
+    """The inferencer with its model's weights initialised as mmengine's Runner does.
+
+    Without ``weights`` the stock inferencers only build the model, and some heads keep
+    parameters of uninitialised memory until ``init_weights`` runs (mmdet's DINO: its
+    ``level_embed``), which can hold NaN or inf: predictions would then be NaN at random.
+    """
+    inferencer.model.init_weights()
+    return inferencer
+
+
 def _checkpoint(model, path: Path) -> str:
     """The weights as mmengine's Runner saves them (state dict and dataset meta)."""
     meta = dict(dataset_meta=copy.deepcopy(getattr(model, 'dataset_meta', None) or {}))
@@ -125,7 +136,7 @@ def test_mmseg_inferencers(path, image, tmp_path):
     cfg = _shrunk(path)
     num_classes = cfg.model.decode_head.num_classes
 
-    random = MMSegInferencer(model=copy.deepcopy(cfg), device='cpu')
+    random = _initialised(MMSegInferencer(model=copy.deepcopy(cfg), device='cpu'))
     pred = random(img_path, return_datasamples=True).pred_sem_seg.data
     random(img_path, out_dir=str(tmp_path / 'out'))          # as the README shows it
     assert (tmp_path / 'out/vis/photo.jpg').is_file()
@@ -150,14 +161,15 @@ def test_mmdet_inferencers(path, image, tmp_path):
     cfg = _shrunk(path)
     with_masks = keep_low_scores(cfg.model)
 
-    random = DetInferencer(model=copy.deepcopy(cfg), device='cpu', show_progress=False)
+    random = _initialised(DetInferencer(model=copy.deepcopy(cfg), device='cpu',
+                                        show_progress=False))
     out = random(img_path, return_datasamples=True, no_save_vis=True)['predictions'][0]
     random(img_path, out_dir=str(tmp_path / 'out'), no_save_pred=False)   # as in the README
     assert (tmp_path / 'out/vis/photo.jpg').is_file()
     saved = json.loads((tmp_path / 'out/preds/photo.json').read_text())
     assert len(saved['scores']) == len(out.pred_instances.scores)
     inst = out.pred_instances
-    assert len(inst.scores) > 0
+    assert len(inst.scores) > 0 and torch.isfinite(inst.bboxes).all()
     assert inst.bboxes.shape[1] == 4 and len(inst.scores) == len(inst.labels)
     assert ('masks' in inst) == with_masks
     if with_masks:
