@@ -189,7 +189,8 @@ def test_runner_compile_trains_with_paramwise_groups(tmp_path):
         train_dataloader=dict(dataset=data, sampler=dict(type='DefaultSampler', shuffle=False),
                               batch_size=4, collate_fn=dict(type='pseudo_collate')),
         train_cfg=dict(by_epoch=False, max_iters=2), cfg=dict(compile=dict(backend='eager')),
-        default_hooks=dict(checkpoint=None, logger=None), default_scope='mmengine')
+        default_hooks=dict(checkpoint=None, logger=None), default_scope='mmengine',
+        experiment_name='compile_paramwise')
     runner.train()
     assert all(type(g) is dict for g in runner.optim_wrapper.optimizer.param_groups)
     assert any(not torch.equal(a, b) for a, b in zip(start, model.parameters()))
@@ -243,8 +244,11 @@ def test_runner_compile_trains_padding_aware_on_padded_batches(tmp_path):
                               batch_size=2, collate_fn=dict(type='pseudo_collate')),
         train_cfg=dict(by_epoch=False, max_iters=2),
         cfg=dict(compile=dict(backend='aot_eager', dynamic=True)),
-        default_hooks=dict(checkpoint=None, logger=None), default_scope='mmengine')
+        default_hooks=dict(checkpoint=None, logger=None), default_scope='mmengine',
+        # A name of its own: the Runners of one name and second share one message hub.
+        experiment_name='compile_padded')
     runner.train()
     losses = runner.message_hub.get_scalar('train/loss').data[0]
+    assert len(losses) == 2, losses
     assert abs(losses[0] - eager) <= 1e-5 * abs(eager), (losses[0], eager, plain)
     assert any(not torch.equal(start[k], v) for k, v in model.state_dict().items())
