@@ -129,7 +129,7 @@ def test_plain_form_matches_kernel(padded, prefix):
 
 
 @pytest.mark.parametrize('gram', [True, False], ids=['gram', 'keys'])
-@pytest.mark.parametrize('b', [1, 3])
+@pytest.mark.parametrize('b', [1, 4])
 @pytest.mark.parametrize('prefix', [0, 1])
 @pytest.mark.parametrize('padded', [False, True], ids=['unpadded', 'padded'])
 def test_folded_projection_matches_kernel(padded, prefix, b, gram):
@@ -143,7 +143,9 @@ def test_folded_projection_matches_kernel(padded, prefix, b, gram):
     weight = torch.randn(3 * c, c, requires_grad=True)
     qkv_bias = torch.randn(3 * c, requires_grad=True)
     g = torch.randn(b, n, c)
-    valid = ValidMap((h, w), [(5, 7), (3, 4), (1, 6)][:b], prefix=prefix) if padded \
+    # padded: an image that fills the map, one as its region, one as its rows less the
+    # strip to its right, one as whole rows (_own_tokens)
+    valid = ValidMap((h, w), [(5, 7), (3, 4), (1, 6), (2, 7)][:b], prefix=prefix) if padded \
         else NO_PADDING.on_path(False)
     for local in (True, False):
         kernels = torch.randn(b, c, 3, 3, requires_grad=True) if local else None
@@ -162,6 +164,27 @@ def test_folded_projection_matches_kernel(padded, prefix, b, gram):
             grads.append(_grads(out, g, *leaves))
         _assert_close(outs[:1], outs[1:])
         _assert_close(grads[0], grads[1])
+
+
+@pytest.mark.parametrize('prefix', [0, 2])
+def test_own_tokens_are_each_images_tokens(prefix):
+    """The parts the padded covariance fold sums over (signed) are an image's own tokens
+    and its prefix, whatever the region: as its rows, its rows less the strip to their
+    right, or the region itself."""
+    from inline_mm.models.inline_function import _own_tokens
+    hw, c = (6, 9), 3
+    t = torch.randn(prefix + hw[0] * hw[1], c, dtype=torch.float64)
+    shapes = set()
+    for region in [(6, 9), (4, 9), (6, 8), (3, 1), (5, 5), (1, 9), (2, 7)]:
+        parts = _own_tokens(t, hw, prefix, region)
+        shapes.add(tuple(sign for sign, _ in parts))
+        got = sum(sign * part.reshape(-1, c).sum(0) for sign, part in parts)
+        inside = t[prefix:].view(*hw, c)[:region[0], :region[1]].reshape(-1, c)
+        torch.testing.assert_close(got, inside.sum(0) + t[:prefix].sum(0))
+        gram = sum(sign * part.reshape(-1, c).t() @ part.reshape(-1, c) for sign, part in parts)
+        whole = torch.cat([t[:prefix], inside])
+        torch.testing.assert_close(gram, whole.t() @ whole)
+    assert {(1,), (1, -1)} <= shapes and ((1, 1) in shapes) == bool(prefix), shapes
 
 
 def test_module_folds_only_where_it_may():

@@ -305,22 +305,29 @@ class _InLineFunction(torch.autograd.Function):
 # K^T V, and the backward's dK, dV products and the dK part of dx and dW.
 
 
-def _outside(t: torch.Tensor, hw: Tuple[int, int], prefix: int,
-             regions: Optional[Regions]):
-    """``(i, view)`` of ``t`` ``(B, prefix + H*W, C)`` for the tokens outside each image
-    of a padded batch: the map rows below it (``(m, C)``, one block) and the strip to its
-    right (``(h, W - w, C)``); nothing without padding or for an image that fills the map.
-    What the covariance fold sums over the whole map, it takes back over these: work in
-    proportion to the padding."""
-    if regions is None:
-        return
-    (hm, wm), c = hw, t.shape[-1]
-    for i, (h, w) in enumerate(regions):
-        tokens = t[i, prefix:]
-        if h < hm:
-            yield i, tokens[h * wm:]
-        if w < wm:
-            yield i, tokens[:h * wm].view(h, wm, c)[:, w:]
+#: what copying a token costs, in multiply-adds per channel of a Gram or projection
+#: product of it (measured ~20 on one CPU thread at C = 64-192)
+_COPY_COST = 20
+
+
+def _own_tokens(t: torch.Tensor, hw: Tuple[int, int], prefix: int, region: Tuple[int, int]):
+    """``[(sign, view)]``: one image's own tokens of ``t`` (``(prefix + H*W, C)``, one
+    sample), as the parts a sum over them adds (+1) and takes back (-1).
+
+    An image spanning the map's width: one contiguous block (the prefix tokens and its
+    rows). Narrower: that block less the strip to its right (``(h, W - w, C)``), or the
+    region itself (``(h, w, C)``) and the prefix, whichever costs less to copy and
+    multiply (:data:`_COPY_COST`): sums over the own tokens never run over the whole
+    map, so a padded image costs at most what it would fill."""
+    (_, wm), c = hw, t.shape[-1]
+    h, w = region
+    block = t[:prefix + h * wm]
+    if w == wm:
+        return [(1, block)]
+    rows = t[prefix:prefix + h * wm].view(h, wm, c)
+    if wm * c + (wm - w) * (c + _COPY_COST) <= w * (c + _COPY_COST):
+        return [(1, block), (-1, rows[:, w:])]
+    return [(1, rows[:, :w])] + ([(1, t[:prefix])] if prefix else [])
 
 
 def _gram_pays(n: int, c: int, heads: int) -> bool:
@@ -378,15 +385,19 @@ class _FoldedInLineFunction(torch.autograd.Function):
             zero_outside_(v[:, p:].unflatten(1, hw), regions)
         k = means = x_mean = cov_x = None
         if gram:
-            # x's covariance over each image's tokens: the sums over the map, less those
-            # over the tokens outside each image.
+            # x's covariance over each image's own tokens (padded: :func:`_own_tokens`).
             xf = _f32(x)
-            x_sum = xf.sum(dim=1)                                           # (B, C)
-            cov_x = torch.bmm(xf.transpose(1, 2), xf)                       # (B, C, C)
-            for i, rows in _outside(xf, hw, p, regions):
-                rows = rows.reshape(-1, c)                 # the strip: a copy of it
-                cov_x[i].addmm_(rows.t(), rows, alpha=-1)
-                x_sum[i] -= rows.sum(dim=0)
+            if regions is None:
+                x_sum = xf.sum(dim=1)                                       # (B, C)
+                cov_x = torch.bmm(xf.transpose(1, 2), xf)                   # (B, C, C)
+            else:
+                x_sum = xf.new_zeros((b, c))
+                cov_x = xf.new_zeros((b, c, c))
+                for i, region in enumerate(regions):
+                    for sign, part in _own_tokens(xf[i], hw, p, region):
+                        part = part.reshape(-1, c)     # a strided part: a copy of it
+                        cov_x[i].addmm_(part.t(), part, alpha=sign)
+                        x_sum[i].add_(part.sum(dim=0), alpha=sign)
             del xf
             x_mean = x_sum.div_(n if regions is None else counts.view(b, 1))
             cov_x.div_(per).sub_(x_mean.unsqueeze(2) * x_mean.unsqueeze(1))  # Cov(x)
@@ -532,13 +543,18 @@ def _gram_backward(ctx, grad, x, weight, w_fold, x_mean, cov_x, dcov, grad_sum, 
         # d mean(x): from mean(V) = W_v mean(x) + b_v and from S's - mean(x)^T mean(x).
         dmean = grad_sum @ _f32(w_v) - (x_mean.unsqueeze(1) @ ds).squeeze(1)
         row = dmean.div_(n if regions is None else per.view(b, 1)).to(dt)
-        # x (dS + dS^T) / n and the row on every token, then taken back from the tokens
-        # outside each image, which have no part in its statistics.
+        # x (dS + dS^T) / n and the row on each image's own tokens (padded: only
+        # there, the tokens outside have no part in its statistics).
         ds = ds.div_(per).to(dt)
-        grad_x = torch.baddbmm(row.unsqueeze(1), grad, w_fold).baddbmm_(x, ds)
-        for (i, rows), (_, g_rows) in zip(_outside(x, ctx.hw, p, regions),
-                                          _outside(grad_x, ctx.hw, p, regions)):
-            g_rows.sub_((rows.reshape(-1, c) @ ds[i]).add_(row[i]).view(g_rows.shape))
+        if regions is None:
+            grad_x = torch.baddbmm(row.unsqueeze(1), grad, w_fold).baddbmm_(x, ds)
+        else:
+            grad_x = torch.bmm(grad, w_fold)
+            for i, region in enumerate(regions):
+                for (sign, part), (_, g_part) in zip(_own_tokens(x[i], ctx.hw, p, region),
+                                                     _own_tokens(grad_x[i], ctx.hw, p, region)):
+                    g_part.add_((part.reshape(-1, c) @ ds[i]).add_(row[i]).view(g_part.shape),
+                                alpha=sign)
         if grad_local is not None:
             for i in range(b):
                 grad_x[i, p:].addmm_(grad_local[i], w_v)
