@@ -200,7 +200,7 @@ class InLineClassifier(nn.Module):
         x, valid = b.prepare_input(x)
         x, hw, valid = b.embed(x, valid)
         for blk in b.blocks:
-            x = run_block(blk, x, hw, b.with_cp, valid)
+            x = run_block(blk, x, hw, blk.with_cp, valid)
         return b.norm(x)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:

@@ -147,6 +147,27 @@ def test_with_cp_same_outputs_and_grads(family):
         assert torch.allclose(p.grad, q.grad, rtol=1e-5, atol=1e-7), n
 
 
+def test_with_cp_per_stage_checkpoints_those_stages_only(family, monkeypatch):
+    import inline_mm.models.layers as layers
+    model = build(family, with_cp=[1, 1])                  # a list, kept as a sorted tuple
+    assert model.with_cp == (1,)
+    stages = model._stage_list()
+    assert [bool(s.with_cp) for s in stages] == [i == 1 for i in range(len(stages))]
+    calls = []
+    original = layers.cp.checkpoint
+    monkeypatch.setattr(layers.cp, 'checkpoint',
+                        lambda block, *a, **k: calls.append(block) or original(block, *a, **k))
+    x = torch.randn(1, 3, 64, 64, requires_grad=True)
+    sum(o.sum() for o in model(x)).backward()
+    blocks_of_1 = {id(m) for m in stages[1].modules()}
+    assert calls and all(id(b) in blocks_of_1 for b in calls)
+    model.with_cp = True
+    assert all(s.with_cp for s in stages)
+    for bad in ((len(stages),), ('1',), 1.0, [True]):
+        with pytest.raises(ValueError, match='with_cp must be True, False or a list of stage'):
+            build(family, with_cp=bad)
+
+
 def test_bf16_autocast_close_to_fp32(family):
     model = build(family).eval()
     x = torch.randn(1, 3, 96, 128) * 100

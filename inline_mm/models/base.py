@@ -15,7 +15,7 @@ What a "stage" is follows the family: a resolution stage of a pyramid (InLine-Sw
 then count blocks).
 """
 import re
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -157,6 +157,20 @@ def check_out_indices(out_indices: Sequence[int], num_stages: int) -> Tuple[int,
         raise ValueError(f'out_indices {out_indices} must be non-empty and within '
                          f'0..{num_stages - 1}')
     return out_indices
+
+
+def check_with_cp(value, num_stages: int) -> Union[bool, Tuple[int, ...]]:
+    """``with_cp`` as the backbones keep it: a bool, or a sorted tuple of stage indices."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (list, tuple)) and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in value):
+        bad = [i for i in value if not 0 <= i < num_stages]
+        if not bad:
+            return tuple(sorted(set(value)))
+    raise ValueError(f'with_cp must be True, False or a list of stage indices in '
+                     f'0..{num_stages - 1} (the stages whose blocks are checkpointed), '
+                     f'got {value!r}')
 
 
 def check_heads(dims: Sequence[int], num_heads: Sequence[int]):
@@ -463,14 +477,18 @@ class InLineBackbone(BaseModule):
         raise NotImplementedError
 
     @property
-    def with_cp(self) -> bool:
+    def with_cp(self) -> Union[bool, Tuple[int, ...]]:
+        """Gradient checkpointing: True (every stage), False, or the indices of the stages
+        (blocks of a plain ViT) that checkpoint their blocks."""
         return self._with_cp
 
     @with_cp.setter
-    def with_cp(self, value: bool):
-        self._with_cp = bool(value)
-        for stage in self._stage_list():
-            stage.with_cp = self._with_cp
+    def with_cp(self, value: Union[bool, Sequence[int]]):
+        stages = self._stage_list()
+        self._with_cp = check_with_cp(value, len(stages))
+        for i, stage in enumerate(stages):
+            stage.with_cp = self._with_cp is True or (
+                self._with_cp is not False and i in self._with_cp)
 
     # ------------------------------------------------------------------ freezing
     def _freeze_stages(self):

@@ -307,8 +307,9 @@ class InLineCSwin(InLineBackbone):
         frozen_stages (int): Freeze the stem (0) and stages ``< i`` (with their
             output norms; a stage owns the merge in front of it); -1 freezes
             nothing. Default: -1.
-        with_cp (bool): Gradient checkpointing per block (non-reentrant) while
-            training. Default: False.
+        with_cp (bool | Sequence[int]): Gradient checkpointing per block
+            (non-reentrant) while training: True for every stage, or the
+            indices of the stages to checkpoint. Default: False.
         pad_aware (bool): Treat the zero padding of a batch as absent: every image
             gets the features it gets alone (see ``InLineBackbone.valid_map``).
             False computes over the whole padded map. Default: True.

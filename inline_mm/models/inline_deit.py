@@ -131,8 +131,9 @@ class InLineDeiT(InLineBackbone):
         frozen_stages (int): Freeze the patch embedding, class token and position
             table (0) and blocks ``< i`` (``i == depth`` also freezes ``norm``); -1
             freezes nothing. Default: -1.
-        with_cp (bool): Gradient checkpointing per block (non-reentrant) while
-            training. Default: False.
+        with_cp (bool | Sequence[int]): Gradient checkpointing per block
+            (non-reentrant) while training: True for every block, or the
+            indices of the blocks to checkpoint. Default: False.
         pad_aware (bool): Treat the zero padding of a batch as absent: every image
             gets the features it gets alone, position table included (resized to
             each image's own grid; see ``InLineBackbone.valid_map``). False computes
@@ -270,7 +271,7 @@ class InLineDeiT(InLineBackbone):
         outs = {}
         last = max(self.out_indices)
         for i, blk in enumerate(self.blocks[:last + 1]):
-            x = run_block(blk, x, hw, self.with_cp, valid)
+            x = run_block(blk, x, hw, blk.with_cp, valid)
             if i == self.depth - 1 and self.final_norm:
                 x = self.norm(x)
             if i in self.out_indices:

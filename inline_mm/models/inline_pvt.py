@@ -212,8 +212,9 @@ class InLinePVT(InLineBackbone):
             no final norm). Default: (0, 1, 2, 3).
         frozen_stages (int): Freeze the first patch and position embeddings (0) and
             stages ``< i`` (with their output norms); -1 freezes nothing. Default: -1.
-        with_cp (bool): Gradient checkpointing per block (non-reentrant) while
-            training. Default: False.
+        with_cp (bool | Sequence[int]): Gradient checkpointing per block
+            (non-reentrant) while training: True for every stage, or the
+            indices of the stages to checkpoint. Default: False.
         pad_aware (bool): Treat the zero padding of a batch as absent: every image
             gets the features it gets alone, position tables included (resized to
             each image's own map; see ``InLineBackbone.valid_map``). False computes
