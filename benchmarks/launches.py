@@ -27,10 +27,11 @@ from typing import Callable, Dict, List, Sequence, Tuple
 import torch
 import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from inline_mm.models import FAMILIES
 
-__all__ = ['BATCHES', 'SIZE', 'QUICK_SIZE', 'PATHS', 'OpCounter', 'count', 'padded_sizes',
+__all__ = ['BATCHES', 'SIZE', 'QUICK_SIZE', 'PATHS', 'Op', 'OpCounter', 'count', 'padded_sizes',
            'make_batch', 'Row', 'run', 'table', 'write_csv']
 
 BATCHES = (1, 2, 8)
@@ -40,19 +41,44 @@ PATHS = {'batched': True, 'per-sample': False}
 _READS = ('_local_scalar_dense', 'is_nonzero')
 
 
-class OpCounter(TorchDispatchMode):
-    """Counts the aten ops dispatched, and the host reads, while active."""
+@dataclass(frozen=True)
+class Op:
+    """One dispatched aten op as :class:`OpCounter` records it: its name, and the dtypes
+    and devices of the tensors among its arguments and its outputs."""
 
-    def __init__(self):
+    name: str
+    dtypes: Tuple[torch.dtype, ...]
+    devices: Tuple[str, ...]
+    out_dtypes: Tuple[torch.dtype, ...]
+    out_devices: Tuple[str, ...]
+
+
+def _tensors(tree) -> List[torch.Tensor]:
+    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten ops dispatched, and the host reads, while active; with
+    ``record=True`` it also keeps each op (:class:`Op`) in :attr:`seen`, in order."""
+
+    def __init__(self, record: bool = False):
         super().__init__()
         self.ops = 0
         self.reads = 0
+        self.record = record
+        self.seen: List[Op] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops += 1
         if func.__name__.split('.')[0] in _READS:
             self.reads += 1
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if self.record:
+            ins, outs = _tensors((args, kwargs)), _tensors(out)
+            self.seen.append(Op(str(func), tuple(t.dtype for t in ins),
+                                tuple(t.device.type for t in ins),
+                                tuple(t.dtype for t in outs), tuple(t.device.type for t in outs)))
+        return out
 
     def __enter__(self):
         # tolist/numpy read a CPU tensor's memory without dispatching: wrap them.

@@ -31,6 +31,10 @@
 
 Check 2 runs every backbone on a padded batch too (the padding-aware kernel on the device).
 
+What needs no device (no CPU tensor in the batched path, no host read, autocast dtypes, the
+path taken) is checked on every CI run on fake CUDA tensors: ``pytest -m fake_cuda``
+(tests/test_fake_cuda.py). This script keeps what needs a real device: numbers, syncs, times.
+
 Prints one line per check and a summary; exits non-zero if any check fails.  ``--only
 KEY[,KEY...]`` runs some checks (``--list`` names them).  ``--device cpu`` runs the same code
 on CPU (fp32 steps instead of AMP, smaller inputs) to check the script itself.
