@@ -41,10 +41,9 @@ parameters and the input.  A run predicted (from the model's growth at the small
 sizes) to exceed ``--max-run-s`` or ``--max-mem-gb`` is skipped and says so.
 
 ``--attention`` times InLineAttention (C=96, 3 heads, 200x334 = 66,800 tokens,
-stage 1 of an 800x1333 image, projections included) against the plain reference
-implementation of the formula (``inline_mm.models.inline_function.reference_attention``, the
-one the tests hold the kernel to), same weights, in one process, after checking that
-both give the same result.
+stage 1 of an 800x1333 image, projections included) against the formula written out
+(``benchmarks/reference.py``, what the tests hold both forms to), same weights, in one
+process, after checking that both give the same result.
 
 Outputs in ``--out-dir``: ``backbones.csv``, ``backbones.png`` (time against pixels,
 log-log), ``attention.csv``, ``meta.json`` (machine, versions, load), and the

@@ -1,12 +1,12 @@
-"""InLine attention alone: the production kernel against the plain reference of the
-formula (``inline_mm.models.inline_function.reference_attention``), same weights, one process
+"""InLine attention alone: the module (its ``impl`` for the device) against the formula
+written out (:func:`.reference.attention`), same weights, one process
 (``python -m benchmarks --attention``)."""
 from typing import List
 
 import torch
 
 from inline_mm.models.attention import InLineAttention
-from inline_mm.models.inline_function import reference_attention
+from . import reference
 from .backbones import MODES
 from .measure import Timer, interleaved_times, time_stats
 
@@ -15,7 +15,7 @@ __all__ = ['run_attention', 'attention_table']
 
 def run_attention(args, device: torch.device) -> List[dict]:
     """Time :class:`InLineAttention` (C=96, 3 heads, projections included) and
-    :func:`reference_attention` on the same weights, after checking they agree.
+    :func:`.reference.attention` on the same weights, after checking they agree.
 
     Args:
         args: ``attention_hw`` (map size), ``batch``, ``modes``, ``warmup`` and
@@ -33,7 +33,7 @@ def run_attention(args, device: torch.device) -> List[dict]:
     x = torch.randn(args.batch, h * w, c, device=device)
     grad = torch.randn_like(x)
     paths = {'production (InLineAttention)': lambda t: attn(t, (h, w)),
-             'reference (reference_attention)': lambda t: reference_attention(attn, t, (h, w))}
+             'reference (written out)': lambda t: reference.attention(attn, t, (h, w))}
     with torch.no_grad():
         outs = [fn(x) for fn in paths.values()]
     err = ((outs[0] - outs[1]).abs().max() / outs[1].abs().max()).item()

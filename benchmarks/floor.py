@@ -4,9 +4,10 @@ An :class:`~inline_mm.models.attention.InLineAttention` is its ``qkv`` and ``pro
 linear layers plus the attention proper: the token mean and the predicted 3x3 kernels,
 the means and the key/value covariance of every head, ``q M``, and the local 3x3 term.
 The linear layers are the floor: what a module that made its queries, keys and values
-would pay before attending at all (on the CPU the module folds the query projection
-into ``x (W_q^T M)`` and, on large maps, takes the covariance from ``x^T x`` without
-making K, so it can run below it). This measures the module against it, for the widths of InLine-Swin-T's first stage (C=96, 3 heads) and of its
+would pay before attending at all (on the CPU the module's kernel folds the query
+projection into ``x (W_q^T M)`` and takes the covariance from ``x^T x`` without making
+K, so it can run below it). This measures the module against it, for the widths of
+InLine-Swin-T's first stage (C=96, 3 heads) and of its
 third (C=384, 12 heads) at 16k and 65k tokens (a 128x128 and a 256x256 map: stage 1
 of a 512 and of a 1024 image), batch 1:
 

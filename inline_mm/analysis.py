@@ -72,7 +72,9 @@ def count_params(module: nn.Module) -> int:
 
 
 def count_macs(model: nn.Module, fn: Callable[[], Any]) -> Tuple[Any, Complexity]:
-    """Run ``fn()`` under a MAC counter.
+    """Run ``fn()`` under a MAC counter, ``model``'s InLine attention in its plain form
+    (``impl='plain'`` for the call: the formula's products; the CPU kernel folds the qkv
+    projection into others).
 
     Args:
         model (nn.Module): The model whose submodules the counts are attributed to;
@@ -83,8 +85,9 @@ def count_macs(model: nn.Module, fn: Callable[[], Any]) -> Tuple[Any, Complexity
     Returns:
         tuple: ``(fn's return value, Complexity)``.
     """
+    from .models.base import using_impl
     root = type(model).__name__
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+    with torch.no_grad(), using_impl(model, 'plain'), FlopCounterMode(display=False) as counter:
         out = fn()
     counts = counter.get_flop_counts()
     # The counter names modules '<RootClass>.<path>' and calls the total 'Global';

@@ -62,7 +62,8 @@ import torch
 import torch.nn as nn
 
 from .models.attention import InLineAttention
-from .models.padding import NO_PADDING, ValidMap
+from .models.inline_function import LINEAR_EPS, guard_denominator
+from .models.padding import ValidMap
 
 __all__ = ['AttentionSite', 'AttentionSiteError', 'Capture', 'ImageTokens', 'AttentionMaps',
            'attention_sites', 'find_attention', 'capture_attention', 'inline_weights',
@@ -73,8 +74,6 @@ __all__ = ['AttentionSite', 'AttentionSiteError', 'Capture', 'ImageTokens', 'Att
 
 #: the weight functions of a map, in the order of the figure's columns
 METHODS = ('inline', 'linear', 'softmax')
-#: the floor of the linear normaliser ``|phi(q_i) . mean_j phi(k_j)|`` (as the blocks' own)
-LINEAR_EPS = 1e-6
 
 _BLOCK = re.compile(r'(?:^|\.)(?:(?P<stage>\d+)\.)?blocks\.(?P<block>\d+)$')
 _BRANCH = re.compile(r'(?:^|\.)attns?(?:\.(?P<branch>\d+))?$')
@@ -155,10 +154,6 @@ def find_attention(backbone: nn.Module, stage: int, block: int,
 
 
 # --------------------------------------------------------------------------- capture
-class _Captured(Exception):
-    """Stops the forward pass once the chosen call has been read."""
-
-
 @dataclass
 class ImageTokens:
     """One image's valid tokens of a captured call, per head, in float64.
@@ -252,10 +247,10 @@ def capture_attention(backbone: nn.Module, x: torch.Tensor, stage: int, block: i
     """Run ``backbone`` on ``x`` and read the call of the InLine attention of block
     ``block`` of stage ``stage`` (branch ``branch`` of an InLine-CSwin block).
 
-    The attention's ``_attend(qkv, hw, token_mean, valid)`` (what its
-    ``forward`` and ``attend`` both call, with the raw projection output) is wrapped for
-    the one call and restored afterwards; the forward pass stops after that call. Runs
-    under ``torch.no_grad()`` in the model's current mode (``eval()`` it first: dropout).
+    The attention's ``record`` switch (its public seam,
+    :class:`~inline_mm.models.attention.AttentionCall`) is on for the forward pass and off
+    after it; the call is the same whichever ``impl`` runs. Runs under
+    ``torch.no_grad()`` in the model's current mode (``eval()`` it first: dropout).
     ``valid_sizes`` goes to the backbone (each image's ``(h, w)`` in a padded batch; by
     default the backbone reads the padding from the input).
     """
@@ -265,37 +260,21 @@ def capture_attention(backbone: nn.Module, x: torch.Tensor, stage: int, block: i
         raise AttentionSiteError(f'{path} attends within {window}x{window} windows '
                                  "(inline_cfg window_size): its maps are per window; use a "
                                  'global InLine block (window_size=None)')
-    seen = {}
-    had_own = '_attend' in vars(attn)
-    original = attn._attend
-
-    def reading(qkv, hw, token_mean, valid):
-        seen.update(qkv=qkv.detach().clone(), hw=tuple(int(s) for s in hw),
-                    token_mean=None if token_mean is None else token_mean.detach().clone(),
-                    valid=NO_PADDING if valid is None else valid)
-        out = original(qkv, hw, token_mean, valid)
-        seen['output'] = out.detach().clone()
-        raise _Captured
-
-    attn._attend = reading
+    attn.record, attn.last_call = True, None
     try:
         with torch.no_grad():
-            try:
-                backbone(x) if valid_sizes is None else backbone(x, valid_sizes=valid_sizes)
-            except _Captured:
-                pass
+            backbone(x) if valid_sizes is None else backbone(x, valid_sizes=valid_sizes)
+        call = attn.last_call
     finally:
-        if had_own:
-            attn._attend = original
-        else:
-            del attn._attend
-    if not seen:
+        attn.record, attn.last_call = False, None
+    if call is None:
         raise AttentionSiteError(f'{path} was not called by the forward pass: the backbone '
                                  'stops after its last output (out_indices); build it with '
                                  'out_indices reaching this block')
-    return Capture(attn, path, stage, block, branch, seen['qkv'], seen['hw'],
-                   seen['token_mean'], seen['valid'], attn.num_prefix_tokens, seen['output'],
-                   tuple(x.shape[-2:]))
+    mean = None if call.token_mean is None else call.token_mean.detach().clone()
+    return Capture(attn, path, stage, block, branch, call.qkv().clone(),
+                   tuple(int(s) for s in call.hw), mean, call.valid, attn.num_prefix_tokens,
+                   call.output.detach().clone(), tuple(x.shape[-2:]))
 
 
 # --------------------------------------------------------------------------- weights
@@ -326,13 +305,6 @@ def linear_weights(q: torch.Tensor, k: torch.Tensor, queries=None,
     scores = _rows(q, queries) @ k.transpose(-2, -1)
     n = k.shape[-2]
     return scores / (n * guard_denominator(scores.mean(dim=-1, keepdim=True), eps))
-
-
-def guard_denominator(den: torch.Tensor, eps: float = LINEAR_EPS) -> torch.Tensor:
-    """``sign(den) * max(|den|, eps)`` with ``sign(0) = +1``: the floor the blocks'
-    linear attention puts on its normaliser (the same rule as theirs)."""
-    floor = den.abs().clamp_min(eps)
-    return torch.where(den < 0, -floor, floor)
 
 
 def softmax_weights(q: torch.Tensor, k: torch.Tensor, scale: float, queries=None) -> torch.Tensor:

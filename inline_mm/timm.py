@@ -57,7 +57,6 @@ wins (timm warns ``Overwriting ... in registry``).  :func:`create_backbone` and
 :func:`create_classifier` build ours without going through timm's registry, so they are
 unaffected.
 """
-import inspect
 import re
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -335,7 +334,7 @@ def _entry(name: str):
 
 def _check_arguments(name: str, family, kwargs: dict):
     """Refuse an argument neither timm's entry nor the backbone takes, by name."""
-    known = set(inspect.signature(family.cls.__init__).parameters) - {'self', 'arch'}
+    known = set(family.cls.arguments()) - {'arch'}
     unknown = sorted(set(kwargs) - known)
     if unknown:
         raise TypeError(f'{name}: unknown argument(s) {", ".join(unknown)}; timm arguments: '
@@ -483,7 +482,7 @@ def _timm_entry(name: str):
             if features_only:
                 # the backbone's default outputs (every stage; InLine-DeiT's blocks 2, 5, 8, 11)
                 family, _ = _entry(name)
-                default = inspect.signature(family.cls.__init__).parameters['out_indices'].default
+                default = family.cls.default_out_indices or range(model.backbone.num_stages)
                 model = InLineIntermediates(model, out_indices or default, **(feature_cfg or {}))
         model.pretrained_cfg = model.default_cfg = cfg.to_dict()
         return model

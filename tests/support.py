@@ -30,6 +30,19 @@ def smoke_backbone(family, seed: Union[int, None] = None, **overrides) -> torch.
     return family.cls(**{**family.smoke, **overrides})
 
 
+def stir(module: torch.nn.Module, gain: float = 3.0, seed: Union[int, None] = None):
+    """``module`` with random weights (``gain / sqrt(fan-in)``) and biases (``gain / 10``),
+    drawn after ``torch.manual_seed(seed)`` when a seed is given: strong enough that every
+    term of InLine attention (the global one, the local one) shows in its output."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            std = gain / (p[0].numel() ** 0.5) if p.dim() > 1 else gain / 10
+            p.copy_(torch.randn_like(p) * std)
+    return module
+
+
 def padded_canvas(images: Sequence[torch.Tensor], hw: Tuple[int, int]) -> torch.Tensor:
     """Images ``(3, h, w)`` zero-padded bottom/right into one ``(B, 3, H, W)`` batch, as
     mmdet's and mmseg's data preprocessors pad."""

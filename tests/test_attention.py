@@ -1,30 +1,24 @@
-"""InLine attention: the production kernel against a plain transcription of the formula.
+"""InLine attention: both forms (the kernel and the plain form) against the formula
+written out.
 
-The ``reference_*`` functions (``inline_mm.models.attention``) are the formula of Han et
-al., "Bridging the Divide: Reconsidering Softmax and Linear Attention" (NeurIPS 2024,
-arXiv 2412.06590, eq. 5 with the ``s / n`` scale of the official code), written term by
-term with autograd doing the backward.  ``python -m benchmarks --attention`` times the
-production path against exactly these functions.
+``benchmarks/reference.py`` is the formula of Han et al., "Bridging the Divide:
+Reconsidering Softmax and Linear Attention" (NeurIPS 2024, arXiv 2412.06590, eq. 5 with
+the ``s / n`` scale of the official code), term by term, with autograd doing the backward;
+``python -m benchmarks --attention`` times the package against it.
 """
 import pytest
 import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 from conftest import rel_err
 
+from benchmarks import reference
 from inline_mm.models import InLineAttention, InLineSwin, inline_attention, local_residual
-from inline_mm.models.inline_function import (_inline, inline_folded, inline_qkv,
-                                              reference_attention, reference_inline_attention,
-                                              reference_local_residual)
+from inline_mm.models.inline_function import _own, depthwise3x3, inline_kernel, plain_qkv
 from inline_mm.models.padding import NO_PADDING, ValidMap
+from support import stir
 
-
-def _stir(module, gain=3.0):
-    """Random weights (``gain`` / sqrt(fan-in)) and biases (``gain`` / 10), so that
-    the local term is as strong as the global one and every part shows."""
-    with torch.no_grad():
-        for p in module.parameters():
-            std = gain / (p[0].numel() ** 0.5) if p.dim() > 1 else gain / 10
-            p.copy_(torch.randn_like(p) * std)
-    return module
+IMPLS = ('kernel', 'plain')
 
 
 def _grads(out, grad, *tensors):
@@ -41,125 +35,86 @@ def _assert_close(ours, ref, tol=1e-5):
 CASES = [(2, 7, 11, 64, 2), (1, 13, 5, 96, 3), (3, 8, 8, 32, 1), (2, 1, 9, 48, 3)]
 
 
+@pytest.mark.parametrize('impl', IMPLS)
 @pytest.mark.parametrize('b,h,w,c,heads', CASES)
-def test_module_matches_reference(b, h, w, c, heads):
-    attn = _stir(InLineAttention(c, heads))
+def test_module_matches_the_formula(b, h, w, c, heads, impl):
+    attn = stir(InLineAttention(c, heads, impl=impl))
     x = torch.randn(b, h * w, c, requires_grad=True)
+    assert attn.uses_kernel(x) == (impl == 'kernel')
     g = torch.randn(b, h * w, c)
     params = list(attn.parameters())
     ours = attn(x, (h, w))
-    ref = reference_attention(attn, x, (h, w))
+    ref = reference.attention(attn, x, (h, w))
     _assert_close([ours], [ref])
     _assert_close(_grads(ours, g, x, *params), _grads(ref, g, x, *params))
 
 
-def test_explicit_token_mean_matches_reference():
-    attn = _stir(InLineAttention(64, 2))
+@pytest.mark.parametrize('impl', IMPLS)
+def test_explicit_token_mean_matches_the_formula(impl):
+    attn = stir(InLineAttention(64, 2, impl=impl))
     x = torch.randn(2, 6 * 10, 64, requires_grad=True)
     mean = torch.randn(2, 64, requires_grad=True)
     g = torch.randn(2, 60, 64)
     ours = attn(x, (6, 10), token_mean=mean)
-    ref = reference_attention(attn, x, (6, 10), token_mean=mean)
+    ref = reference.attention(attn, x, (6, 10), token_mean=mean)
     _assert_close([ours], [ref])
     _assert_close(_grads(ours, g, x, mean), _grads(ref, g, x, mean))
 
 
-def test_attend_with_lepe_matches_reference():
-    """InLine-CSwin's use: projections in the block, LePE on, block-input mean."""
-    attn = _stir(InLineAttention(64, 2, proj=False, lepe=True))
-    qkv = torch.randn(2, 9 * 7, 192, requires_grad=True)
+@pytest.mark.parametrize('impl', IMPLS)
+def test_the_blocks_projection_with_lepe_matches_the_formula(impl):
+    """InLine-CSwin's use: the projection is the block's, LePE on, the block-input mean."""
+    attn = stir(InLineAttention(64, 2, proj=False, lepe=True, impl=impl))
+    projection = stir(torch.nn.Linear(64, 192))
+    x = torch.randn(2, 9 * 7, 64, requires_grad=True)
     mean = torch.randn(2, 64, requires_grad=True)
     g = torch.randn(2, 63, 64)
-    params = list(attn.parameters())
-    ours = attn.attend(qkv, (9, 7), mean)
-    ref = reference_attention(attn, hw=(9, 7), token_mean=mean, qkv=qkv)
+    params = list(attn.parameters()) + list(projection.parameters())
+    ours = attn(x, (9, 7), mean, projection=projection)
+    ref = reference.attention(attn, x, (9, 7), mean, projection=projection)
     _assert_close([ours], [ref])
-    _assert_close(_grads(ours, g, qkv, mean, *params), _grads(ref, g, qkv, mean, *params))
+    _assert_close(_grads(ours, g, x, mean, *params), _grads(ref, g, x, mean, *params))
 
 
-def test_attend_accepts_a_strided_qkv():
-    """A channel slice of a wider tensor (as a branch of a block may pass) works."""
-    attn = _stir(InLineAttention(32, 1, proj=False))
-    wide = torch.randn(2, 20, 200, requires_grad=True)
-    mean = torch.randn(2, 32)
-    g = torch.randn(2, 20, 32)
-    ours = attn.attend(wide[..., 8:104], (4, 5), mean)
-    ref = reference_attention(attn, hw=(4, 5), token_mean=mean, qkv=wide[..., 8:104])
-    _assert_close([ours], [ref])
-    _assert_close(_grads(ours, g, wide), _grads(ref, g, wide))
-
-
-def test_functional_matches_reference():
+def test_functional_matches_the_formula():
     q, k, v = (torch.randn(2, 3, 50, 16, requires_grad=True) for _ in range(3))
     g = torch.randn(2, 3, 50, 16)
     ours = inline_attention(q, k, v)
-    ref = reference_inline_attention(q, k, v, 16 ** -0.5)
+    ref = reference.inline_attention(q, k, v, 16 ** -0.5)
     _assert_close([ours], [ref])
     _assert_close(_grads(ours, g, q, k, v), _grads(ref, g, q, k, v))
 
 
-@pytest.mark.parametrize('prefix', [0, 1])
-@pytest.mark.parametrize('padded', [False, True], ids=['unpadded', 'padded'])
-def test_plain_form_matches_kernel(padded, prefix):
-    """The plain form (the batched path, torch.compile, export, the switches) against the
-    per-sample kernel, on the same map, gradients included."""
-    b, heads, h, w, d = 3, 3, 5, 7, 16
-    c, n = heads * d, prefix + h * w
-    qkv = torch.randn(b, n, 3 * c, requires_grad=True)
-    kernels = torch.randn(b, c, 3, 3, requires_grad=True)
-    bias = torch.randn(c, requires_grad=True)
-    g = torch.randn(b, n, c)
-    sizes = [(5, 7), (3, 4), (1, 6)]
-    maps = [ValidMap((h, w), sizes, prefix=prefix),
-            ValidMap((h, w), torch.tensor(sizes), prefix=prefix)] if padded \
-        else [NO_PADDING.on_path(False), NO_PADDING.on_path(True)]
-    outs, grads = [], []
-    for valid in maps:
-        packed = qkv.reshape(b, n, 3, heads, d).permute(0, 2, 3, 1, 4)
-        out = _inline(packed, kernels, bias, (h, w), d ** -0.5, prefix, valid)
-        if padded:
-            # Only each image's own tokens are defined (and their gradients).
-            out = valid.zero(out)
-        outs.append(out)
-        grads.append(_grads(out, g, qkv, kernels, bias))
-    _assert_close(outs[1:], outs[:1])
-    if padded:
-        grads = [(maps[0].zero(gq.view(b, n, 3 * c)), gk, gb) for gq, gk, gb in grads]
-    _assert_close(grads[1], grads[0])
-
-
-@pytest.mark.parametrize('gram', [True, False], ids=['gram', 'keys'])
 @pytest.mark.parametrize('b', [1, 4])
 @pytest.mark.parametrize('prefix', [0, 1])
 @pytest.mark.parametrize('padded', [False, True], ids=['unpadded', 'padded'])
-def test_folded_projection_matches_kernel(padded, prefix, b, gram):
-    """The qkv projection folded into the kernel (q M = x (W_q^T M) + b_q M; the module's
-    default on the per-sample path) against the kernel on the projection's output:
+def test_kernel_matches_the_plain_form(padded, prefix, b):
+    """The kernel (projection folded in, statistics from x's covariance over each image's
+    own tokens) against the plain form on the projection's output, on the same map:
     output and every gradient (x, weight, bias, kernels, LePE bias), with and without the
-    local term, with the statistics from x's covariance and from the keys."""
+    local term. Padded: an image that fills the map, one as its region, one as a strip,
+    one as whole rows (:func:`_own`)."""
     heads, h, w, d = 3, 5, 7, 8
     c, n = heads * d, prefix + h * w
     x = torch.randn(b, n, c, requires_grad=True)
     weight = torch.randn(3 * c, c, requires_grad=True)
     qkv_bias = torch.randn(3 * c, requires_grad=True)
     g = torch.randn(b, n, c)
-    # padded: an image that fills the map, one as its region, one as its rows less the
-    # strip to its right, one as whole rows (_own_tokens)
     valid = ValidMap((h, w), [(5, 7), (3, 4), (1, 6), (2, 7)][:b], prefix=prefix) if padded \
-        else NO_PADDING.on_path(False)
+        else NO_PADDING
     for local in (True, False):
         kernels = torch.randn(b, c, 3, 3, requires_grad=True) if local else None
         bias = torch.randn(c, requires_grad=True) if local else None
         leaves = [t for t in (x, weight, qkv_bias, kernels, bias) if t is not None]
         outs, grads = [], []
-        for fold in (True, False):
-            if fold:
-                out = inline_folded(x, weight, qkv_bias, heads, (h, w), d ** -0.5, kernels,
-                                    bias, prefix, valid, gram=gram)
+        for kernel in (True, False):
+            if kernel:
+                out = inline_kernel(x, weight, qkv_bias, heads, (h, w), d ** -0.5, kernels,
+                                    bias, prefix, valid)
             else:
-                out = inline_qkv(torch.nn.functional.linear(x, weight, qkv_bias), heads,
-                                 (h, w), d ** -0.5, kernels, bias, prefix, valid)
-            out = valid.zero(out) if padded else out
+                out = plain_qkv(F.linear(x, weight, qkv_bias), heads, (h, w), d ** -0.5,
+                                kernels, bias, prefix, valid.mask, valid.counts)
+            out = valid.zero(out)      # only each image's own tokens are defined
             outs.append(out)
             grads.append(_grads(out, g, *leaves))
         _assert_close(outs[:1], outs[1:])
@@ -168,70 +123,94 @@ def test_folded_projection_matches_kernel(padded, prefix, b, gram):
 
 @pytest.mark.parametrize('prefix', [0, 2])
 def test_own_tokens_are_each_images_tokens(prefix):
-    """The parts the padded covariance fold sums over (signed) are an image's own tokens
-    and its prefix, whatever the region: as its rows, its rows less the strip to their
-    right, or the region itself."""
-    from inline_mm.models.inline_function import _own_tokens
     hw, c = (6, 9), 3
     t = torch.randn(prefix + hw[0] * hw[1], c, dtype=torch.float64)
-    shapes = set()
-    for region in [(6, 9), (4, 9), (6, 8), (3, 1), (5, 5), (1, 9), (2, 7)]:
-        parts = _own_tokens(t, hw, prefix, region)
-        shapes.add(tuple(sign for sign, _ in parts))
-        got = sum(sign * part.reshape(-1, c).sum(0) for sign, part in parts)
+    for region in [(6, 9), (4, 9), (6, 8), (3, 1), (5, 5), (1, 9)]:
+        parts = _own(t, hw, prefix, region)
+        got = torch.cat([part.reshape(-1, c) for part in parts])
         inside = t[prefix:].view(*hw, c)[:region[0], :region[1]].reshape(-1, c)
-        torch.testing.assert_close(got, inside.sum(0) + t[:prefix].sum(0))
-        gram = sum(sign * part.reshape(-1, c).t() @ part.reshape(-1, c) for sign, part in parts)
-        whole = torch.cat([t[:prefix], inside])
-        torch.testing.assert_close(gram, whole.t() @ whole)
-    assert {(1,), (1, -1)} <= shapes and ((1, 1) in shapes) == bool(prefix), shapes
+        torch.testing.assert_close(got, torch.cat([t[:prefix], inside]))
+        assert len(parts) == (1 if region[1] == hw[1] or not prefix else 2)
 
 
-def test_module_folds_only_where_it_may():
-    """The fold is the module's forward on the per-sample path for InLine attention with
-    the identity kernel; a switched kernel, the batched path, autocast, a hook on the
-    projection or a wrapped ``_attend`` (the attention-map capture) take the projection
-    output."""
+def test_the_path_is_configuration_only():
+    """The kernel runs the released settings where impl resolves to it; a switched
+    kernel, linear attention, windows, autocast, impl='plain' or another device take the
+    plain form; a hook or a dispatch mode changes nothing."""
     x = torch.randn(2, 20, 32)
-    attn = InLineAttention(32, 2)
-    assert attn._folds(x, NO_PADDING.on_path(False))
-    assert not attn._folds(x, NO_PADDING.on_path(True))
-    assert not InLineAttention(32, 2, kernel='relu')._folds(x, NO_PADDING.on_path(False))
+    attn = InLineAttention(32, 2, impl='auto')
+    assert attn.uses_kernel(x) and 'impl=' in repr(attn)
+    assert not InLineAttention(32, 2, impl='plain').uses_kernel(x)
+    assert not attn.uses_kernel(x, NO_PADDING.on_path(True))
+    assert not attn.uses_kernel(x.to('meta'), NO_PADDING)
+    for switched in (dict(kernel='relu'), dict(attention='linear'), dict(window_size=2)):
+        assert not InLineAttention(32, 2, **switched).uses_kernel(x)
     with torch.autocast('cpu', dtype=torch.bfloat16):
-        assert not attn._folds(x, NO_PADDING.on_path(False))
+        assert not attn.uses_kernel(x)
     handle = attn.qkv.register_forward_hook(lambda *a: None)
-    assert not attn._folds(x, NO_PADDING.on_path(False))
+    assert attn.uses_kernel(x)
     handle.remove()
-    seen = []
-    original = attn._attend
-    attn._attend = lambda qkv, *a: seen.append(qkv.shape) or original(qkv, *a)
-    attn(x, (4, 5))
-    assert seen == [(2, 20, 96)]
+    with FlopCounterMode(display=False):
+        assert attn.uses_kernel(x)
+    with pytest.raises(ValueError, match="impl='fast'; allowed: 'auto', 'plain', 'kernel'"):
+        InLineAttention(32, 2, impl='fast')
 
 
-def test_partial_gradients():
+def test_the_environment_sets_the_default(monkeypatch):
+    monkeypatch.setenv('INLINE_MM_IMPL', 'plain')
+    assert InLineAttention(32, 2).impl == 'plain'
+    assert InLineSwin(**SMALL_SWIN).impl == 'plain'
+    assert InLineSwin(**SMALL_SWIN, impl='kernel').impl == 'kernel'
+    monkeypatch.setenv('INLINE_MM_IMPL', 'gpu')
+    with pytest.raises(ValueError, match="INLINE_MM_IMPL='gpu'"):
+        InLineAttention(32, 2)
+
+
+def test_batched_is_the_older_name_of_impl():
+    model = InLineSwin(**SMALL_SWIN, batched=True)
+    assert model.impl == 'plain' and model.batched is True
+    model.batched = False
+    assert model.impl == 'kernel'
+    assert {m.impl for m in model.modules() if isinstance(m, InLineAttention)} == {'kernel'}
+    with pytest.raises(ValueError, match='give one of them'):
+        InLineSwin(**SMALL_SWIN, batched=True, impl='kernel')
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+def test_partial_gradients(impl):
     """Frozen projections / frozen kernel predictor: only the needed gradients."""
-    attn = _stir(InLineAttention(32, 2))
+    attn = stir(InLineAttention(32, 2, impl=impl))
     x = torch.randn(2, 4 * 6, 32, requires_grad=True)
     g = torch.randn(2, 24, 32)
     attn.residual.requires_grad_(False)
-    _assert_close(_grads(attn(x, (4, 6)), g, x), _grads(reference_attention(attn, x, (4, 6)), g, x))
+    _assert_close(_grads(attn(x, (4, 6)), g, x), _grads(reference.attention(attn, x, (4, 6)), g, x))
     attn.residual.requires_grad_(True)
     attn.qkv.requires_grad_(False)
     x = x.detach()
     w = attn.residual[2].weight
-    _assert_close(_grads(attn(x, (4, 6)), g, w), _grads(reference_attention(attn, x, (4, 6)), g, w))
+    _assert_close(_grads(attn(x, (4, 6)), g, w),
+                  _grads(reference.attention(attn, x, (4, 6)), g, w))
 
 
-def test_local_residual_matches_grouped_conv():
+def _depthwise_written_out(x_img, kernels):
+    """Each output pixel as the sum of its 3x3 neighbourhood (zero padding) times the
+    sample's kernel, through ``F.unfold``'s patches."""
+    b, c, h, w = x_img.shape
+    patches = F.unfold(x_img.double(), 3, padding=1).view(b, c, 9, h * w)
+    return torch.einsum('bckn,bck->bcn', patches, kernels.double().view(b, c, 9)).view(b, c, h, w)
+
+
+def test_local_term_is_the_depthwise_convolution_written_out():
+    """Eager (one grouped convolution) and traced (nine shifted multiply-adds, the form of
+    compile and export) against the convolution written out, values and gradients."""
     v_img = torch.randn(3, 8, 5, 9, requires_grad=True)
     kernels = torch.randn(3, 8, 3, 3, requires_grad=True)
     g = torch.randn(3, 8, 5, 9)
-    ours = local_residual(v_img, kernels)
-    ref = reference_local_residual(v_img, kernels)
-    assert ours.is_contiguous()
-    _assert_close([ours], [ref])
-    _assert_close(_grads(ours, g, v_img, kernels), _grads(ref, g, v_img, kernels))
+    traced = torch.jit.trace(depthwise3x3, (v_img, kernels), check_trace=False)
+    for ours in (local_residual(v_img, kernels), traced(v_img, kernels)):
+        ref = _depthwise_written_out(v_img, kernels)
+        _assert_close([ours], [ref.float()])
+        _assert_close(_grads(ours, g, v_img, kernels), _grads(ref, g.double(), v_img, kernels))
 
 
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
@@ -240,7 +219,7 @@ def test_autocast_does_not_overflow(dtype):
     ~1e7 (fp16 max 65504) and overflows; the fp32 statistics keep the result finite
     and close to fp32, in the forward and the backward."""
     torch.manual_seed(3)
-    attn = _stir(InLineAttention(64, 2), gain=1.0)
+    attn = stir(InLineAttention(64, 2), gain=1.0)
     with torch.no_grad():
         attn.qkv.bias.fill_(20.)
     x = torch.randn(1, 64 * 64, 64) * 3
@@ -251,7 +230,7 @@ def test_autocast_does_not_overflow(dtype):
     xl = x.clone().requires_grad_()
     with torch.autocast('cpu', dtype=dtype):
         out = attn(xl, (64, 64))
-        plain = reference_attention(attn, x, (64, 64))
+        plain = reference.attention(attn, x, (64, 64))
     assert out.dtype == dtype
     if dtype == torch.float16:
         assert not torch.isfinite(plain).all()      # the hazard is real
@@ -262,17 +241,19 @@ def test_autocast_does_not_overflow(dtype):
 
 
 def test_bad_input_raises():
-    attn = InLineAttention(32, 2)
-    with pytest.raises(ValueError, match='do not form a 5x5 map'):
-        attn(torch.randn(1, 24, 32), (5, 5))
-    with pytest.raises(ValueError, match='expected 3 \\* 32'):
-        attn.attend(torch.randn(1, 25, 64), (5, 5), torch.randn(1, 32))
-    with pytest.raises(RuntimeError, match='call attend'):
+    for impl in IMPLS:
+        attn = InLineAttention(32, 2, impl=impl)
+        with pytest.raises(ValueError, match='do not form a 5x5 map'):
+            attn(torch.randn(1, 24, 32), (5, 5))
+    with pytest.raises(RuntimeError, match='pass the block\'s as projection='):
         InLineAttention(32, 2, proj=False)(torch.randn(1, 25, 32), (5, 5))
     with pytest.raises(ValueError, match='one \\(B, heads, N, d\\) shape'):
         inline_attention(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 6, 4), torch.randn(1, 2, 5, 4))
     with pytest.raises(ValueError, match='kernels must be'):
         local_residual(torch.randn(2, 4, 5, 5), torch.randn(2, 4, 9))
+    with pytest.raises(ValueError, match="sizes on the host"):
+        inline_kernel(torch.randn(2, 25, 32), torch.randn(96, 32), None, 2, (5, 5), 0.25,
+                      valid=ValidMap((5, 5), torch.tensor([[5, 5], [3, 3]])))
 
 
 SMALL_SWIN = dict(embed_dims=16, depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8),

@@ -6,7 +6,6 @@ Softmax is torch's. An image's weights in a padded batch are those of the image 
 InLine-DeiT's class token is a query and a key. The tool writes the figure it says.
 """
 import importlib.util
-import inspect
 import json
 import shlex
 import subprocess
@@ -19,13 +18,14 @@ import torch.nn.functional as F
 from PIL import Image
 
 from conftest import rel_err
+
+from benchmarks import reference
 from inline_mm.attention_maps import (AttentionSiteError, Preprocess, attention_maps, block_weights,
                                       attention_sites, capture_attention, figure_size,
                                       find_attention, grid_points, head_kernel, inline_weights,
                                       linear_weights, local_kernels, map_stride, point_to_cell,
                                       softmax_weights)
 from inline_mm.models import FAMILIES
-from inline_mm.models.inline_function import inline_qkv
 from support import ROOT, smoke_backbone, subprocess_env
 
 NAMES = list(FAMILIES)
@@ -42,9 +42,10 @@ def first_inline(model):
     return site.stage, site.block
 
 
-def per_head(t, index, heads):
-    """``(B, N, C)`` of one image -> ``(heads, n, d)`` on its tokens ``index``, float64."""
-    return t[index].view(len(index), heads, -1).transpose(0, 1).double()
+def global_term(q, k, v, scale, index):
+    """The formula's global term (written out, ``benchmarks/reference.py``) of image 0 of
+    ``(B, heads, N, d)`` q, k, v, on its tokens ``index``: ``(heads, n, d)`` float64."""
+    return reference.inline_attention(q.double(), k.double(), v.double(), scale)[0][:, index]
 
 
 def all_weights(cap, image):
@@ -74,22 +75,21 @@ def local_term(cap, tokens):
 # ------------------------------------------------------------------ exactness
 @pytest.mark.parametrize('name', NAMES)
 def test_inline_weights_sum_to_one_and_give_the_block_output(name):
-    """Rows sum to 1; weights @ V is the global term (inline_qkv without local kernels);
-    plus the local kernel's term it is the block's whole output (a non-square map)."""
+    """Rows sum to 1; weights @ V is the formula's global term; plus the local kernel's
+    term it is the block's whole output (a non-square map)."""
     model = build(name)
     x = torch.randn(1, 3, 64, 96)
     cap = capture_attention(model, x, *first_inline(model))
     tokens, w = all_weights(cap, 0)
-    heads, p = cap.num_heads, cap.num_prefix_tokens
+    p = cap.num_prefix_tokens
     assert cap.hw[0] != cap.hw[1]
     assert (w['inline'].sum(-1) - 1).abs().max() < TOL
-    glob = inline_qkv(cap.qkv, heads, cap.hw, cap.scale, None, None, p, cap.valid)[0]
     mine = w['inline'] @ tokens.v                                  # (heads, n, d)
-    assert rel_err(mine, per_head(glob, tokens.index, heads)) < TOL
+    assert rel_err(mine, global_term(*cap.qkv_heads(), cap.scale, tokens.index)) < TOL
     whole = mine.transpose(0, 1).reshape(len(tokens.index), -1)    # (n, C)
     whole[p:] += local_term(cap, tokens)
     assert rel_err(whole, cap.output[0].double()) < TOL
-    assert '_attend' not in vars(cap.module)                       # the wrapper is gone
+    assert not cap.module.record and cap.module.last_call is None  # the seam is off again
 
 
 @pytest.mark.parametrize('name', NAMES)
@@ -129,8 +129,6 @@ def test_a_switched_block_output_is_its_weights_and_kernel(name, switches):
     (block_weights) @ V plus the local kernel's term are its output, image by image of a
     padded batch (CSwin: LePE; DeiT: the class token)."""
     family = FAMILIES[name]
-    if 'inline_cfg' not in inspect.signature(family.cls).parameters:
-        pytest.skip('the backbones take no inline_cfg yet (the switches of issue #25)')
     torch.manual_seed(0)
     model = family.cls(**family.smoke, inline_cfg=switches).eval()
     batch = torch.randn(2, 3, 64, 96)
@@ -149,12 +147,10 @@ def test_a_switched_block_output_is_its_weights_and_kernel(name, switches):
 
 def test_a_windowed_block_is_refused():
     family = FAMILIES['InLineSwin']
-    if 'inline_cfg' not in inspect.signature(family.cls).parameters:
-        pytest.skip('the backbones take no inline_cfg yet (the switches of issue #25)')
     model = family.cls(**family.smoke, inline_cfg=dict(window_size=4)).eval()
     with pytest.raises(AttentionSiteError, match='4x4 windows'):
         capture_attention(model, torch.randn(1, 3, 64, 64), 0, 0)
-    assert '_attend' not in vars(find_attention(model, 0, 0)[1])
+    assert not find_attention(model, 0, 0)[1].record
 
 
 def test_linear_rows_sum_to_one_and_cannot_tell_q_from_2q():
@@ -223,11 +219,10 @@ def test_a_kernel_phi_is_applied_to_q_and_k(monkeypatch):
     maps = attention_maps(cap, [0, 5])
     tokens = cap.image(0)
     assert maps.kernel_name == maps.linear_kernel == 'relu'
-    c = attn.dim
-    phi_qkv = torch.cat([cap.qkv[..., :2 * c].relu(), cap.qkv[..., 2 * c:]], dim=-1)
-    glob = inline_qkv(phi_qkv, cap.num_heads, cap.hw, cap.scale)[0]
+    q, k, v = cap.qkv_heads()
+    glob = global_term(q.relu(), k.relu(), v, cap.scale, tokens.index)
     full = inline_weights(tokens.q, tokens.k, cap.scale, phi=torch.relu)
-    assert rel_err(full @ tokens.v, per_head(glob, tokens.index, cap.num_heads)) < TOL
+    assert rel_err(full @ tokens.v, glob) < TOL
     assert rel_err(maps.weights['inline'], full[:, [0, 5]].mean(0)) < TOL
     assert rel_err(maps.weights['softmax'],
                    softmax_weights(tokens.q, tokens.k, cap.scale, [0, 5]).mean(0)) < TOL

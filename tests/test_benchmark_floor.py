@@ -39,10 +39,14 @@ def test_quick_floor_run_times_module_and_linears_and_profiles_the_rest(tmp_path
     assert json.loads((tmp_path / 'meta.json').read_text())['arguments']['floor'] is True
 
 
-def test_floor_steps_are_the_module_and_its_own_linears():
+@pytest.mark.parametrize('impl', ['kernel', 'plain'])
+def test_floor_steps_are_the_module_and_its_own_linears(impl):
+    """The module step runs the module (a hook on qkv fires only on the plain form: the
+    kernel folds the projection into its own products) and the linears step its own
+    linears."""
     from inline_mm.models.attention import InLineAttention
     torch.manual_seed(0)
-    attn = InLineAttention(32, 2)
+    attn = InLineAttention(32, 2, impl=impl)
     x, grad = torch.randn(1, 36, 32), torch.randn(1, 36, 32)
     steps = floor._steps(attn, x, grad, (6, 6))
     assert tuple(steps) == floor.STEPS
@@ -53,7 +57,7 @@ def test_floor_steps_are_the_module_and_its_own_linears():
     assert calls == ['qkv', 'proj']
     calls.clear()
     steps['module forward+backward']()
-    assert calls == ['qkv', 'residual', 'proj']
+    assert calls == (['residual', 'proj'] if impl == 'kernel' else ['qkv', 'residual', 'proj'])
     assert all(p.grad is None for p in attn.parameters())       # freed after each step
     for h in hooks:
         h.remove()

@@ -11,8 +11,6 @@ import torch
 from inline_mm.export import SizeLocked, check_onnx, export_onnx, run_onnx, trace_backbone
 from inline_mm.models import FAMILIES
 from support import quiet_tracer, smoke_backbone
-from inline_mm.models.inline_function import (_depthwise3x3_shifted, _InLineFunction,
-                                              depthwise3x3, plain_qkv, reference_local_residual)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: a non-square size and an odd one (padding, window clipping, odd merges)
@@ -27,27 +25,6 @@ def _quiet_tracer():
 
 def _smoke(name):
     return smoke_backbone(name).eval()
-
-
-def test_every_local_term_form_matches_reference(monkeypatch):
-    """The local term's one form per path: eager (a grouped convolution), compiled (the
-    unfold form, reached here by pretending to compile) and exported (shifted adds)."""
-    v, k = torch.randn(3, 8, 9, 11), torch.randn(3, 8, 3, 3)
-    ref = reference_local_residual(v, k)
-    torch.testing.assert_close(depthwise3x3(v, k), ref, rtol=0, atol=1e-5)
-    torch.testing.assert_close(_depthwise3x3_shifted(v, k), ref, rtol=0, atol=1e-5)
-    monkeypatch.setattr(torch.compiler, 'is_compiling', lambda: True)
-    torch.testing.assert_close(depthwise3x3(v, k), ref, rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize('with_bias', [False, True])
-def test_export_form_matches_eager_kernel(with_bias):
-    qkv = torch.randn(2, 6 * 5, 3 * 8)
-    packed = qkv.view(2, 30, 3, 2, 4).permute(0, 2, 3, 1, 4)
-    kernels, bias = torch.randn(2, 8, 3, 3), (torch.randn(8) if with_bias else None)
-    eager = _InLineFunction.apply(packed, kernels, bias, (6, 5), 0.5)
-    plain = plain_qkv(qkv, 2, (6, 5), 0.5, kernels, bias)
-    torch.testing.assert_close(plain, eager, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize('name', list(FAMILIES))

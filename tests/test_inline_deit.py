@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import golden_args, golden_model, golden_run, rel_err
+from support import stir
 
 from inline_mm.models import CheckpointError, InLinePVT, InLineSwin, convert_official
 from inline_mm.models.inline_deit import (InLineAttentionWithClsToken, InLineDeiT,
@@ -68,17 +69,10 @@ def reference_cls_attention(attn, x, hw):
     return attn.proj(out)
 
 
-def _stir(module, gain=3.0):
-    with torch.no_grad():
-        for p in module.parameters():
-            std = gain / (p[0].numel() ** 0.5) if p.dim() > 1 else gain / 10
-            p.copy_(torch.randn_like(p) * std)
-    return module
-
-
+@pytest.mark.parametrize('impl', ['kernel', 'plain'])
 @pytest.mark.parametrize('b,h,w,c,heads', [(2, 7, 11, 48, 3), (1, 1, 5, 32, 2), (3, 4, 4, 16, 1)])
-def test_cls_attention_matches_official_formula(b, h, w, c, heads):
-    attn = _stir(InLineAttentionWithClsToken(c, heads))
+def test_cls_attention_matches_official_formula(b, h, w, c, heads, impl):
+    attn = stir(InLineAttentionWithClsToken(c, heads, impl=impl))
     x = torch.randn(b, 1 + h * w, c, requires_grad=True)
     ours, ref = attn(x, (h, w)), reference_cls_attention(attn, x, (h, w))
     assert rel_err(ours, ref) <= 1e-5
@@ -234,9 +228,9 @@ def test_default_init_is_finite_and_random():
 
 
 def test_flops_count_every_product_of_the_attention():
-    """The dispatcher-level counter (tools/analysis_tools/get_flops.py) sees the linear attention's
-    products inside the autograd function and the per-sample local convolution: at 224
-    the backbone is exactly its analytic MAC count (the paper's 1.1 G for InLine-DeiT-T)."""
+    """The dispatcher-level counter (tools/analysis_tools/get_flops.py) counts the plain
+    form: the linear attention's products and the batched local convolution; at 224 the
+    backbone is exactly its analytic MAC count (the paper's 1.1 G for InLine-DeiT-T)."""
     from inline_mm.analysis import count_macs
     model = InLineDeiT(arch='tiny', out_indices=(11,)).eval()
     c, heads, hw = 192, 6, 14 * 14
@@ -245,7 +239,9 @@ def test_flops_count_every_product_of_the_attention():
                  + 2 * heads * n * d * d     # K^T V and Q (K^T V)
                  + heads * d * d             # mean(K)^T mean(V)
                  + 9 * hw * c                # predicted depthwise 3x3 on the patch map
-                 + 10 * c * d)               # the kernel predictor's two grouped 1x1 convs
+                 + 10 * c * d                # the kernel predictor's two grouped 1x1 convs
+                 + n * c)                    # the token mean (per-token weights: the plain
+    #                                          form masks whatever the images' sizes are)
     expected = 12 * per_block + hw * c * 3 * 16 * 16
     _, cx = count_macs(model, lambda: model(torch.randn(1, 3, 224, 224)))
     assert cx.macs == expected

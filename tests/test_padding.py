@@ -199,12 +199,15 @@ def test_no_padding_at_all_takes_the_plain_path():
 
 
 def test_the_path_follows_the_device_unless_chosen():
-    from inline_mm.models.padding import use_batched
-    assert not use_batched(None, torch.device('cpu'))
-    assert use_batched(None, torch.device('cuda'))          # no device needed to decide
-    assert use_batched(True, torch.device('cpu')) and not use_batched(False, torch.device('cuda'))
+    from inline_mm.models.padding import resolve_impl
+    assert resolve_impl('auto', torch.device('cpu')) == 'kernel'
+    assert resolve_impl('auto', torch.device('cuda')) == 'plain'   # no device needed to decide
+    assert resolve_impl('plain', torch.device('cpu')) == 'plain'
+    assert resolve_impl('kernel', torch.device('cuda')) == 'kernel'
     with pytest.raises(ValueError, match='batched must be None'):
         build('InLineSwin', batched='yes')
+    with pytest.raises(ValueError, match="impl='fast'"):
+        build('InLineSwin', impl='fast')
 
 
 # ------------------------------------------------------------------ reading the padding
@@ -304,9 +307,10 @@ def test_attention_with_counts_matches_each_image_alone_forward_and_backward(pat
 
 @pytest.mark.parametrize('path', PATHS)
 def test_attend_leaves_the_callers_qkv_as_it_was(path):
-    """attend() makes the zeros outside each image in a buffer of its own (the caller's
-    qkv is read, not written) and gives what forward() gives, which zeroes its own
-    projection output in place: outputs and gradients alike, class token included."""
+    """attend() (the plain form on a projection output) reads the caller's qkv without
+    writing it and gives each image what forward() gives it (the kernel on the per-sample
+    map): outputs and gradients alike, class token included. Tokens outside an image are
+    not defined."""
     torch.manual_seed(0)
     hw, sizes = (9, 11), [(9, 11), (5, 7), (3, 11)]
     for prefix in (0, 1):
@@ -315,9 +319,9 @@ def test_attend_leaves_the_callers_qkv_as_it_was(path):
         x = torch.randn(3, prefix + 99, 32, requires_grad=True)
         qkv = attn.qkv(x)
         before = qkv.detach().clone()
-        out = attn.proj(attn.attend(qkv, hw, valid.mean(x), valid))
+        out = valid.zero(attn.proj(attn.attend(qkv, hw, valid.mean(x), valid)))
         assert torch.equal(qkv.detach(), before)
-        ref = attn(x, hw, valid=valid)
+        ref = valid.zero(attn(x, hw, valid=valid))
         assert rel_err(out, ref) < TOL
         w = torch.randn_like(out)
         params = [x] + list(attn.parameters())

@@ -15,11 +15,11 @@ import torch._dynamo
 import torch._dynamo.testing
 from conftest import rel_err
 from support import (assert_compiled_matches, fx_trace_matching, padded_canvas, quiet_tracer,
-                     smoke_backbone)
+                     smoke_backbone, stir)
 
+from benchmarks.reference import local_residual as reference_local_residual
 from inline_mm.models import FAMILIES, InLineAttention, InLineSwin, load_pretrained
-from inline_mm.models.inline_function import (LINEAR_EPS, guard_denominator,
-                                              reference_local_residual, plain_qkv)
+from inline_mm.models.inline_function import LINEAR_EPS, guard_denominator, plain_qkv
 from inline_mm.models.layers import window_merge, window_partition
 
 NAMES = list(FAMILIES)
@@ -27,14 +27,9 @@ KERNELS = ['identity', 'relu', 'leakyrelu', 'exp']
 TOL = 1e-5
 
 
-def _stir(module, gain=2.0):
+def _stir(module):
     """Random weights and biases strong enough that every term shows."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in module.parameters():
-            std = gain / (p[0].numel() ** 0.5) if p.dim() > 1 else gain / 10
-            p.copy_(torch.randn_like(p) * std)
-    return module
+    return stir(module, gain=2.0, seed=0)
 
 
 def build(name, **kw):
@@ -254,7 +249,7 @@ def test_per_stage_configuration_shows_in_the_built_modules():
     assert model.inline_options == [dict(attention='linear'), {},
                                     dict(kernel='exp', window_size=2), {}]
     plain = build('InLineSwin')
-    assert all(m.extra_repr() == f'dim={m.dim}, num_heads={m.num_heads}'
+    assert all(m.extra_repr() == f"dim={m.dim}, num_heads={m.num_heads}, impl='auto'"
                for m in inline_modules(plain))
     deit = build('InLineDeiT', inline_cfg=[None] * 11 + [dict(local_residual=False)])
     assert [b.attn.local_residual for b in deit.blocks] == [True] * 11 + [False]

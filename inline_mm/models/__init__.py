@@ -9,7 +9,7 @@ from .checkpoint import CheckpointError, load_pretrained, read_checkpoint, save_
 from .families import FAMILIES, Family, convert_official, detect_family, get_family
 from .inline_cswin import InLineCSwin
 from .inline_deit import InLineDeiT
-from .inline_function import inline_attention, local_residual, reference_attention
+from .inline_function import inline_attention, local_residual
 from .inline_pvt import InLinePVT
 from .inline_swin import InLineSwin, WindowAttention
 from .registry import register_backbones, register_lazy
@@ -32,5 +32,5 @@ __all__ = ['InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT', 'InLineBackbo
            'Family',
            'get_family', 'detect_family', 'convert_official', 'CheckpointError',
            'read_checkpoint', 'load_pretrained', 'save_converted', 'InLineAttention',
-           'WindowAttention', 'inline_attention',
-           'local_residual', 'reference_attention', 'REGISTERED_IN', 'SimpleFPN', 'LayerNorm2d']
+           'WindowAttention', 'inline_attention', 'local_residual', 'REGISTERED_IN',
+           'SimpleFPN', 'LayerNorm2d']

@@ -13,9 +13,10 @@ The contract (written here once; the family files refer to it):
   get alone. ``valid.is_padded`` False (:data:`.padding.NO_PADDING`) is the plain
   path. Tokens outside an image may be anything finite on the way in, and their
   outputs are ignored; the caller's tensors are never written;
-* an attention that can run on a projection made elsewhere (InLine-CSwin keeps qkv
-  in its block) also offers ``attend(qkv, hw, token_mean=None, valid=None)`` on the
-  ``(B, N, 3C)`` projection output;
+* an attention that runs on a projection made elsewhere (InLine-CSwin's stripes: the
+  block keeps qkv) offers ``attend(qkv, hw, token_mean=None, valid=None)`` on the
+  ``(B, N, 3C)`` projection output; InLine attention without a projection of its own
+  takes the block's as ``projection=`` (the kernel folds it in);
 * a family maps its block types (:data:`INLINE`, :data:`SOFTMAX`) to classes in a
   table named ``ATTENTION_TYPES``.
 
@@ -23,20 +24,23 @@ InLine attentions carry the paper's switches (:data:`INLINE_OPTIONS`: ``attentio
 ``kernel``, ``local_residual``, ``window_size``), set per stage by a backbone's
 ``inline_cfg`` (:func:`.base.parse_inline_cfg`); the defaults are the released model.
 
-The formula itself, with its kernels and references, is :mod:`.inline_function`.
+Which form of the formula runs is the ``impl`` option (:func:`.padding.resolve_impl`):
+the same code runs whether or not a hook, a profiler or a dispatch mode watches. The
+formula itself is :mod:`.inline_function`. Attention maps read a call through
+:attr:`InLineAttention.record` (:class:`AttentionCall`).
 """
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .inline_function import (KERNELS, apply_kernel, inline_folded, inline_qkv, is_exporting,
-                              plain_qkv)
+from .inline_function import KERNELS, apply_kernel, inline_kernel, plain_qkv
 from .layers import crop, round_up, symbolic, window_merge, window_partition
-from .padding import NO_PADDING, ValidMap, batched_path
+from .padding import NO_PADDING, ValidMap, check_impl, runs_plain
 
-__all__ = ['INLINE', 'SOFTMAX', 'InLineAttention', 'INLINE_OPTIONS', 'check_inline_options']
+__all__ = ['INLINE', 'SOFTMAX', 'InLineAttention', 'AttentionCall', 'INLINE_OPTIONS',
+           'check_inline_options']
 
 #: the two block types of ``stage_types``
 INLINE, SOFTMAX = 'inline', 'softmax'
@@ -85,6 +89,30 @@ def check_inline_options(options: Optional[dict], where: str = 'inline_cfg',
     return out
 
 
+class AttentionCall(NamedTuple):
+    """One call of an :class:`InLineAttention`, kept in ``last_call`` while its
+    ``record`` is on: what :mod:`inline_mm.attention_maps` reads (the same on either
+    ``impl``; nothing is copied)."""
+
+    #: ``(B, N, C)`` the attention's input
+    x: torch.Tensor
+    #: the qkv projection it applied (its own, or the block's)
+    projection: nn.Linear
+    #: the map size ``(H, W)``
+    hw: Tuple[int, int]
+    #: ``(B, C)`` the mean its local kernels were predicted from (None without them)
+    token_mean: Optional[torch.Tensor]
+    #: each image's region of the map
+    valid: ValidMap
+    #: ``(B, N, C)`` the attention's output before dropout and the output projection
+    output: torch.Tensor
+
+    def qkv(self) -> torch.Tensor:
+        """``(B, N, 3C)`` the raw projection output (before any kernel phi)."""
+        with torch.no_grad():
+            return self.projection(self.x)
+
+
 class InLineAttention(nn.Module):
     """InLine attention over a whole ``H x W`` token map (Han et al., NeurIPS 2024,
     arXiv 2412.06590), with the paper's switches.
@@ -97,8 +125,8 @@ class InLineAttention(nn.Module):
         num_heads (int): Heads; must divide ``dim``.
         qkv_bias (bool): Bias of the qkv projection. Default: True.
         proj (bool): Whether to own the qkv and output projections. InLine-CSwin
-            keeps them in the block (shared by its branches) and calls
-            :meth:`attend`. Default: True.
+            keeps them in the block (shared by its branches) and passes its qkv as
+            ``projection``. Default: True.
         lepe (bool): Add InLine-CSwin's depthwise 3x3 LePE of V. Default: False.
         num_prefix_tokens (int): Tokens before the ``H x W`` map (InLine-DeiT's class
             token): in the linear term, outside the local one. Default: 0.
@@ -122,17 +150,23 @@ class InLineAttention(nn.Module):
             window its own token set: means, statistics, the token mean the local
             kernels are predicted from, and the local term (zero padding at the window
             border). None: global. Default: None.
+        impl (str, optional): ``'auto'`` (the kernel on the CPU, the plain form elsewhere),
+            ``'plain'`` or ``'kernel'`` (:func:`.padding.resolve_impl`); None:
+            ``$INLINE_MM_IMPL``, else ``'auto'``. In a backbone the backbone's ``impl``
+            sets it. Default: None.
 
-    The batched path (:mod:`.padding`) computes every setting with the plain form
-    (:func:`.inline_function.plain_qkv`); the per-sample path computes InLine attention
-    (any kernel, on ``phi(q), phi(k), v``) with the hand-written kernel and linear
-    attention and windows with the plain form.
+    The kernel (:func:`.inline_function.inline_kernel`, which folds the qkv projection in)
+    runs the released blocks (InLine attention, identity kernel, global, no autocast) where
+    ``impl`` resolves to ``'kernel'``; every other setting and ``impl`` run the plain form
+    (:func:`.inline_function.plain_qkv`). So a forward hook on ``qkv`` fires on the plain
+    form only (the kernel reads its weights); :attr:`record` works on both.
     """
 
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, proj: bool = True,
                  lepe: bool = False, num_prefix_tokens: int = 0, attn_drop: float = 0.,
                  proj_drop: float = 0., attention: str = 'inline', kernel: str = 'identity',
-                 local_residual: bool = True, window_size: Optional[int] = None):
+                 local_residual: bool = True, window_size: Optional[int] = None,
+                 impl: Optional[str] = None):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f'dim ({dim}) must be divisible by num_heads ({num_heads})')
@@ -151,6 +185,10 @@ class InLineAttention(nn.Module):
         self.kernel = options['kernel']
         self.local_residual = options['local_residual']
         self.window_size = options['window_size']
+        self.impl = check_impl(impl)
+        #: when True, each call is kept in :attr:`last_call` (:class:`AttentionCall`)
+        self.record = False
+        self.last_call: Optional[AttentionCall] = None
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias) if proj else None
         # Predicts a 3x3 depthwise kernel per channel from the token mean.
         self.residual = nn.Sequential(
@@ -167,7 +205,7 @@ class InLineAttention(nn.Module):
         prefix = f', num_prefix_tokens={self.num_prefix_tokens}' if self.num_prefix_tokens else ''
         switches = ''.join(f', {k}={getattr(self, k)!r}' for k, v in INLINE_OPTIONS.items()
                            if getattr(self, k) != v)
-        return f'dim={self.dim}, num_heads={self.num_heads}{prefix}{switches}'
+        return f'dim={self.dim}, num_heads={self.num_heads}{prefix}{switches}, impl={self.impl!r}'
 
     def phi(self, t: torch.Tensor) -> torch.Tensor:
         """The kernel applied to queries and keys (the identity returns ``t``)."""
@@ -181,26 +219,6 @@ class InLineAttention(nn.Module):
         b = token_mean.shape[0]
         return self.residual(token_mean.unsqueeze(-1)).reshape(b, self.dim, 3, 3)
 
-    def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],
-               token_mean: Optional[torch.Tensor] = None,
-               valid: ValidMap = NO_PADDING) -> torch.Tensor:
-        """Attention from precomputed ``qkv`` ``(B, N, 3C)``; returns ``(B, N, C)``
-        before the projection.
-
-        Args:
-            qkv (Tensor): ``(B, N, 3C)`` queries, keys, values (in that order along
-                the last axis, heads contiguous within each, before the kernel phi),
-                ``N = num_prefix_tokens + H * W``. Not written.
-            hw (tuple[int, int]): The map size.
-            token_mean (Tensor): ``(B, C)`` mean the local kernels are predicted from
-                (required with the local residual: it cannot be recovered from
-                ``qkv``); with ``window_size``, ``(B, nW, C)``, each window's mean
-                (windows row-major, :meth:`window_means`).
-            valid (ValidMap): Each image's region of a padded batch (see the module
-                docstring); the caller takes ``token_mean`` over it too.
-        """
-        return self._attend(qkv, hw, token_mean, valid)
-
     def _local_kernels(self, b: int, token_mean: Optional[torch.Tensor]):
         """The local term's ``(B, C, 3, 3)`` kernels (or None) and its bias (LePE's)."""
         kernels = self.predict_kernels(token_mean) if self.local_residual else None
@@ -212,50 +230,43 @@ class InLineAttention(nn.Module):
             bias = self.lepe.bias
         return kernels, bias
 
-    def _folds(self, x: torch.Tensor, valid: ValidMap) -> bool:
-        """Whether :meth:`forward` folds its ``qkv`` projection into the kernel
-        (:func:`.inline_function.inline_folded`): InLine attention, identity kernel,
-        global, on the per-sample path, in eager mode without autocast, with a plain
-        ``nn.Linear`` projection nobody watches (no hooks, no dispatch mode such as a MAC
-        counter, ``_attend`` not wrapped: :func:`inline_mm.attention_maps.capture_attention`
-        reads the projection output, so a wrapped ``_attend`` takes the unfolded path)."""
-        qkv = self.qkv
+    def uses_kernel(self, x: torch.Tensor, valid: ValidMap = NO_PADDING,
+                    projection: Optional[nn.Module] = None) -> bool:
+        """Whether :meth:`forward` runs the kernel on ``x``: the released block's settings
+        (InLine attention, identity kernel, global), a plain ``nn.Linear`` projection of
+        ``x``'s dtype, no autocast, and ``impl`` resolving to ``'kernel'`` for ``valid``'s
+        map on ``x``'s device (:func:`.padding.runs_plain`). Configuration only: nothing
+        that watches the model changes it."""
+        projection = self.qkv if projection is None else projection
         return (self.attention == 'inline' and self.kernel == 'identity'
-                and self.window_size is None and type(qkv) is nn.Linear
-                and '_attend' not in vars(self)
-                and not (qkv._forward_hooks or qkv._forward_pre_hooks
-                         or nn.modules.module._global_forward_hooks
-                         or nn.modules.module._global_forward_pre_hooks)
-                and x.dim() == 3 and x.dtype == qkv.weight.dtype
-                and not torch.is_autocast_enabled(x.device.type)
-                and not is_exporting() and not batched_path(valid, x.device)
-                and torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FUNCTIONAL) is None
-                and not torch.utils._python_dispatch._get_current_dispatch_mode())
+                and self.window_size is None and type(projection) is nn.Linear
+                and x.dtype == projection.weight.dtype
+                and not runs_plain(valid, self.impl, x.device)
+                and not torch.is_autocast_enabled(x.device.type))
 
-    def _attend(self, qkv, hw, token_mean, valid) -> torch.Tensor:
+    def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],
+               token_mean: Optional[torch.Tensor] = None,
+               valid: ValidMap = NO_PADDING) -> torch.Tensor:
+        """The attention (after its dropout, before any output projection) of a projection
+        output made elsewhere, ``qkv`` ``(B, N, 3C)`` (queries, keys, values, heads
+        contiguous within each, before phi; not written), in the plain form: the kernel
+        needs the projection's input. ``token_mean``: ``(B, C)`` (``(B, nW, C)`` with
+        ``window_size``, :meth:`window_means`), required with the local residual."""
         if token_mean is None and self.local_residual:
             raise ValueError(f'{type(self).__name__}.attend needs the (B, C) token mean the '
                              'local kernels are predicted from')
         if qkv.shape[-1] != 3 * self.dim:
             raise ValueError(f'qkv has {qkv.shape[-1]} channels, expected 3 * {self.dim}')
+        return self.attn_drop(self._plain(qkv, hw, token_mean, valid))
+
+    def _plain(self, qkv: torch.Tensor, hw: Tuple[int, int], token_mean: Optional[torch.Tensor],
+               valid: ValidMap) -> torch.Tensor:
         if self.window_size is not None:
-            return self.attn_drop(self._attend_windows(qkv, hw, token_mean, valid))
+            return self._attend_windows(qkv, hw, token_mean, valid)
         kernels, bias = self._local_kernels(qkv.shape[0], token_mean)
-        if self.attention == 'linear' or batched_path(valid, qkv.device):
-            out = plain_qkv(qkv, self.num_heads, hw, self.scale, kernels, bias,
-                            self.num_prefix_tokens, valid.mask, valid.counts,
-                            self.attention, self.kernel)
-        else:
-            if self.kernel != 'identity':
-                c = self.dim
-                # A new projection output of phi(q), phi(k), v (the caller's stays as it
-                # was), zero outside the images after phi: phi of a finite value there
-                # may be inf (exp), and the outputs and the statistics must stay finite.
-                qkv = torch.cat([self.phi(qkv[..., :2 * c]), qkv[..., 2 * c:]], dim=-1)
-                qkv = valid.zero_(qkv)
-            out = inline_qkv(qkv, self.num_heads, hw, self.scale, kernels, bias,
-                             self.num_prefix_tokens, valid)
-        return self.attn_drop(out)
+        return plain_qkv(qkv, self.num_heads, hw, self.scale, kernels, bias,
+                         self.num_prefix_tokens, valid.mask, valid.counts, self.attention,
+                         self.kernel)
 
     # ------------------------------------------------------------------ windows
     def window_layout(self, hw: Tuple[int, int]) -> Tuple[int, int, int, int]:
@@ -336,26 +347,27 @@ class InLineAttention(nn.Module):
         return crop(out, h, w).reshape(b, n, self.dim)
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
-                token_mean: Optional[torch.Tensor] = None,
-                valid: ValidMap = NO_PADDING) -> torch.Tensor:
-        """The call of the module docstring; ``token_mean`` defaults to the mean of
-        ``x`` over each image's tokens (prefix included; InLine-CSwin passes the block
-        input's mean to :meth:`attend` instead), with ``window_size`` to each window's
-        (:meth:`window_means`)."""
-        if self.qkv is None:
-            raise RuntimeError('InLineAttention(proj=False) has no projections: call '
-                               'attend(qkv, hw, token_mean) with the block\'s qkv')
+                token_mean: Optional[torch.Tensor] = None, valid: ValidMap = NO_PADDING,
+                projection: Optional[nn.Linear] = None) -> torch.Tensor:
+        """The call of the module docstring; ``token_mean`` defaults to the mean of ``x``
+        over each image's tokens (prefix included; InLine-CSwin passes the block input's),
+        with ``window_size`` to each window's (:meth:`window_means`); ``projection``: the
+        qkv projection of a module built with ``proj=False`` (InLine-CSwin's block keeps
+        it), which then returns its output before any output projection."""
+        projection = self.qkv if projection is None else projection
+        if projection is None:
+            raise RuntimeError('InLineAttention(proj=False) has no qkv projection: pass the '
+                               "block's as projection=")
         if token_mean is None and self.local_residual:
             token_mean = valid.mean(x) if self.window_size is None \
                 else self.window_means(x, hw, valid)
-        if self._folds(x, valid):
-            if token_mean is None and self.local_residual:
-                raise ValueError('InLineAttention needs the (B, C) token mean the local kernels '
-                                 'are predicted from')
+        if self.uses_kernel(x, valid, projection):
             kernels, bias = self._local_kernels(x.shape[0], token_mean)
-            out = self.attn_drop(inline_folded(x, self.qkv.weight, self.qkv.bias,
-                                               self.num_heads, hw, self.scale, kernels, bias,
-                                               self.num_prefix_tokens, valid))
+            out = inline_kernel(x, projection.weight, projection.bias, self.num_heads, hw,
+                                self.scale, kernels, bias, self.num_prefix_tokens, valid)
         else:
-            out = self._attend(self.qkv(x), hw, token_mean, valid)
-        return self.proj_drop(self.proj(out))
+            out = self._plain(projection(x), hw, token_mean, valid)
+        if self.record:
+            self.last_call = AttentionCall(x, projection, tuple(hw), token_mean, valid, out)
+        out = self.attn_drop(out)
+        return out if self.proj is None else self.proj_drop(self.proj(out))

@@ -14,6 +14,7 @@ What a "stage" is follows the family: a resolution stage of a pyramid (InLine-Sw
 -PVT, -CSwin), or one block of a plain ViT (``out_indices`` and ``frozen_stages``
 then count blocks).
 """
+import contextlib
 import re
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
@@ -40,16 +41,19 @@ except ModuleNotFoundError as e:  # timm-only installs (inline_mm.timm) have no 
                                "dict(type='Pretrained', checkpoint=...) or None is supported")
 from timm.layers import trunc_normal_
 
-from .attention import INLINE, INLINE_OPTIONS, SOFTMAX, check_inline_options
-from .checkpoint import check_layout, identify_family, load_pretrained
-from .inline_function import is_exporting
+from .attention import INLINE, INLINE_OPTIONS, SOFTMAX, InLineAttention, check_inline_options
+from .checkpoint import check_layout, identify_family, load_pretrained, print_log
 from .layers import to_nchw
 from .norm_act import norm_layer
-from .padding import NO_PADDING, ValidMap, detect_valid_sizes, use_batched
+from .padding import (NO_PADDING, ValidMap, check_impl, detect_valid_sizes, is_exporting,
+                      resolve_impl)
 from .tracing import is_fx_proxy, refuse_script, size_guard
 
 __all__ = ['InLineBackbone', 'parse_stage_types', 'parse_inline_cfg', 'check_out_indices',
-           'resolve_arch']
+           'resolve_arch', 'using_impl']
+
+#: the (backbone, impl, device type, path) choices logged so far (each once per process)
+_LOGGED = set()
 
 #: what :meth:`InLineBackbone.no_weight_decay` counts as a normalisation layer
 _NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm,
@@ -212,39 +216,88 @@ def padding_unaware(x: torch.Tensor, valid_sizes) -> torch.Tensor:
     return x
 
 
+@contextlib.contextmanager
+def using_impl(model: nn.Module, impl: str):
+    """Every InLine backbone and attention in ``model`` set to ``impl`` for the block, and
+    back after it: for tools that count or read what the formula computes (MACs count the
+    plain form; the kernel folds the projection into other products)."""
+    owners = [m for m in model.modules() if isinstance(m, (InLineBackbone, InLineAttention))]
+    before = [m.impl for m in owners]
+    try:
+        for m in owners:
+            m.impl = impl
+        yield model
+    finally:
+        for m, value in zip(owners, before):
+            m.impl = value
+
+
 # Under FX the sizes are not known while tracing: the checks are nodes run with the graph.
 torch.fx.wrap('check_input')
 torch.fx.wrap('padding_unaware')
 
 
 class InLineBackbone(BaseModule):
-    """Base of the InLine backbones: presets, output norms, frozen stages, ``with_cp``,
-    input checks and pretrained loading.
+    """Base of the InLine backbones: the arguments every family takes, presets, output
+    norms, frozen stages, ``with_cp``, ``impl``, input checks and pretrained loading.
 
-    A family's ``__init__`` resolves its preset (:meth:`resolve_arch`), calls this
-    ``__init__``, builds ``self.stages`` (or overrides :meth:`_stage_list`), each stage
-    with a ``with_cp`` attribute, and ends with :meth:`_finish_init`; it defines the
-    class attributes and methods listed in the module docstring.
+    A family's ``__init__`` takes its own arguments (its preset's and layout's) and
+    ``**kwargs``, resolves its preset (:meth:`resolve_arch`), calls this ``__init__``
+    with ``dims``, ``depths``, the arch name and ``**kwargs``, builds ``self.stages`` (or
+    overrides :meth:`_stage_list`) from the attributes set here, each stage with a
+    ``with_cp`` attribute, and ends with :meth:`_finish_init`; it defines the class
+    attributes and methods listed in the module docstring.
 
-    Args (the ones every family takes, documented here once):
-        out_indices (Sequence[int]): Stages whose outputs are returned.
-        frozen_stages (int): Freeze the stem (0) and stages ``< i``; -1 freezes nothing.
-        dims (Sequence[int]): Channels of every stage (of every block for a plain ViT).
-        depths (Sequence[int]): Blocks per stage (for the variant check).
-        arch_name (str): The preset, or ``'custom'`` (:func:`resolve_arch`).
+    Args (what every family takes, keyword only):
         in_channels (int): Input channels. Default: 3.
-        pad_aware (bool): Treat the zero padding of a batch as absent (see
-            :meth:`valid_map`). Default: True.
-        batched (bool, optional): The path of the forward (docs/padding.md, "Two
-            paths"): True, the batched plain-op path (no loop over the images, no host
-            read); False, the per-sample kernel; None, batched on every device but the
-            CPU. ``torch.compile`` always runs the batched path. Default: None.
+        qkv_bias (bool): Bias of the qkv projections. Default: True.
+        drop_rate (float): Dropout after projections (and position embeddings) and in
+            the MLPs. Default: 0.
+        attn_drop_rate (float): Attention dropout. Default: 0.
+        drop_path_rate (float, optional): Stochastic depth, rising linearly over the
+            blocks to this. Default: the family's (:attr:`default_drop_path_rate`).
+        out_indices (Sequence[int], optional): Stages (InLine-DeiT: blocks) whose
+            outputs are returned, each through its own output norm ``norm{i}`` where the
+            family has them. Default: the family's (:attr:`default_out_indices`; None:
+            every stage).
+        frozen_stages (int): Freeze the stem (0) and stages ``< i`` (with their output
+            norms); -1 freezes nothing. Default: -1.
+        with_cp (bool | Sequence[int]): Gradient checkpointing per block (non-reentrant)
+            while training: True for every stage, or the stages' indices. Default: False.
+        pad_aware (bool): Treat the zero padding of a batch as absent: every image gets
+            the features it gets alone (see :meth:`valid_map`); False computes over the
+            whole padded map. Default: True.
+        impl (str, optional): How InLine attention runs (docs/padding.md, "Two paths"):
+            ``'plain'``, plain tensor ops batched over the images (no loop over them, no
+            host read: the GPU path); ``'kernel'``, the per-sample kernel (faster on a
+            CPU); ``'auto'``, the kernel on the CPU and the plain form elsewhere, decided
+            from the input's device at each forward. ``torch.compile``, export and
+            tracing run the plain form. None: ``$INLINE_MM_IMPL``, else ``'auto'``.
+            Default: None.
+        batched (bool, optional): The older name of ``impl``: True is ``'plain'``,
+            False ``'kernel'``. Default: None.
+        inline_cfg (dict | Sequence, optional): The paper's switches of the InLine blocks
+            (``attention``, ``kernel``, ``local_residual``; InLine-Swin also
+            ``window_size``; see ``InLineAttention`` and docs/backbones.md): one dict for
+            every InLine block, or one entry (dict or None) per stage. None: the released
+            model. Default: None.
+        norm_cfg (dict, optional): Every LayerNorm, as mmdet's ``norm_cfg``:
+            ``dict(type='LN', eps=...)`` (without ``eps``, the released model's).
+            Default: None (the released model).
+        act_cfg (dict, optional): The MLPs' activation, e.g. ``dict(type='GELU')``
+            (``inline_mm.models.norm_act.ACT_LAYERS``; InLine's local-kernel predictor
+            keeps its GELU). Default: None (GELU).
         init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads
             an official ImageNet file, a state dict, an OpenMMLab checkpoint or a
             converted ``.safetensors``; extra keys: ``allow_pickle`` (bool, trust the
             file), ``checkpoint_key`` (e.g. ``'state_dict_ema'`` for the official EMA
             weights), ``min_match`` (fraction of tensors that must be found, default
             0.9). Other ``init_cfg`` go to mmengine. Default: None.
+
+    Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per image,
+    overrides reading the padding from ``x``):
+        tuple[Tensor]: ``(B, C_i, H_i, W_i)`` for each ``i`` in ``out_indices``, zero
+        outside each image's region.
     """
 
     #: arch name -> settings (``depths`` at least); set by every family.
@@ -266,12 +319,24 @@ class InLineBackbone(BaseModule):
     #: position tables. :meth:`no_weight_decay` lists the parameters they select.
     no_weight_decay_keys: Tuple[str, ...] = ('norm',)
 
-    def __init__(self, out_indices: Sequence[int], frozen_stages: int, dims: Sequence[int],
-                 depths: Sequence[int], arch_name: str, in_channels: int = 3,
-                 pad_aware: bool = True, init_cfg: Optional[dict] = None,
-                 batched: Optional[bool] = None):
+    #: ``drop_path_rate`` when none is given
+    default_drop_path_rate = 0.2
+    #: ``out_indices`` when none are given (None: every stage)
+    default_out_indices: Optional[Tuple[int, ...]] = None
+
+    def __init__(self, dims: Sequence[int], depths: Sequence[int], arch_name: str, *,
+                 in_channels: int = 3, qkv_bias: bool = True, drop_rate: float = 0.,
+                 attn_drop_rate: float = 0., drop_path_rate: Optional[float] = None,
+                 out_indices: Optional[Sequence[int]] = None, frozen_stages: int = -1,
+                 with_cp: Union[bool, Sequence[int]] = False, pad_aware: bool = True,
+                 impl: Optional[str] = None, batched: Optional[bool] = None,
+                 inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
+                 norm_cfg: Optional[dict] = None, act_cfg: Optional[dict] = None,
+                 init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         num_stages = len(dims)
+        if out_indices is None:
+            out_indices = self.default_out_indices or range(num_stages)
         self.out_indices = check_out_indices(out_indices, num_stages)
         if not -1 <= frozen_stages <= num_stages:
             raise ValueError(f'frozen_stages must be in -1..{num_stages}, got {frozen_stages}')
@@ -281,21 +346,88 @@ class InLineBackbone(BaseModule):
         self.depths = depths
         self.arch_name = arch_name
         self.in_channels = in_channels
+        self.qkv_bias, self.drop_rate, self.attn_drop_rate = qkv_bias, drop_rate, attn_drop_rate
+        self.drop_path_rate = self.default_drop_path_rate if drop_path_rate is None \
+            else drop_path_rate
         self.pad_aware = bool(pad_aware)
-        if batched not in (None, True, False):
-            raise ValueError(f'batched must be None (by device), True or False, got {batched!r}')
-        #: the forward's path: True batched, False per-sample, None by device (``valid_map``)
-        self.batched = batched
+        self._impl = check_impl(impl, batched)
+        self._with_cp_arg = with_cp
+        self.inline_cfg, self.norm_cfg, self.act_cfg = inline_cfg, norm_cfg, act_cfg
 
-    def _finish_init(self, with_cp: bool, output_norm_eps: Optional[float] = 1e-5,
-                     norm_cfg: Optional[dict] = None):
+    @classmethod
+    def arguments(cls) -> Dict[str, object]:
+        """Every argument the family takes, with its default: its own (its
+        ``__init__``'s) and those of this base."""
+        import inspect
+        out = {}
+        for fn in (cls.__init__, InLineBackbone.__init__):
+            own = fn is cls.__init__        # the base's positional ones are the family's job
+            for name, p in list(inspect.signature(fn).parameters.items())[1:]:
+                if p.kind is p.KEYWORD_ONLY or (own and p.kind is p.POSITIONAL_OR_KEYWORD):
+                    out.setdefault(name, p.default)
+        out['drop_path_rate'] = cls.default_drop_path_rate
+        out['out_indices'] = cls.default_out_indices
+        return out
+
+    def parse_inline_cfg(self, block_types: Sequence[Sequence[str]],
+                         window: bool = False) -> List[Dict]:
+        """:func:`parse_inline_cfg` of this backbone's ``inline_cfg``, kept as
+        ``self.inline_options`` (each stage's switches that differ from the released
+        model)."""
+        self.inline_options = parse_inline_cfg(self.inline_cfg, block_types,
+                                                type(self).__name__, window)
+        return self.inline_options
+
+    def _finish_init(self, output_norm_eps: Optional[float] = 1e-5):
         """The end of every family's ``__init__``: a LayerNorm ``norm{i}`` (eps
-        ``output_norm_eps``; None: none; ``norm_cfg`` as :func:`.norm_act.norm_layer`
-        takes it) for each output, ``with_cp`` on every stage, ``frozen_stages`` applied."""
+        ``output_norm_eps``; None: none; with ``norm_cfg``) for each output, ``with_cp``
+        on its stages, ``impl`` on every InLine attention, ``frozen_stages`` applied."""
         if output_norm_eps is not None:
-            self._add_output_norms(self.dims, output_norm_eps, norm_cfg)
-        self.with_cp = with_cp
+            self._add_output_norms(self.dims, output_norm_eps, self.norm_cfg)
+        self.with_cp = self._with_cp_arg
+        del self._with_cp_arg
+        self.impl = self._impl
         self._freeze_stages()
+
+    def extra_repr(self) -> str:
+        return f'arch={self.arch_name!r}, impl={self.impl!r}, with_cp={self.with_cp!r}'
+
+    @property
+    def impl(self) -> str:
+        """How InLine attention runs: ``'auto'``, ``'plain'`` or ``'kernel'`` (the
+        ``impl`` argument); setting it sets every InLine attention of the backbone."""
+        return self._impl
+
+    @impl.setter
+    def impl(self, value: str):
+        self._impl = check_impl(value)
+        for m in self.modules():
+            if isinstance(m, InLineAttention):
+                m.impl = self._impl
+
+    @property
+    def batched(self) -> Optional[bool]:
+        """The older name of :attr:`impl`: True (``'plain'``), False (``'kernel'``) or
+        None (``'auto'``)."""
+        return {'auto': None, 'plain': True, 'kernel': False}[self._impl]
+
+    @batched.setter
+    def batched(self, value: Optional[bool]):
+        self.impl = 'auto' if value is None else check_impl(None, value)
+
+    def resolve_impl(self, device: torch.device) -> str:
+        """``'plain'`` or ``'kernel'``: what :attr:`impl` runs on ``device`` now
+        (:func:`.padding.resolve_impl`); the first time a backbone class resolves a
+        choice on a device type, it is logged."""
+        path = resolve_impl(self._impl, device)
+        key = (type(self).__name__, self._impl, torch.device(device).type, path)
+        if key not in _LOGGED and not torch.compiler.is_compiling():
+            _LOGGED.add(key)
+            what = 'the per-sample kernel' if path == 'kernel' else 'the plain form'
+            print_log(f'{key[0]}: InLine attention runs {what} on {key[2]} (impl={self._impl!r}; '
+                      "set impl= or INLINE_MM_IMPL to 'auto', 'plain' or 'kernel')",
+                      logger='current')
+        return path
 
     @classmethod
     def resolve_arch(cls, arch: str, **overrides) -> dict:
@@ -371,21 +503,21 @@ class InLineBackbone(BaseModule):
 
     def valid_map(self, x: torch.Tensor, valid_sizes=None) -> ValidMap:
         """Each image's region of the padded batch ``x``, on the path this forward takes
-        (:attr:`batched`; :mod:`.padding`, "two paths").
+        (:meth:`resolve_impl`; :mod:`.padding`, "two paths").
 
         ``valid_sizes`` (one ``(h, w)`` per image, in input pixels) is taken as given;
         otherwise, when ``pad_aware``, the regions are read from the input: trailing
         rows and columns exactly zero in every channel are padding (what mmdet's and
         mmseg's data preprocessors write after normalisation). A region is widened to
         ``min_input_size`` per side (the smallest input the backbone runs) where the
-        image allows. On the batched path (and under ``torch.compile``) the sizes stay a
-        tensor on the device; on the per-sample path they are read to the host once, and
+        image allows. On the plain path (and under ``torch.compile``) the sizes stay a
+        tensor on the device; on the kernel path they are read to the host once, and
         a batch every image of which fills the map is :data:`.padding.NO_PADDING`.
         Tracing and ONNX export run without padding awareness (the reading is
         data-dependent; ``valid_sizes`` cannot be traced).
         """
         b, _, h, w = x.shape
-        batched = use_batched(self.batched, x.device)
+        batched = self.resolve_impl(x.device) == 'plain'
         floor_h, floor_w = min(self.min_input_size, h), min(self.min_input_size, w)
         if valid_sizes is not None:
             if is_exporting():
@@ -414,7 +546,7 @@ class InLineBackbone(BaseModule):
             sizes = torch.stack([sizes[:, 0].clamp_min(floor_h), sizes[:, 1].clamp_min(floor_w)], 1)
             return ValidMap((h, w), sizes, x.device)
         else:
-            sizes = detect_valid_sizes(x).tolist()       # the per-sample path's one host read
+            sizes = detect_valid_sizes(x).tolist()       # the kernel path's one host read
         sizes = [(max(vh, floor_h), max(vw, floor_w)) for vh, vw in sizes]
         if batched:
             return ValidMap((h, w), torch.tensor(sizes, device=x.device), x.device)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from timm.layers import DropPath, Mlp
 
 from .attention import INLINE, SOFTMAX, InLineAttention
-from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
+from .base import InLineBackbone, check_heads, parse_stage_types
 from .layers import (BlockStage, crop, drop_path_rates, pad_image, round_up, symbolic, to_nchw,
                      to_tokens, window_merge, window_partition)
 from .norm_act import act_layer, norm_layer
@@ -178,12 +178,13 @@ ATTENTION_TYPES = {INLINE: _inline_branches, SOFTMAX: _stripe_branches}
 
 
 class CSwinBlock(nn.Module):
-    """CSWin block: shared qkv and projection around one or two attention branches,
-    each called as ``branch.attend(qkv, hw, token_mean)`` on its share of the channels.
+    """CSWin block: shared qkv and projection around one or two attention branches.
 
-    ``'inline'`` blocks have one global InLine branch whose local kernels are
-    predicted from the block input's token mean (before ``norm1``, as in the
-    official code) and which adds the LePE term. ``'softmax'`` blocks have two
+    ``'inline'`` blocks have one global InLine branch over every channel, called on the
+    normalised tokens with the block's ``qkv`` as its projection; its local kernels are
+    predicted from the block input's token mean (before ``norm1``, as in the official
+    code) and it adds the LePE term. The stripe branches are called as
+    ``branch.attend(qkv, hw)`` on their share of the projection's channels. ``'softmax'`` blocks have two
     stripe branches (vertical and horizontal, half the channels and heads each),
     or, in the last stage, one global branch. ``inline_options`` (the paper's switches,
     ``InLineAttention``) go to the InLine branch; with ``local_residual=False`` its LePE
@@ -204,7 +205,7 @@ class CSwinBlock(nn.Module):
                                                               **(inline_options or {})))
         self.branch_dims = [a.dim for a in self.attns]
         # Only the predicted local kernels read the block input's mean.
-        self._needs_mean = getattr(self.attns[0], 'local_residual', True)
+        self._needs_mean = attn_type == INLINE and self.attns[0].local_residual
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(drop)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
@@ -215,12 +216,16 @@ class CSwinBlock(nn.Module):
     def forward(self, x: torch.Tensor, hw: Tuple[int, int],
                 valid: ValidMap = NO_PADDING) -> torch.Tensor:
         b, n, c = x.shape
-        qkv = self.qkv(self.norm1(x)).view(b, n, 3, c).split(self.branch_dims, dim=-1)
-        means = valid.mean(x).split(self.branch_dims, dim=-1) if self._needs_mean \
-            else [None] * len(self.attns)
-        y = [attn.attend(part.reshape(b, n, -1), hw, mean, valid)
-             for attn, part, mean in zip(self.attns, qkv, means)]
-        y = y[0] if len(y) == 1 else torch.cat(y, dim=-1)
+        if self.attn_type == INLINE:
+            # One branch over every channel: it takes the block's projection (the kernel
+            # folds it in) and the block input's mean.
+            mean = valid.mean(x) if self._needs_mean else None
+            y = self.attns[0](self.norm1(x), hw, mean, valid, projection=self.qkv)
+        else:
+            qkv = self.qkv(self.norm1(x)).view(b, n, 3, c).split(self.branch_dims, dim=-1)
+            y = [attn.attend(part.reshape(b, n, -1), hw, None, valid)
+                 for attn, part in zip(self.attns, qkv)]
+            y = y[0] if len(y) == 1 else torch.cat(y, dim=-1)
         x = x + self.drop_path(self.proj_drop(self.proj(y)))
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
@@ -294,50 +299,14 @@ class InLineCSwin(InLineBackbone):
             ``'softmax'`` for the whole stage, or a sequence with one type per block.
         split_sizes (Sequence[int]): Stripe width of the softmax blocks of every
             stage but the last (which is global). Default: (1, 2, 7).
-        in_channels (int): Input channels. Default: 3.
         mlp_ratio (float): MLP hidden / embedding channels. Default: 4.
-        qkv_bias (bool): Bias of the qkv projections. Default: True.
-        drop_rate (float): Dropout after projections and in the MLP. Default: 0.
-        attn_drop_rate (float): Attention dropout. Default: 0.
-        drop_path_rate (float): Stochastic depth, linearly increasing over blocks.
-            Default: 0.2.
-        out_indices (Sequence[int]): Stages whose outputs are returned, each through
-            its own LayerNorm ``norm{i}``; the official final ``norm`` initialises
-            the last one. Default: (0, 1, 2, 3).
-        frozen_stages (int): Freeze the stem (0) and stages ``< i`` (with their
-            output norms; a stage owns the merge in front of it); -1 freezes
-            nothing. Default: -1.
-        with_cp (bool | Sequence[int]): Gradient checkpointing per block
-            (non-reentrant) while training: True for every stage, or the
-            indices of the stages to checkpoint. Default: False.
-        pad_aware (bool): Treat the zero padding of a batch as absent: every image
-            gets the features it gets alone (see ``InLineBackbone.valid_map``).
-            False computes over the whole padded map. Default: True.
-        batched (bool, optional): The path of the forward (docs/padding.md, "Two
-            paths"): True, the batched plain-op path (no loop over the images, no host
-            read); False, the per-sample kernel; None, batched on every device but the
-            CPU. ``torch.compile`` always runs the batched path. Default: None.
-        inline_cfg (dict | Sequence, optional): The paper's switches of the InLine
-            blocks (``attention``, ``kernel``, ``local_residual``; see
-            ``InLineAttention`` and docs/backbones.md): one dict for every InLine block,
-            or one entry (dict or None) per stage. ``local_residual=False`` keeps the
-            LePE term (CSwin's positional term, which the softmax blocks have too);
-            ``window_size`` is InLine-Swin's only (ValueError here). None: the released
-            model. Default: None.
-        norm_cfg (dict, optional): Every LayerNorm, as mmdet's ``norm_cfg``:
-            ``dict(type='LN', eps=...)`` (without ``eps``: 1e-5, the released model's).
-            Default: None (the released model).
-        act_cfg (dict, optional): The MLPs' activation, e.g. ``dict(type='GELU')``
-            (``inline_mm.models.norm_act.ACT_LAYERS``; the InLine local-kernel predictor
-            keeps its GELU). Default: None (GELU).
-        init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
-            Default: None.
-
-    Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
-    image, overrides reading the padding from ``x``):
-        tuple[Tensor]: ``(B, C_i, H_i, W_i)`` for each ``i`` in ``out_indices``, with
-        ``H_i = ceil(H / 2**(i + 2))`` (likewise ``W_i``), zero outside each image's
-        region.
+        **kwargs: What every InLine backbone takes (``InLineBackbone``): ``out_indices``
+            (default: every stage; the official final ``norm`` initialises the last
+            output norm), ``frozen_stages`` (0 freezes the stem; a stage owns the merge in
+            front of it), ``with_cp``, ``drop_path_rate`` (default 0.2), ``impl``,
+            ``pad_aware``, ``inline_cfg`` (``local_residual=False`` keeps the LePE term,
+            CSwin's positional term), ``norm_cfg`` (eps 1e-5 without one), ``init_cfg``,
+            ... Outputs: ``H_i = ceil(H / 2**(i + 2))`` (likewise ``W_i``).
     """
 
     presets = ARCH_SETTINGS
@@ -347,20 +316,10 @@ class InLineCSwin(InLineBackbone):
                  depths: Optional[Sequence[int]] = None,
                  num_heads: Optional[Sequence[int]] = None,
                  stage_types: Optional[Sequence[Union[str, Sequence[str]]]] = None,
-                 split_sizes: Sequence[int] = (1, 2, 7), in_channels: int = 3,
-                 mlp_ratio: float = 4., qkv_bias: bool = True, drop_rate: float = 0.,
-                 attn_drop_rate: float = 0., drop_path_rate: float = 0.2,
-                 out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
-                 with_cp: bool = False, pad_aware: bool = True, batched: Optional[bool] = None,
-                 inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
-                 norm_cfg: Optional[dict] = None, act_cfg: Optional[dict] = None,
-                 init_cfg: Optional[dict] = None):
+                 split_sizes: Sequence[int] = (1, 2, 7), mlp_ratio: float = 4., **kwargs):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
                                 stage_types=stage_types)
-        embed_dims = cfg['embed_dims']
-        depths = cfg['depths']
-        num_heads = cfg['num_heads']
-        stage_types = cfg['stage_types']
+        embed_dims, depths, num_heads = cfg['embed_dims'], cfg['depths'], cfg['num_heads']
         split_sizes = tuple(split_sizes)
         n = len(depths)
         if len(num_heads) != n:
@@ -370,33 +329,31 @@ class InLineCSwin(InLineBackbone):
             raise ValueError(f'split_sizes {split_sizes} must give one positive stripe width '
                              f'for each of the first {n - 1} stages (the last stage is global)')
         dims = [embed_dims * 2 ** i for i in range(n)]
-        super().__init__(out_indices, frozen_stages, dims, depths, cfg['arch_name'], in_channels,
-                         pad_aware, init_cfg, batched=batched)
-        block_types = parse_stage_types(stage_types, depths)
+        super().__init__(dims, depths, cfg['arch_name'], **kwargs)
+        block_types = parse_stage_types(cfg['stage_types'], depths)
         check_heads(dims, num_heads)
         for i, h in enumerate(num_heads):
             if i < n - 1 and SOFTMAX in block_types[i] and h % 2:
                 raise ValueError(f'stage {i}: softmax blocks split the heads between two '
                                  f'stripe branches, so num_heads must be even (got {h})')
-        #: each stage's InLine switches (keys that differ from the released model)
-        self.inline_options = parse_inline_cfg(inline_cfg, block_types, type(self).__name__)
+        self.parse_inline_cfg(block_types)
         self.min_input_size = 2 ** (n + 1)
 
-        norm, act = norm_layer(norm_cfg, 1e-5), act_layer(act_cfg)
-        self.stem = ConvStem(in_channels, embed_dims, norm)
-        dpr = drop_path_rates(drop_path_rate, depths)
+        norm, act = norm_layer(self.norm_cfg, 1e-5), act_layer(self.act_cfg)
+        self.stem = ConvStem(self.in_channels, embed_dims, norm)
+        dpr = drop_path_rates(self.drop_path_rate, depths)
         self.stages = nn.ModuleList()
         for i, depth in enumerate(depths):
             last = i == n - 1
             blocks = [CSwinBlock(dims[i], num_heads[i], block_types[i][j],
-                                 None if last else split_sizes[i], last, mlp_ratio, qkv_bias,
-                                 drop_rate, attn_drop_rate, dpr[i][j],
+                                 None if last else split_sizes[i], last, mlp_ratio,
+                                 self.qkv_bias, self.drop_rate, self.attn_drop_rate, dpr[i][j],
                                  self.inline_options[i] if block_types[i][j] == INLINE else None,
                                  norm, act)
                       for j in range(depth)]
             merge = ConvMerge(dims[i - 1], dims[i], norm) if i else None
             self.stages.append(CSwinStage(merge, blocks))
-        self._finish_init(with_cp, norm_cfg=norm_cfg)
+        self._finish_init()
 
     def _stem_modules(self):
         return [self.stem]

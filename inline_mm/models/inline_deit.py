@@ -10,7 +10,7 @@ import torch.nn as nn
 from timm.layers import resample_abs_pos_embed, trunc_normal_
 
 from .attention import INLINE, InLineAttention
-from .base import InLineBackbone, parse_inline_cfg
+from .base import InLineBackbone
 from .checkpoint import CheckpointError
 from .layers import PatchEmbed, TransformerBlock, drop_path_rates, run_block, to_nchw
 from .norm_act import act_layer, norm_layer
@@ -114,52 +114,19 @@ class InLineDeiT(InLineBackbone):
         pretrain_img_size (int, optional): Image side the position table was trained
             at; its stored grid is ``pretrain_img_size // patch_size`` (224, 288 and
             448 for T, S, B, i.e. grids 14, 18 and 28).
-        in_channels (int): Input channels. Default: 3.
         patch_size (int): Patch side and stride. Default: 16.
         mlp_ratio (float): MLP hidden / embedding channels. Default: 4.
-        qkv_bias (bool): Bias of the qkv projections. Default: True.
-        drop_rate (float): Dropout after the position embedding, the projections and
-            in the MLP. Default: 0.
-        attn_drop_rate (float): Dropout of the attention output. Default: 0.
-        drop_path_rate (float): Stochastic depth, linearly increasing over blocks.
-            Default: 0.1.
-        out_indices (Sequence[int]): Blocks whose output patch tokens are returned,
-            each as a ``(B, C, ceil(H/16), ceil(W/16))`` map. Default: (2, 5, 8, 11).
         final_norm (bool): Apply the final LayerNorm ``norm`` (from the official
             checkpoint) to the last block's output. When False the module is not
             built. Default: True.
-        frozen_stages (int): Freeze the patch embedding, class token and position
-            table (0) and blocks ``< i`` (``i == depth`` also freezes ``norm``); -1
-            freezes nothing. Default: -1.
-        with_cp (bool | Sequence[int]): Gradient checkpointing per block
-            (non-reentrant) while training: True for every block, or the
-            indices of the blocks to checkpoint. Default: False.
-        pad_aware (bool): Treat the zero padding of a batch as absent: every image
-            gets the features it gets alone, position table included (resized to
-            each image's own grid; see ``InLineBackbone.valid_map``). False computes
-            over the whole padded map. Default: True.
-        batched (bool, optional): The path of the forward (docs/padding.md, "Two
-            paths"): True, the batched plain-op path (no loop over the images, no host
-            read); False, the per-sample kernel; None, batched on every device but the
-            CPU. ``torch.compile`` always runs the batched path. Default: None.
-        inline_cfg (dict | Sequence, optional): The paper's switches of the blocks
-            (``attention``, ``kernel``, ``local_residual``; see ``InLineAttention`` and
-            docs/backbones.md): one dict for every block, or one entry (dict or None)
-            per block (the "stages" of this family). ``window_size`` is InLine-Swin's
-            only (ValueError here). None: the released model. Default: None.
-        norm_cfg (dict, optional): Every LayerNorm, as mmseg's ViT ``norm_cfg``:
-            ``dict(type='LN', eps=...)`` (without ``eps``: 1e-6, the released model's).
-            Default: None (the released model).
-        act_cfg (dict, optional): The MLPs' activation, e.g. ``dict(type='GELU')``
-            (``inline_mm.models.norm_act.ACT_LAYERS``; the InLine local-kernel predictor
-            keeps its GELU). Default: None (GELU).
-        init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
-            Default: None.
-
-    Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
-    image, overrides reading the padding from ``x``):
-        tuple[Tensor]: ``(B, C, ceil(H / 16), ceil(W / 16))`` for each index in
-        ``out_indices``, in that order, zero outside each image's region.
+        **kwargs: What every InLine backbone takes (``InLineBackbone``), counting blocks
+            as stages: ``out_indices`` (default (2, 5, 8, 11); each a ``(B, C, ceil(H/16),
+            ceil(W/16))`` map of the block's patch tokens, no output norms),
+            ``frozen_stages`` (0 freezes the patch embedding, class token and position
+            table; ``depth`` also ``norm``), ``with_cp``, ``drop_path_rate`` (default
+            0.1), ``impl``, ``pad_aware`` (the position table resized to each image's own
+            grid), ``inline_cfg`` (one entry per block), ``norm_cfg`` (eps 1e-6 without
+            one), ``init_cfg``, ...
     """
 
     presets = ARCH_SETTINGS
@@ -168,18 +135,13 @@ class InLineDeiT(InLineBackbone):
     min_input_size = 16          # one patch (at the default patch size)
     stage_downsample = 1         # every block keeps the patch grid
     no_weight_decay_keys = ('norm', 'pos_embed', 'cls_token')
+    default_drop_path_rate = 0.1
+    default_out_indices = (2, 5, 8, 11)
 
     def __init__(self, arch: str = 'tiny', embed_dims: Optional[int] = None,
                  depth: Optional[int] = None, num_heads: Optional[int] = None,
-                 pretrain_img_size: Optional[int] = None, in_channels: int = 3,
-                 patch_size: int = 16, mlp_ratio: float = 4., qkv_bias: bool = True,
-                 drop_rate: float = 0., attn_drop_rate: float = 0.,
-                 drop_path_rate: float = 0.1, out_indices: Sequence[int] = (2, 5, 8, 11),
-                 final_norm: bool = True, frozen_stages: int = -1, with_cp: bool = False,
-                 pad_aware: bool = True, batched: Optional[bool] = None,
-                 inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
-                 norm_cfg: Optional[dict] = None, act_cfg: Optional[dict] = None,
-                 init_cfg: Optional[dict] = None):
+                 pretrain_img_size: Optional[int] = None, patch_size: int = 16,
+                 mlp_ratio: float = 4., final_norm: bool = True, **kwargs):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depth=depth, num_heads=num_heads,
                                 pretrain_img_size=pretrain_img_size)
         embed_dims, depth = cfg['embed_dims'], cfg['depth']
@@ -193,35 +155,33 @@ class InLineDeiT(InLineBackbone):
                              f'patch of {patch_size}')
         # The blocks are the base class's stages: dims are every block's channels, and
         # depths the one "stage" of blocks of the variant check.
-        super().__init__(out_indices, frozen_stages, [embed_dims] * depth, (depth,),
-                         cfg['arch_name'], in_channels, pad_aware, init_cfg, batched=batched)
+        super().__init__([embed_dims] * depth, (depth,), cfg['arch_name'], **kwargs)
         self.embed_dims = embed_dims
         self.depth = depth
         self.patch_size = patch_size
         self.min_input_size = patch_size
         self.final_norm = final_norm
         self.pos_grid = (pretrain_img_size // patch_size,) * 2
-        #: each block's InLine switches (keys that differ from the released model)
-        self.inline_options = parse_inline_cfg(inline_cfg, [[INLINE]] * depth,
-                                               type(self).__name__)
+        self.parse_inline_cfg([[INLINE]] * depth)
 
         # Official names: patch_embed.proj, cls_token, pos_embed, blocks.{i}, norm.
-        self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size, norm=False)
+        self.patch_embed = PatchEmbed(self.in_channels, embed_dims, patch_size, norm=False)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dims))
         self.pos_embed = nn.Parameter(
             torch.zeros(1, 1 + self.pos_grid[0] * self.pos_grid[1], embed_dims))
-        self.pos_drop = nn.Dropout(drop_rate)
-        norm, act = norm_layer(norm_cfg, NORM_EPS), act_layer(act_cfg)
-        (dpr,) = drop_path_rates(drop_path_rate, (depth,))
+        self.pos_drop = nn.Dropout(self.drop_rate)
+        norm, act = norm_layer(self.norm_cfg, NORM_EPS), act_layer(self.act_cfg)
+        (dpr,) = drop_path_rates(self.drop_path_rate, (depth,))
         # The official InLineBlock: a pre-norm block with InLine attention.
         self.blocks = nn.ModuleList(
             TransformerBlock(embed_dims, num_heads, INLINE, InLineAttentionWithClsToken,
-                             mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], NORM_EPS,
+                             mlp_ratio, self.qkv_bias, self.drop_rate, self.attn_drop_rate,
+                             dpr[i], NORM_EPS,
                              self.inline_options[i], norm_layer=norm, act_layer=act)
             for i in range(depth))
         if final_norm:
             self.norm = norm(embed_dims)
-        self._finish_init(with_cp, output_norm_eps=None)
+        self._finish_init(output_norm_eps=None)
 
     # The blocks are the "stages" of the base class: out_indices and frozen_stages
     # count blocks, and there are no per-output norms.

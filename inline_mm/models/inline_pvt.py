@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from timm.layers import trunc_normal_
 
 from .attention import INLINE, SOFTMAX, InLineAttention
-from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
+from .base import InLineBackbone, check_heads, parse_stage_types
 from .layers import (BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, symbolic,
                      to_nchw)
 from .norm_act import act_layer, norm_layer
@@ -195,59 +195,25 @@ class InLinePVT(InLineBackbone):
             ``'softmax'`` for the whole stage, or a sequence with one type per block.
         sr_ratios (Sequence[int]): Key/value spatial reduction of softmax blocks per
             stage (InLine blocks never reduce). Default: (8, 4, 2, 1).
-        in_channels (int): Input channels. Default: 3.
         patch_size (int): Stride of the first patch embedding (later ones: 2).
             Default: 4.
         pretrain_img_size (int): Image side the position tables were trained at;
             sets their stored grids (``pretrain_img_size // (patch_size * 2**i)``).
             Default: 224.
-        qkv_bias (bool): Bias of the q/k/v projections. Default: True.
-        drop_rate (float): Dropout after position embeddings, projections and in the
-            MLP. Default: 0.
-        attn_drop_rate (float): Attention dropout. Default: 0.
-        drop_path_rate (float): Stochastic depth, linearly increasing over blocks.
-            Default: 0.1.
-        out_indices (Sequence[int]): Stages whose outputs are returned, each through
-            its own LayerNorm ``norm{i}`` (eps 1e-6; all fresh, the official model has
-            no final norm). Default: (0, 1, 2, 3).
-        frozen_stages (int): Freeze the first patch and position embeddings (0) and
-            stages ``< i`` (with their output norms); -1 freezes nothing. Default: -1.
-        with_cp (bool | Sequence[int]): Gradient checkpointing per block
-            (non-reentrant) while training: True for every stage, or the
-            indices of the stages to checkpoint. Default: False.
-        pad_aware (bool): Treat the zero padding of a batch as absent: every image
-            gets the features it gets alone, position tables included (resized to
-            each image's own map; see ``InLineBackbone.valid_map``). False computes
-            over the whole padded map. Default: True.
-        batched (bool, optional): The path of the forward (docs/padding.md, "Two
-            paths"): True, the batched plain-op path (no loop over the images, no host
-            read); False, the per-sample kernel; None, batched on every device but the
-            CPU. ``torch.compile`` always runs the batched path. Default: None.
-        inline_cfg (dict | Sequence, optional): The paper's switches of the InLine
-            blocks (``attention``, ``kernel``, ``local_residual``; see
-            ``InLineAttention`` and docs/backbones.md): one dict for every InLine block,
-            or one entry (dict or None) per stage. ``window_size`` is InLine-Swin's
-            only (ValueError here). None: the released model. Default: None.
-        norm_cfg (dict, optional): Every LayerNorm, as mmdet's ``norm_cfg``:
-            ``dict(type='LN', eps=...)``; without ``eps`` each keeps the released
-            model's (1e-6 in blocks and output norms, 1e-5 in patch embeddings and
-            reductions). Default: None (the released model).
-        act_cfg (dict, optional): The MLPs' activation, e.g. ``dict(type='GELU')``
-            (``inline_mm.models.norm_act.ACT_LAYERS``; the InLine local-kernel predictor
-            keeps its GELU). Default: None (GELU).
-        init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
-            Default: None.
-
-    Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
-    image, overrides reading the padding from ``x``):
-        tuple[Tensor]: ``(B, C_i, H_i, W_i)`` for each ``i`` in ``out_indices``, with
-        ``H_i = ceil(H / (patch_size * 2**i))`` (likewise ``W_i``), zero outside each
-        image's region.
+        **kwargs: What every InLine backbone takes (``InLineBackbone``): ``out_indices``
+            (default: every stage; output norms eps 1e-6, all fresh: the official model
+            has no final norm), ``frozen_stages`` (0 freezes the first patch and position
+            embeddings), ``with_cp``, ``drop_path_rate`` (default 0.1), ``impl``,
+            ``pad_aware`` (position tables resized to each image's own map), ``inline_cfg``,
+            ``norm_cfg`` (without ``eps`` each norm keeps the released model's: 1e-6 in
+            blocks and output norms, 1e-5 in patch embeddings and reductions),
+            ``init_cfg``, ... Outputs: ``H_i = ceil(H / (patch_size * 2**i))``.
     """
 
     presets = ARCH_SETTINGS
     official_keys = OFFICIAL_KEYS
     official_final_norm = False     # the official PVT has no final norm
+    default_drop_path_rate = 0.1
     no_weight_decay_keys = ('norm', 'pos_embed')
 
     def __init__(self, arch: str = 'tiny', embed_dims: Optional[Sequence[int]] = None,
@@ -255,21 +221,12 @@ class InLinePVT(InLineBackbone):
                  num_heads: Optional[Sequence[int]] = None,
                  mlp_ratios: Optional[Sequence[float]] = None,
                  stage_types: Optional[Sequence[Union[str, Sequence[str]]]] = None,
-                 sr_ratios: Sequence[int] = (8, 4, 2, 1), in_channels: int = 3,
-                 patch_size: int = 4, pretrain_img_size: int = 224, qkv_bias: bool = True,
-                 drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.1,
-                 out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
-                 with_cp: bool = False, pad_aware: bool = True, batched: Optional[bool] = None,
-                 inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
-                 norm_cfg: Optional[dict] = None, act_cfg: Optional[dict] = None,
-                 init_cfg: Optional[dict] = None):
+                 sr_ratios: Sequence[int] = (8, 4, 2, 1), patch_size: int = 4,
+                 pretrain_img_size: int = 224, **kwargs):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
                                 mlp_ratios=mlp_ratios, stage_types=stage_types)
-        embed_dims = cfg['embed_dims']
-        depths = cfg['depths']
-        num_heads = cfg['num_heads']
-        mlp_ratios = cfg['mlp_ratios']
-        stage_types = cfg['stage_types']
+        embed_dims, depths, num_heads = cfg['embed_dims'], cfg['depths'], cfg['num_heads']
+        mlp_ratios, stage_types = cfg['mlp_ratios'], cfg['stage_types']
         sr_ratios = tuple(sr_ratios)
         n = len(depths)
         for name, value in (('embed_dims', embed_dims), ('num_heads', num_heads),
@@ -279,34 +236,32 @@ class InLinePVT(InLineBackbone):
                                  f'(depths={depths})')
         if any(r < 1 for r in sr_ratios):
             raise ValueError(f'sr_ratios {sr_ratios} must be >= 1')
-        super().__init__(out_indices, frozen_stages, embed_dims, depths, cfg['arch_name'],
-                         in_channels, pad_aware, init_cfg, batched=batched)
+        super().__init__(embed_dims, depths, cfg['arch_name'], **kwargs)
         block_types = parse_stage_types(stage_types, depths)
         check_heads(embed_dims, num_heads)
-        #: each stage's InLine switches (keys that differ from the released model)
-        self.inline_options = parse_inline_cfg(inline_cfg, block_types, type(self).__name__)
+        self.parse_inline_cfg(block_types)
         self.min_input_size = patch_size * 2 ** (n - 1)
 
         # The released model: LayerNorm eps 1e-6 in the blocks, 1e-5 in patch embeddings
         # and reductions; a norm_cfg with eps sets them all.
-        block_norm, norm = norm_layer(norm_cfg, BLOCK_NORM_EPS), norm_layer(norm_cfg, 1e-5)
-        act = act_layer(act_cfg)
-        dpr = drop_path_rates(drop_path_rate, depths)
+        block_norm = norm_layer(self.norm_cfg, BLOCK_NORM_EPS)
+        norm, act = norm_layer(self.norm_cfg, 1e-5), act_layer(self.act_cfg)
+        dpr = drop_path_rates(self.drop_path_rate, depths)
         self.stages = nn.ModuleList()
         for i, depth in enumerate(depths):
             stride = patch_size if i == 0 else 2
             grid = pretrain_img_size // (patch_size * 2 ** i)
             blocks = [TransformerBlock(
-                embed_dims[i], num_heads[i], t, ATTENTION_TYPES[t], mlp_ratios[i], qkv_bias,
-                drop_rate, attn_drop_rate, dpr[i][j], BLOCK_NORM_EPS,
+                embed_dims[i], num_heads[i], t, ATTENTION_TYPES[t], mlp_ratios[i], self.qkv_bias,
+                self.drop_rate, self.attn_drop_rate, dpr[i][j], BLOCK_NORM_EPS,
                 dict(sr_ratio=sr_ratios[i], norm_layer=norm) if t == SOFTMAX
                 else self.inline_options[i], norm_layer=block_norm, act_layer=act)
                 for j, t in enumerate(block_types[i])]
             self.stages.append(PVTStage(
-                PatchEmbed(in_channels if i == 0 else embed_dims[i - 1], embed_dims[i], stride,
-                           norm_layer=norm),
-                PositionEmbedding(embed_dims[i], (grid, grid)), drop_rate, blocks))
-        self._finish_init(with_cp, output_norm_eps=BLOCK_NORM_EPS, norm_cfg=norm_cfg)
+                PatchEmbed(self.in_channels if i == 0 else embed_dims[i - 1], embed_dims[i],
+                           stride, norm_layer=norm),
+                PositionEmbedding(embed_dims[i], (grid, grid)), self.drop_rate, blocks))
+        self._finish_init(output_norm_eps=BLOCK_NORM_EPS)
 
     def _stem_modules(self):
         return [self.stages[0].patch_embed, self.stages[0].pos_embed]

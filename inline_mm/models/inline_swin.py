@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from timm.layers import trunc_normal_
 
 from .attention import INLINE, SOFTMAX, InLineAttention
-from .base import InLineBackbone, check_heads, parse_inline_cfg, parse_stage_types
+from .base import InLineBackbone, check_heads, parse_stage_types
 from .checkpoint import print_log
 from .norm_act import act_layer, norm_layer
 from .layers import (BlockStage, PatchEmbed, TransformerBlock, crop, drop_path_rates,
@@ -316,48 +316,14 @@ class InLineSwin(InLineBackbone):
             ``'softmax'`` for the whole stage, or a sequence with one type per block
             (InLine-Swin-B's stage 3 is ``('inline',) * 2 + ('softmax',) * 16``).
             In a stage, odd-numbered softmax blocks shift their windows.
-        in_channels (int): Input channels. Default: 3.
         patch_size (int): Patch embedding stride. Default: 4.
         window_size (int): Window side of softmax blocks. Default: 7.
         mlp_ratio (float): MLP hidden / embedding channels. Default: 4.
-        qkv_bias (bool): Bias of the qkv projections. Default: True.
-        drop_rate (float): Dropout after projections and in the MLP. Default: 0.
-        attn_drop_rate (float): Attention dropout. Default: 0.
-        drop_path_rate (float): Stochastic depth, linearly increasing over blocks.
-            Default: 0.2.
-        out_indices (Sequence[int]): Stages whose outputs are returned, each through
-            its own LayerNorm ``norm{i}``. Default: (0, 1, 2, 3).
-        frozen_stages (int): Freeze the patch embedding (0) and stages ``< i``
-            (with their output norms); -1 freezes nothing. Default: -1.
-        with_cp (bool | Sequence[int]): Gradient checkpointing per block
-            (non-reentrant) while training: True for every stage, or the
-            indices of the stages to checkpoint. Default: False.
-        pad_aware (bool): Treat the zero padding of a batch as absent: every image
-            gets the features it gets alone (see ``InLineBackbone.valid_map``).
-            False computes over the whole padded map. Default: True.
-        batched (bool, optional): The path of the forward (docs/padding.md, "Two
-            paths"): True, the batched plain-op path (no loop over the images, no host
-            read); False, the per-sample kernel; None, batched on every device but the
-            CPU. ``torch.compile`` always runs the batched path. Default: None.
-        inline_cfg (dict | Sequence, optional): The paper's switches of the InLine
-            blocks (``attention``, ``kernel``, ``local_residual``, ``window_size``; see
-            ``InLineAttention`` and docs/backbones.md): one dict for every InLine block,
-            or one entry (dict or None) per stage. ``window_size`` (InLine-Swin only):
-            the InLine blocks attend within non-overlapping windows of that side, no
-            shift. None: the released model. Default: None.
-        norm_cfg (dict, optional): Every LayerNorm, as mmdet's ``norm_cfg``:
-            ``dict(type='LN', eps=...)`` (without ``eps``: 1e-5, the released model's).
-            Default: None (the released model).
-        act_cfg (dict, optional): The MLPs' activation, e.g. ``dict(type='GELU')``
-            (``inline_mm.models.norm_act.ACT_LAYERS``; the InLine local-kernel predictor
-            keeps its GELU). Default: None (GELU).
-        init_cfg (dict, optional): Pretrained weights, as ``InLineBackbone`` says.
-            Default: None.
-
-    Returns (forward ``(x, valid_sizes=None)``; ``valid_sizes``, one ``(h, w)`` per
-    image, overrides reading the padding from ``x``):
-        tuple[Tensor]: ``(B, C_i, H_i, W_i)`` for each ``i`` in ``out_indices``, zero
-        outside each image's region.
+        **kwargs: What every InLine backbone takes (``InLineBackbone``): ``out_indices``
+            (default: every stage), ``frozen_stages`` (0 freezes the patch embedding),
+            ``with_cp``, ``drop_path_rate`` (default 0.2), ``impl``, ``pad_aware``,
+            ``inline_cfg`` (here with ``window_size``: InLine blocks within windows of that
+            side, no shift), ``norm_cfg`` (eps 1e-5 without one), ``init_cfg``, ...
     """
 
     presets = ARCH_SETTINGS
@@ -369,48 +335,35 @@ class InLineSwin(InLineBackbone):
                  depths: Optional[Sequence[int]] = None,
                  num_heads: Optional[Sequence[int]] = None,
                  stage_types: Optional[Sequence[Union[str, Sequence[str]]]] = None,
-                 in_channels: int = 3, patch_size: int = 4, window_size: int = 7,
-                 mlp_ratio: float = 4., qkv_bias: bool = True, drop_rate: float = 0.,
-                 attn_drop_rate: float = 0., drop_path_rate: float = 0.2,
-                 out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
-                 with_cp: bool = False, pad_aware: bool = True, batched: Optional[bool] = None,
-                 inline_cfg: Optional[Union[dict, Sequence[Optional[dict]]]] = None,
-                 norm_cfg: Optional[dict] = None, act_cfg: Optional[dict] = None,
-                 init_cfg: Optional[dict] = None):
+                 patch_size: int = 4, window_size: int = 7, mlp_ratio: float = 4., **kwargs):
         cfg = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
                                 stage_types=stage_types)
-        embed_dims = cfg['embed_dims']
-        depths = cfg['depths']
-        num_heads = cfg['num_heads']
-        stage_types = cfg['stage_types']
+        embed_dims, depths, num_heads = cfg['embed_dims'], cfg['depths'], cfg['num_heads']
         if len(num_heads) != len(depths):
             raise ValueError(f'num_heads {num_heads} and depths {depths} must have one entry '
                              'per stage')
         dims = [embed_dims * 2 ** i for i in range(len(depths))]
-        super().__init__(out_indices, frozen_stages, dims, depths, cfg['arch_name'], in_channels,
-                         pad_aware, init_cfg, batched=batched)
-        block_types = parse_stage_types(stage_types, depths)
+        super().__init__(dims, depths, cfg['arch_name'], **kwargs)
+        block_types = parse_stage_types(cfg['stage_types'], depths)
         check_heads(dims, num_heads)
-        #: each stage's InLine switches (keys that differ from the released model)
-        self.inline_options = parse_inline_cfg(inline_cfg, block_types, type(self).__name__,
-                                               window=True)
+        self.parse_inline_cfg(block_types, window=True)
 
-        norm, act = norm_layer(norm_cfg, 1e-5), act_layer(act_cfg)
-        self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size, norm_layer=norm)
-        self.drop_after_pos = nn.Dropout(drop_rate)
-        dpr = drop_path_rates(drop_path_rate, depths)
+        norm, act = norm_layer(self.norm_cfg, 1e-5), act_layer(self.act_cfg)
+        self.patch_embed = PatchEmbed(self.in_channels, embed_dims, patch_size, norm_layer=norm)
+        self.drop_after_pos = nn.Dropout(self.drop_rate)
+        dpr = drop_path_rates(self.drop_path_rate, depths)
         self.layers = nn.ModuleList()
         for i, depth in enumerate(depths):
             # Odd-numbered softmax blocks of a stage shift their windows.
             blocks = [TransformerBlock(
-                dims[i], num_heads[i], t, ATTENTION_TYPES[t], mlp_ratio, qkv_bias, drop_rate,
-                attn_drop_rate, dpr[i][j],
+                dims[i], num_heads[i], t, ATTENTION_TYPES[t], mlp_ratio, self.qkv_bias,
+                self.drop_rate, self.attn_drop_rate, dpr[i][j],
                 attn_options=dict(window_size=window_size, shift=j % 2 == 1) if t == SOFTMAX
                 else self.inline_options[i], norm_layer=norm, act_layer=act)
                 for j, t in enumerate(block_types[i])]
             down = PatchMerging(dims[i], norm) if i < len(depths) - 1 else None
             self.layers.append(SwinStage(blocks, down))
-        self._finish_init(with_cp, norm_cfg=norm_cfg)
+        self._finish_init()
 
     def _stage_list(self):
         return self.layers        # official key names: layers.{i}.blocks.{j}
