@@ -18,9 +18,10 @@
 Without mmengine (a timm-only install, see :mod:`inline_mm.timm`) it imports the
 backbones and registers nothing.
 
-Every change to another package is a row of :data:`inline_mm.patches.PATCHES`; the ones that
-replace mmengine code (CPU DDP, checkpoint pruning and resume fallback, empty-dataset
-messages) are switched on by :func:`inline_mm.engine.install`: the project's tools call it,
+Every change to another package is a row of the patch table (:func:`inline_mm.env.patches`);
+the ones that replace mmengine code (CPU DDP, checkpoint pruning and resume fallback,
+empty-dataset messages; :data:`inline_mm.engine.PATCHES`, beside that code) are switched on
+by :func:`inline_mm.engine.install`: the project's tools call it,
 and configs list ``'inline_mm.engine.enable'`` next to ``'inline_mm'`` in ``custom_imports``.
 """
 from . import compat

@@ -1,6 +1,7 @@
 """Print what a bug report needs: ``python -m inline_mm.env``."""
 import argparse
 import importlib
+import os
 import platform
 import sys
 
@@ -36,14 +37,50 @@ def stack_name() -> str:
     return 'mixed: ' + ', '.join(f'{d} {_dist_version(d)}' for d in found)
 
 
+def patches() -> tuple:
+    """The whole patch table: the rows of :mod:`inline_mm.patches` (interpreter start,
+    ``import inline_mm``) and, where mmengine imports, the engine's
+    (:data:`inline_mm.engine.PATCHES`, each beside the code it patches)."""
+    from inline_mm.patches import PATCHES
+    try:
+        from inline_mm.engine import PATCHES as ENGINE
+    except ImportError:  # no mmengine: its rows do not apply
+        ENGINE = ()
+    return PATCHES + ENGINE
+
+
+def find_patch(name: str):
+    """The row of :func:`patches` called ``name``."""
+    table = patches()
+    for patch in table:
+        if patch.name == name:
+            return patch
+    raise KeyError(f'no patch {name!r}; the table has {[p.name for p in table]}')
+
+
+def describe_impl() -> str:
+    """How InLine attention runs in models built here (``impl``, :mod:`inline_mm.models.padding`)."""
+    from inline_mm.models.padding import IMPL_ENV, check_impl, resolve_impl
+    try:
+        impl = check_impl()
+    except ValueError as e:
+        return f'{e}'
+    where = f'${IMPL_ENV}' if os.environ.get(IMPL_ENV) else f'default; ${IMPL_ENV} unset'
+    paths = {d: resolve_impl(impl, d) for d in ('cpu', 'cuda')}
+    what = ', '.join(f"{'the per-sample kernel' if p == 'kernel' else 'the plain form'} on {d}"
+                     for d, p in paths.items())
+    return (f"impl={impl!r} ({where}): {what}; the plain (GPU) path without a GPU: "
+            'pytest -m fake_cuda')
+
+
 def describe_patches() -> list:
-    """Each row of :data:`inline_mm.patches.PATCHES` as ``(name, state, applies to, check)``:
-    ``state`` is 'on' or 'off' in this process, 'needed, off' where the feature check says
-    the installed stack needs a row that nothing has switched on here, or 'switched off' where
-    the environment keeps it off."""
-    from inline_mm.patches import PATCHES, switched_off
+    """Each row of :func:`patches` as ``(name, state, applies to, check)``: ``state`` is
+    'on' or 'off' in this process, 'needed, off' where the feature check says the installed
+    stack needs a row that nothing has switched on here, or 'switched off' where the
+    environment keeps it off."""
+    from inline_mm.patches import switched_off
     rows = []
-    for patch in PATCHES:
+    for patch in patches():
         try:
             on = patch.active()
             need, why = patch.needed()
@@ -108,6 +145,11 @@ def collect_env() -> dict:
             info[name] = f'not importable ({type(e).__name__}: {e})'
     info['mmcv ops'] = describe_mmcv_ops()
     try:
+        info['InLine attention'] = describe_impl()
+    except Exception as e:  # report, never fail: this runs on broken set-ups
+        info['InLine attention'] = f'not importable ({type(e).__name__}: {e})'
+
+    try:
         import inline_mm
         from inline_mm.models import FAMILIES
         from inline_mm.models.registry import FRAMEWORKS, framework_registry
@@ -133,7 +175,8 @@ def main(argv=None):
     for k, v in collect_env().items():
         print(f'{k:>16}: {v}')
     from inline_mm.patches import BY_ENGINE
-    print("inline_mm's patches of other packages (inline_mm/patches.py); 'needed, off': "
+    print("inline_mm's patches of other packages (inline_mm/patches.py and the engine's "
+          "modules); 'needed, off': "
           f'switched on by {BY_ENGINE}')
     print(f'  {"patch":<26} {"state":<13} {"applies to":<26} feature check here')
     for name, state, versions, why in describe_patches():

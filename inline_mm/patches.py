@@ -1,10 +1,13 @@
-"""Every change inline_mm makes to code of another package, in one table.
+"""Every change inline_mm makes to code of another package: the rows switched on at
+interpreter start and at ``import inline_mm`` (here), and the :class:`Patch` record each row
+is. The rows ``inline_mm.engine.install()`` switches on stand beside the code they patch, in
+the engine's modules; ``python -m inline_mm.env`` prints them all (:func:`inline_mm.env.patches`)
+with what is on in that process.
 
 Each row says what it replaces, why, the versions it applies to, when it is switched on, and
 how the running process decides whether it is needed. The feature checks run nothing and read
 no source text: they compare installed versions or look an attribute up, so they are cheap,
-free of side effects and safe at import. ``python -m inline_mm.env`` prints the table with what
-is on in that process; :func:`inline_mm.engine.install` switches on the rows it owns.
+free of side effects and safe at import.
 
 When each row is switched on:
 
@@ -21,7 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
-__all__ = ['Patch', 'PATCHES', 'AT_START', 'AT_IMPORT', 'BY_ENGINE', 'find', 'switched_off']
+__all__ = ['Patch', 'PATCHES', 'AT_START', 'AT_IMPORT', 'BY_ENGINE', 'switched_off',
+           'before_fixed_mmengine', 'always', 'mmengine_version']
 
 AT_START = 'interpreter start'
 AT_IMPORT = 'import inline_mm'
@@ -63,21 +67,21 @@ def _version(text: str) -> tuple:
     return tuple(int(n) for n in re.findall(r'\d+', text)[:3])
 
 
-def _mmengine_version() -> str:
+def mmengine_version() -> str:
     import mmengine
     return mmengine.__version__
 
 
-def _before_fixed_mmengine(fault: str) -> Callable[[], Tuple[bool, str]]:
+def before_fixed_mmengine(fault: str) -> Callable[[], Tuple[bool, str]]:
     def needed():
-        v = _mmengine_version()
+        v = mmengine_version()
         if _version(v) < MMENGINE_FIXED_IN:
             return True, f'mmengine {v}: {fault}'
         return False, f'mmengine {v} is past the releases with this fault'
     return needed
 
 
-def _always(why: str) -> Callable[[], Tuple[bool, str]]:
+def always(why: str) -> Callable[[], Tuple[bool, str]]:
     return lambda: (True, why)
 
 
@@ -159,31 +163,6 @@ def _allowlist_install():
     compat.allow_mmengine_checkpoints()
 
 
-# ------------------------------------------------------------ inline_mm.engine.install()
-def _strict_needed():
-    from mmengine.runner import checkpoint
-    if getattr(checkpoint, '_safe_torch_load', None) is None:
-        return False, f"mmengine {_mmengine_version()}'s loader calls torch.load plainly"
-    return True, (f"mmengine {_mmengine_version()}'s loader (_safe_torch_load) retries a "
-                  'refused checkpoint with weights_only=False')
-
-
-def _compile_needed():
-    from mmengine.runner import Runner
-    if getattr(Runner, '_maybe_compile', None) is None:
-        return False, 'this mmengine Runner has no compile option'
-    return _before_fixed_mmengine('ConfigDict parameter groups stop Dynamo at the optimiser '
-                                  'step')()
-
-
-def _engine(module: str, attr: str) -> Callable:
-    """``inline_mm.engine.<module>.<attr>``, imported when called (they import mmengine)."""
-    def call():
-        return getattr(importlib.import_module(f'inline_mm.engine.{module}'), attr)()
-    call.__name__ = attr
-    return call
-
-
 PATCHES = (
     Patch('mmcv_ext_fallback', '`import mmcv._ext` (mmcv): answered by inline_mm/mmcv_ext.py, '
           'nms and RoIAlign on torchvision.ops, the sigmoid focal loss and multi-scale '
@@ -201,7 +180,7 @@ PATCHES = (
     Patch('inline_mm_bases', "mmengine's MODULE2PACKAGE table gains 'inline_mm'",
           "mmengine resolves `pkg::` config bases only for the OpenMMLab packages it lists",
           'every mmengine', AT_START,
-          _always("mmengine's table lists OpenMMLab projects only"), _bases_active,
+          always("mmengine's table lists OpenMMLab projects only"), _bases_active,
           switch_off='INLINE_MM_CONFIG_BASES=0'),
     Patch('mmseg_scope', "MODULE2PACKAGE['mmseg'] re-pointed at the import name",
           "no `mmseg::` base resolves where mmseg's distribution is not 'mmsegmentation'",
@@ -212,53 +191,7 @@ PATCHES = (
           "resume, load_from and the inferencers refuse mmengine's own checkpoints",
           'torch >= 2.4', AT_IMPORT, _allowlist_needed,
           _allowlist_active, _allowlist_install),
-    Patch('cpu_distributed', "mmengine's pytorch launcher and Runner.wrap_model, on machines "
-          'without an accelerator only',
-          'no distributed run on CPU processes: the launcher calls torch.cuda.set_device, DDP '
-          'gets device_ids, SyncBN needs GPUs', 'mmengine < 0.11', BY_ENGINE,
-          _before_fixed_mmengine('its pytorch launcher calls torch.cuda.set_device'),
-          _engine('distributed', 'installed'), _engine('distributed', 'install')),
-    Patch('checkpoint_prune_order', 'CheckpointHook: old checkpoints deleted after the new '
-          'one is written',
-          'with max_keep_ckpts, a kill while saving loses every checkpoint', 'mmengine < 0.11',
-          BY_ENGINE, _before_fixed_mmengine('CheckpointHook deletes old checkpoints first'),
-          _engine('checkpointing', 'installed_prune'), _engine('checkpointing', 'install_prune')),
-    Patch('resume_fallback', "mmengine's find_latest_checkpoint: past an empty last_checkpoint "
-          'or a missing or cut file, to the newest complete one',
-          '--resume crashes or starts over', 'every mmengine', BY_ENGINE,
-          _always("mmengine resumes only from what last_checkpoint names"),
-          _engine('checkpointing', 'installed_fallback'),
-          _engine('checkpointing', 'install_fallback')),
-    Patch('checkpoint_file_messages', "mmengine's local checkpoint loader (through "
-          'CheckpointLoader.register_scheme): a file that is no checkpoint is named for what '
-          'it is', "torch's message advises weights_only=False for an HTML page or an image",
-          'every mmengine', BY_ENGINE,
-          _always("torch's message for a file that is no checkpoint advises weights_only=False"),
-          _engine('loading', 'installed'), _engine('loading', 'install')),
-    Patch('strict_checkpoint_loading', "mmengine's _safe_torch_load without its "
-          'weights_only=False retry', 'any checkpoint torch refuses would run code on load',
-          'onedl-mmengine >= 0.10.8', BY_ENGINE, _strict_needed,
-          _engine('loading', 'installed_strict'), _engine('loading', 'install_strict')),
-    Patch('empty_dataset_messages', 'Runner.build_dataloader: why a dataset is empty; COCO '
-          'classes that name no category refused',
-          "numpy's 'need at least one array to concatenate' at start-up",
-          'every mmengine', BY_ENGINE,
-          _always('mmengine names no reason for an empty dataset'),
-          _engine('data_checks', 'installed'), _engine('data_checks', 'install')),
-    Patch('compile_param_groups', "Runner._maybe_compile: a paramwise_cfg's parameter groups "
-          'made plain dicts first', "compile=True stops at the optimiser step ('"
-          "UserDefinedDictVariable' object has no attribute 'items')", 'mmengine < 0.11',
-          BY_ENGINE, _compile_needed, _engine('compiling', 'installed'),
-          _engine('compiling', 'install')),
 )
-
-
-def find(name: str) -> Patch:
-    """The row of :data:`PATCHES` called ``name``."""
-    for patch in PATCHES:
-        if patch.name == name:
-            return patch
-    raise KeyError(f'no patch {name!r}; the table has {[p.name for p in PATCHES]}')
 
 
 def switched_off(patch: Patch) -> bool:

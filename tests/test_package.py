@@ -170,10 +170,12 @@ def test_bare_import_leaves_mmengine_untouched():
         else:
             assert a is b, (a, b)
     # of the patch table, the import adds only its own row (the allowlist, named in the README)
-    from inline_mm.patches import AT_IMPORT, AT_START, PATCHES
-    on = {p.name for p in PATCHES if p.active()}
-    assert on - {p.name for p in PATCHES if p.switched_on_by == AT_START} == \\
-        {p.name for p in PATCHES if p.switched_on_by == AT_IMPORT}, on
+    from inline_mm.env import patches
+    from inline_mm.patches import AT_IMPORT, AT_START
+    table = patches()
+    on = {p.name for p in table if p.active()}
+    assert on - {p.name for p in table if p.switched_on_by == AT_START} == \\
+        {p.name for p in table if p.switched_on_by == AT_IMPORT}, on
 
     import inline_mm.engine.enable     # switched on by name: now they change
     assert inline_mm.engine.installed()

@@ -18,7 +18,8 @@ from torch.utils.data import DataLoader, TensorDataset
 import inline_mm.engine
 from inline_mm.engine import checkpointing, data_checks, distributed
 from inline_mm.engine.checkpointing import find_resumable, is_complete_checkpoint
-from inline_mm.patches import PATCHES, find
+from inline_mm.env import find_patch as find
+from inline_mm.env import patches
 
 
 class _Toy(BaseModel):
@@ -203,12 +204,12 @@ def test_feature_checks_run_nothing_and_read_no_source(monkeypatch):
             refuse(file, mode)
         return real_open(file, mode, *args, **kwargs)
     monkeypatch.setattr(builtins, 'open', read_only_open)
-    for patch in PATCHES:
+    for patch in patches():
         need, why = patch.needed()
         assert isinstance(need, bool) and why, patch.name
-    names = [p.name for p in PATCHES]
+    names = [p.name for p in patches()]
     assert len(set(names)) == len(names)
-    assert all(p.replaces and p.reason and p.versions for p in PATCHES)
+    assert all(p.replaces and p.reason and p.versions for p in patches())
 
 
 def test_the_patch_table_is_documented():
@@ -216,17 +217,18 @@ def test_the_patch_table_is_documented():
     from pathlib import Path
     page = (Path(__file__).resolve().parents[1] / 'docs' / 'patches.md').read_text()
     listed = set(re.findall(r'^\| `(\w+)` \|', page, re.M))
-    assert listed == {p.name for p in PATCHES}, listed ^ {p.name for p in PATCHES}
+    assert listed == {p.name for p in patches()}, listed ^ {p.name for p in patches()}
 
 
 def test_env_report_states(monkeypatch):
     """``python -m inline_mm.env``'s states: on, needed but off, not needed, and switched off
     by the row's environment setting."""
-    from inline_mm import env, patches
-    rows = [patches.Patch(name, 'x', 'y', 'v', patches.AT_START, lambda n=need: (n, 'why'),
+    from inline_mm import env
+    from inline_mm.patches import AT_START, Patch
+    rows = [Patch(name, 'x', 'y', 'v', AT_START, lambda n=need: (n, 'why'),
                           lambda a=on: a, switch_off='INLINE_MM_TEST_ROW=0')
             for name, need, on in (('a', True, True), ('b', True, False), ('c', False, False))]
-    monkeypatch.setattr(patches, 'PATCHES', tuple(rows))
+    monkeypatch.setattr(env, 'patches', lambda: tuple(rows))
     monkeypatch.delenv('INLINE_MM_TEST_ROW', raising=False)
     assert [r[1] for r in env.describe_patches()] == ['on', 'needed, off', 'off']
     monkeypatch.setenv('INLINE_MM_TEST_ROW', '0')

@@ -9,7 +9,7 @@ pipeline steps ``CheckSegMapSize``, ``CheckSegLabels`` and ``CheckImageSize``
 unless a config asks for them.
 
 :func:`install` (or importing :mod:`inline_mm.engine.enable`) switches on the rows of
-:data:`inline_mm.patches.PATCHES` that replace mmengine code, each only where its feature check
+:data:`PATCHES` (each beside the code it patches) that replace mmengine code, each only where its feature check
 says the installed mmengine needs it and each acting only where mmengine fails, so that nothing
 changes for runs that work: CPU DDP (:mod:`.distributed`), checkpoint pruning after the save
 and the ``--resume`` fallback (:mod:`.checkpointing`), files that are no checkpoint named for
@@ -33,24 +33,23 @@ from .nonfinite import NonFiniteCheckHook, NonFiniteLossError
 from .transforms import CheckImageSize, CheckSegLabels, CheckSegMapSize
 
 __all__ = ['NonFiniteCheckHook', 'NonFiniteLossError', 'DatasetCheckHook', 'PredictionOverlayHook',
-           'CheckSegMapSize',
-           'CheckSegLabels', 'CheckImageSize',
-           'check_coco', 'install', 'installed']
+           'CheckSegMapSize', 'CheckSegLabels', 'CheckImageSize', 'check_coco', 'install',
+           'installed', 'PATCHES']
 
-
-def _rows():
-    from inline_mm.patches import BY_ENGINE, PATCHES
-    return [p for p in PATCHES if p.switched_on_by == BY_ENGINE]
+#: the rows of the patch table the engine switches on, each defined beside the code it
+#: patches (``python -m inline_mm.env`` lists them with the others)
+PATCHES = (distributed.PATCHES + checkpointing.PATCHES + loading.PATCHES
+           + data_checks.PATCHES + compiling.PATCHES)
 
 
 def install():
-    """Switch on every behaviour of :data:`inline_mm.patches.PATCHES` owned by the engine that
-    the installed mmengine needs (idempotent); the others leave mmengine's code as it is."""
-    for patch in _rows():
+    """Switch on every row of :data:`PATCHES` that the installed mmengine needs
+    (idempotent); the others leave mmengine's code as it is."""
+    for patch in PATCHES:
         if patch.needed()[0]:
             patch.install()
 
 
 def installed() -> bool:
     """Whether every engine behaviour this mmengine needs is switched on in this process."""
-    return all(patch.active() for patch in _rows() if patch.needed()[0])
+    return all(patch.active() for patch in PATCHES if patch.needed()[0])

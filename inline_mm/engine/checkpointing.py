@@ -6,7 +6,7 @@ writing a checkpoint): it writes ``work_dir/last_checkpoint`` only after the che
 file is complete, so ``--resume`` never picks a half-written file.
 
 What it gets wrong, and this module fixes (rows ``checkpoint_prune_order`` and
-``resume_fallback`` of :data:`inline_mm.patches.PATCHES`):
+``resume_fallback`` of :data:`PATCHES` below):
 
 * With ``max_keep_ckpts`` set, ``CheckpointHook`` deletes the oldest kept checkpoint
   *before* writing the new one.  With ``max_keep_ckpts=1`` (popular for saving disk) a
@@ -30,7 +30,9 @@ import re
 import zipfile
 from typing import List, Optional
 
-__all__ = ['install_prune', 'installed_prune', 'install_fallback', 'installed_fallback',
+from ..patches import BY_ENGINE, Patch, always, before_fixed_mmengine
+
+__all__ = ['PATCHES', 'install_prune', 'installed_prune', 'install_fallback', 'installed_fallback',
            'is_complete_checkpoint', 'complete_checkpoints', 'find_resumable']
 
 _CKPT_NAME = re.compile(r'^(iter|epoch)_(\d+)\.pth$')
@@ -176,3 +178,18 @@ def install_fallback():
 def installed_fallback() -> bool:
     import mmengine.runner.runner as runner_module
     return getattr(runner_module.find_latest_checkpoint, '_inline_mm_safe', False)
+
+
+#: the rows of the patch table this module switches on (python -m inline_mm.env)
+PATCHES = (
+    Patch('checkpoint_prune_order', 'CheckpointHook: old checkpoints deleted after the new '
+          'one is written',
+          'with max_keep_ckpts, a kill while saving loses every checkpoint', 'mmengine < 0.11',
+          BY_ENGINE, before_fixed_mmengine('CheckpointHook deletes old checkpoints first'),
+          installed_prune, install_prune),
+    Patch('resume_fallback', "mmengine's find_latest_checkpoint: past an empty last_checkpoint "
+          'or a missing or cut file, to the newest complete one',
+          '--resume crashes or starts over', 'every mmengine', BY_ENGINE,
+          always("mmengine resumes only from what last_checkpoint names"),
+          installed_fallback, install_fallback),
+)

@@ -14,7 +14,9 @@ constructor writes dicts is left as it is.
 """
 import functools
 
-__all__ = ['install', 'installed', 'plain_param_groups']
+from ..patches import BY_ENGINE, Patch, before_fixed_mmengine, mmengine_version
+
+__all__ = ['PATCHES', 'install', 'installed', 'plain_param_groups']
 
 
 def plain_param_groups(optim_wrapper) -> int:
@@ -56,3 +58,20 @@ def installed() -> bool:
     from mmengine.runner import Runner
     current = getattr(Runner, '_maybe_compile', None)
     return current is None or getattr(current, '_inline_mm_plain_groups', False)
+
+
+def _compile_needed():
+    from mmengine.runner import Runner
+    if getattr(Runner, '_maybe_compile', None) is None:
+        return False, f'mmengine {mmengine_version()}: its Runner has no compile option'
+    return before_fixed_mmengine('ConfigDict parameter groups stop Dynamo at the optimiser '
+                                 'step')()
+
+
+#: the row of the patch table this module switches on (python -m inline_mm.env)
+PATCHES = (
+    Patch('compile_param_groups', "Runner._maybe_compile: a paramwise_cfg's parameter groups "
+          'made plain dicts first', "compile=True stops at the optimiser step ('"
+          "UserDefinedDictVariable' object has no attribute 'items')", 'mmengine < 0.11',
+          BY_ENGINE, _compile_needed, installed, install),
+)

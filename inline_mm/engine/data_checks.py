@@ -42,7 +42,9 @@ from ..datasets.checks import (FileTally, Problem, check_coco, check_dataset_fil
                                dataset_file_problems, default_jobs)
 from ..datasets.coco_checks import check_coco_instances
 
-__all__ = ['DatasetCheckHook', 'check_coco', 'dataset_file_problems',
+from ..patches import BY_ENGINE, Patch, always
+
+__all__ = ['PATCHES', 'DatasetCheckHook', 'check_coco', 'dataset_file_problems',
            'install', 'installed']
 
 #: at most this many problems are listed in one error message (the count is exact)
@@ -393,3 +395,13 @@ def install():
 def installed() -> bool:
     from mmengine.runner import Runner
     return getattr(Runner.build_dataloader, '_inline_mm_checked', False)
+
+
+#: the row of the patch table this module switches on (python -m inline_mm.env)
+PATCHES = (
+    Patch('empty_dataset_messages', 'Runner.build_dataloader: why a dataset is empty; COCO '
+          'classes that name no category refused',
+          "numpy's 'need at least one array to concatenate' at start-up",
+          'every mmengine', BY_ENGINE,
+          always('mmengine names no reason for an empty dataset'), installed, install),
+)

@@ -28,7 +28,9 @@ import os
 
 import torch.nn as nn
 
-__all__ = ['install', 'installed', 'sync_bn_layers', 'wrap_cpu_distributed']
+from ..patches import BY_ENGINE, Patch, before_fixed_mmengine
+
+__all__ = ['PATCHES', 'install', 'installed', 'sync_bn_layers', 'wrap_cpu_distributed']
 
 SYNC_BN_WARNING = (
     'SyncBatchNorm needs GPU tensors, and this distributed run is on CPU: {n} SyncBN '
@@ -150,3 +152,14 @@ def installed() -> bool:
     from mmengine.runner import Runner
     return (getattr(dist_utils._init_dist_pytorch, '_inline_mm_cpu_ddp', False)
             and getattr(Runner.wrap_model, '_inline_mm_cpu_ddp', False))
+
+
+#: the row of the patch table this module switches on (python -m inline_mm.env)
+PATCHES = (
+    Patch('cpu_distributed', "mmengine's pytorch launcher and Runner.wrap_model, on machines "
+          'without an accelerator only',
+          'no distributed run on CPU processes: the launcher calls torch.cuda.set_device, DDP '
+          'gets device_ids, SyncBN needs GPUs', 'mmengine < 0.11', BY_ENGINE,
+          before_fixed_mmengine('its pytorch launcher calls torch.cuda.set_device'),
+          installed, install),
+)

@@ -16,14 +16,16 @@ onedl-mmengine (0.10.8 and later; 0.10.12 measured) loads through ``_safe_torch_
 retries every checkpoint torch refuses with ``weights_only=False`` (logging a warning), so any
 checkpoint could run code on load.  Upstream mmengine 0.10.7 has no ``_safe_torch_load``: it
 calls ``torch.load`` plainly and is left alone (row ``strict_checkpoint_loading`` of
-:data:`inline_mm.patches.PATCHES`).  The replacement calls
+:data:`PATCHES` below).  The replacement calls
 ``torch.load`` as 0.10.7 does, with torch's default (``weights_only=True`` since torch 2.6)
 and inline_mm's allowlist of mmengine's own types (:mod:`inline_mm.compat`).
 """
 import functools
 import os.path as osp
 
-__all__ = ['install', 'installed', 'install_strict', 'installed_strict']
+from ..patches import BY_ENGINE, Patch, always, mmengine_version
+
+__all__ = ['PATCHES', 'install', 'installed', 'install_strict', 'installed_strict']
 
 
 def _explaining(load):
@@ -88,3 +90,26 @@ def installed() -> bool:
     from mmengine.runner.checkpoint import CheckpointLoader
     return getattr(CheckpointLoader._get_checkpoint_loader('/any/local/path'),
                    '_inline_mm_explains', False)
+
+
+def _strict_needed():
+    from mmengine.runner import checkpoint
+    if getattr(checkpoint, '_safe_torch_load', None) is None:
+        return False, f"mmengine {mmengine_version()}'s loader calls torch.load plainly"
+    return True, (f"mmengine {mmengine_version()}'s loader (_safe_torch_load) retries a "
+                  'refused checkpoint with weights_only=False')
+
+
+#: the rows of the patch table this module switches on (python -m inline_mm.env)
+PATCHES = (
+    Patch('checkpoint_file_messages', "mmengine's local checkpoint loader (through "
+          'CheckpointLoader.register_scheme): a file that is no checkpoint is named for what '
+          'it is', "torch's message advises weights_only=False for an HTML page or an image",
+          'every mmengine', BY_ENGINE,
+          always("torch's message for a file that is no checkpoint advises weights_only=False"),
+          installed, install),
+    Patch('strict_checkpoint_loading', "mmengine's _safe_torch_load without its "
+          'weights_only=False retry', 'any checkpoint torch refuses would run code on load',
+          'onedl-mmengine >= 0.10.8', BY_ENGINE, _strict_needed, installed_strict,
+          install_strict),
+)
