@@ -59,7 +59,8 @@ def find_patch(name: str):
 
 
 def describe_impl() -> str:
-    """How InLine attention runs in models built here (``impl``, :mod:`inline_mm.models.padding`)."""
+    """How InLine attention runs in models built here (``impl``,
+    :mod:`inline_mm.models.padding`)."""
     from inline_mm.models.padding import IMPL_ENV, check_impl, resolve_impl
     try:
         impl = check_impl()

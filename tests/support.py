@@ -30,6 +30,17 @@ def smoke_backbone(family, seed: Union[int, None] = None, **overrides) -> torch.
     return family.cls(**{**family.smoke, **overrides})
 
 
+def load_script(path: Union[str, Path], name: Union[str, None] = None):
+    """A script of the repository (``path`` relative to its root, e.g.
+    ``'tools/demo.py'``) imported as a module, without running it as ``__main__``."""
+    import importlib.util
+    path = ROOT / path
+    spec = importlib.util.spec_from_file_location(name or f'_script_{path.stem}', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def stir(module: torch.nn.Module, gain: float = 3.0, seed: Union[int, None] = None):
     """``module`` with random weights (``gain / sqrt(fan-in)``) and biases (``gain / 10``),
     drawn after ``torch.manual_seed(seed)`` when a seed is given: strong enough that every

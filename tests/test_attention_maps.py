@@ -5,7 +5,6 @@ kernel they give the block's whole output. Linear rows sum to 1 and cannot tell 
 Softmax is torch's. An image's weights in a padded batch are those of the image alone;
 InLine-DeiT's class token is a query and a key. The tool writes the figure it says.
 """
-import importlib.util
 import json
 import shlex
 import subprocess
@@ -26,7 +25,7 @@ from inline_mm.attention_maps import (AttentionSiteError, Preprocess, attention_
                                       linear_weights, local_kernels, map_stride, point_to_cell,
                                       softmax_weights)
 from inline_mm.models import FAMILIES
-from support import ROOT, smoke_backbone, subprocess_env
+from support import ROOT, load_script, smoke_backbone, subprocess_env
 
 NAMES = list(FAMILIES)
 TOL = 1e-5
@@ -303,10 +302,7 @@ def _tool(*args, cwd=ROOT):
 
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location('_attention_map_tool', TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(TOOL)
 
 
 @pytest.mark.subprocess

@@ -18,7 +18,7 @@ import inline_mm.models
 from inline_mm.models import FAMILIES, CheckpointError, save_converted
 from inline_mm.models.base import InLineBackbone
 from inline_mm.models.checkpoint import identify_family
-from support import smoke_backbone
+from support import ROOT, load_script, smoke_backbone
 
 NAMES = list(FAMILIES)
 
@@ -321,3 +321,20 @@ def test_file_that_is_no_checkpoint_is_named(family, tmp_path):
                                               "an HTML page titled '404 Not Found'") as e:
         model.init_weights()
     assert 'weights_only' not in str(e.value)
+
+
+def test_every_shipped_config_builds_the_recorded_state_dict():
+    """Every recipe config's backbone has the state-dict keys and shapes recorded in
+    tests/data/backbone_state_keys.json (tools/dev/make_backbone_keys.py; recorded from the
+    models before the constructors took their shared arguments from the base): checkpoints
+    written by one version load in the next."""
+    import json
+    tool = load_script('tools/dev/make_backbone_keys.py')
+    shipped_configs, backbone_state, digest = tool.shipped_configs, tool.backbone_state, tool.digest
+    recorded = json.loads((ROOT / 'tests' / 'data' / 'backbone_state_keys.json').read_text())
+    classes = tool.family_classes()
+    built = {str(c.relative_to(ROOT / 'configs')): digest(backbone_state(c, classes))
+             for c in shipped_configs()}
+    assert built.keys() == recorded.keys(), set(built) ^ set(recorded)
+    changed = [name for name in built if built[name] != recorded[name]]
+    assert not changed, changed

@@ -2,7 +2,6 @@
 real (cut, emptied, replaced), refused with their names by tools/misc/check_dataset.py and by
 DatasetCheckHook before iteration 1; good files written in other ways still pass."""
 import copy
-import importlib.util
 import io
 import logging
 import re
@@ -24,6 +23,7 @@ from inline_mm.datasets import checks
 from inline_mm.engine import DatasetCheckHook
 from inline_mm.toydata import segmentation as toy
 from reliability_support import SHIPPED, hook_checked_runner, toy_ade, toy_coco
+from support import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -343,10 +343,7 @@ def test_own_data_template_checks_its_data_by_default_and_passes_the_toy_set(fol
 
 def test_benchmark_set_is_ade20k_like_and_passes(tmp_path, capsys):
     """benchmarks/dataset_check.py times the checks on this set (at 2,000 pairs)."""
-    spec = importlib.util.spec_from_file_location(
-        '_bench_dataset_check', ROOT / 'benchmarks' / 'dataset_check.py')
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script('benchmarks/dataset_check.py')
     bench.make_set(str(tmp_path), 2)
     image = Image.open(tmp_path / 'images' / 'train' / '000001.jpg')
     assert image.size == (683, 512) and image.format == 'JPEG'

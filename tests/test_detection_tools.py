@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import NANO_DET
-from support import free_port, subprocess_env, write_toy_coco_config
+from support import free_port, load_script, subprocess_env, write_toy_coco_config
 from inline_mm.toydata.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -210,11 +210,7 @@ def test_demo_data_stamp_detects_other_generators(tmp_path, monkeypatch):
 
 
 def _load_demo():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location('_demo', ROOT / 'tools' / 'demo.py')
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script('tools/demo.py')
 
 
 def test_demo_picture_draws_each_label_once_inside_its_box(tmp_path):

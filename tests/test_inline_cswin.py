@@ -13,10 +13,6 @@ from inline_mm.models.inline_cswin import LePEStripeAttention
 TINY_GOLDEN = golden_args('inline_cswin_tiny_224')
 
 
-def load_golden_model(path, **kw):
-    return golden_model('inline_cswin_tiny_224', path, **kw)
-
-
 @pytest.mark.parametrize('arch,official_without_head', [
     ('tiny', 20_091_520), ('small', 32_519_872), ('base', 72_644_640)])
 def test_param_counts(arch, official_without_head):
@@ -124,7 +120,7 @@ def _to_official(state):
 
 def test_loads_every_accepted_layout(tmp_path, golden_layouts):
     paths = golden_layouts('inline_cswin_tiny_224')
-    ref = load_golden_model(paths['official']).state_dict()
+    ref = golden_model('inline_cswin_tiny_224', paths['official']).state_dict()
     sd = torch.load(paths['official'], weights_only=True)['model']
     assert _to_official(convert_official(sd)[1]).keys() == {k for k in sd if 'head' not in k}
     # Official CSwin files also carry EMA weights; pick them with checkpoint_key.
@@ -147,15 +143,15 @@ def test_wrong_variant_checkpoints_are_refused(tmp_path, golden):
     swin_path, _ = golden('inline_swin_tiny_224')
     for other, family in ((pvt_path, 'InLinePVT'), (swin_path, 'InLineSwin')):
         with pytest.raises(CheckpointError, match=f'checkpoint of {family}, not of InLineCSwin'):
-            load_golden_model(other)
+            golden_model('inline_cswin_tiny_224', other)
     # CSwin-S into CSwin-T would fill every tensor: the depths give it away.
     deep = InLineCSwin(**{**TINY_GOLDEN, 'depths': (1, 2, 3, 1)})
     deep_path = tmp_path / 'deep.pth'
     torch.save({'model': _to_official(deep.state_dict())}, deep_path)
     with pytest.raises(CheckpointError, match=r'depths \(1, 2, 3, 1\).*has depths \(1, 2, 2, 1\)'):
-        load_golden_model(deep_path)
+        golden_model('inline_cswin_tiny_224', deep_path)
     with pytest.raises(CheckpointError, match=r'depths \(1, 2, 2, 1\).*has depths \(2, 4, 18, 1\)'):
-        load_golden_model(cswin_path, depths=(2, 4, 18, 1))
+        golden_model('inline_cswin_tiny_224', cswin_path, depths=(2, 4, 18, 1))
     wide = InLineCSwin(**{**TINY_GOLDEN, 'embed_dims': 32},
                        init_cfg=dict(type='Pretrained', checkpoint=cswin_path))
     with pytest.raises(CheckpointError, match='other shapes.*another variant'):

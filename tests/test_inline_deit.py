@@ -19,10 +19,6 @@ SMALL = dict(embed_dims=32, depth=3, num_heads=2, pretrain_img_size=64, mlp_rati
              drop_path_rate=0., out_indices=(0, 2))
 
 
-def load_golden_model(path, **kw):
-    return golden_model('inline_deit_tiny_224', path, **kw)
-
-
 @pytest.mark.parametrize('case', ['inline_deit_tiny_224', 'inline_deit_tiny_448'])
 def test_golden_outputs_are_patch_tokens_and_the_table_keeps_its_grid(case):
     model, _, taps, outs = golden_run(case)
@@ -181,13 +177,13 @@ def test_converter_drops_the_head_and_is_idempotent(golden):
 def test_loads_every_accepted_layout(golden_layouts):
     paths = golden_layouts('inline_deit_tiny_224')
     path = paths['official']
-    ref = load_golden_model(path).state_dict()
+    ref = golden_model('inline_deit_tiny_224', path).state_dict()
     for name, p in paths.items():
-        got = load_golden_model(p).state_dict()
+        got = golden_model('inline_deit_tiny_224', p).state_dict()
         assert got.keys() == ref.keys()
         assert all(torch.equal(got[k], v) for k, v in ref.items()), name
     # Without the final norm, the released norm is reported as ignored, not an error.
-    plain = load_golden_model(path, final_norm=False)
+    plain = golden_model('inline_deit_tiny_224', path, final_norm=False)
     assert not hasattr(plain, 'norm')
 
 
@@ -195,7 +191,7 @@ def test_wrong_variant_and_family_checkpoints_are_refused(tmp_path, golden):
     deit_path, _ = golden('inline_deit_tiny_224')
     swin_path, _ = golden('inline_swin_tiny_224')
     with pytest.raises(CheckpointError, match='checkpoint of InLineSwin, not of InLineDeiT'):
-        load_golden_model(swin_path)
+        golden_model('inline_deit_tiny_224', swin_path)
     # ... and the other families refuse an InLine-DeiT file.
     for cls, kw in ((InLineSwin, dict(embed_dims=16, depths=(2, 2, 2, 2),
                                       num_heads=(1, 2, 4, 8))),
@@ -207,17 +203,17 @@ def test_wrong_variant_and_family_checkpoints_are_refused(tmp_path, golden):
             other.init_weights()
     with pytest.raises(CheckpointError,
                        match=r'depths \(4,\).*has depths \(6,\): it is another variant'):
-        load_golden_model(deit_path, depth=6)
+        golden_model('inline_deit_tiny_224', deit_path, depth=6)
     deeper = InLineDeiT(**{**TINY_GOLDEN, 'depth': 6})
     deeper_path = tmp_path / 'deeper.pth'
     torch.save({'model': deeper.state_dict()}, deeper_path)
     with pytest.raises(CheckpointError, match=r'depths \(6,\).*has depths \(4,\)'):
-        load_golden_model(deeper_path)
+        golden_model('inline_deit_tiny_224', deeper_path)
     with pytest.raises(CheckpointError, match='other shapes.*another variant'):
-        load_golden_model(deit_path, embed_dims=96)
+        golden_model('inline_deit_tiny_224', deit_path, embed_dims=96)
     # A table of another training grid (T's 14x14 in a model stored at 18x18, as -S).
     with pytest.raises(CheckpointError, match=r'14x14 grid \(pretrain_img_size=224\).*18x18'):
-        load_golden_model(deit_path, pretrain_img_size=288)
+        golden_model('inline_deit_tiny_224', deit_path, pretrain_img_size=288)
 
 
 def test_default_init_is_finite_and_random():

@@ -19,10 +19,6 @@ SMALL = dict(embed_dims=(16, 32, 48, 64), depths=(1, 2, 2, 1), num_heads=(1, 2, 
              stage_types=(('softmax',), 'inline', ('inline', 'softmax'), 'softmax'))
 
 
-def load_golden_model(path, **kw):
-    return golden_model('inline_pvt_tiny_224', path, **kw)
-
-
 @pytest.mark.parametrize('case', ['inline_pvt_tiny_224', 'inline_pvt_tiny_320x480'])
 def test_loaded_tables_keep_their_grid(case):
     """The golden run at 320x480 resizes the 224 tables per forward only."""
@@ -144,9 +140,9 @@ def test_softmax_blocks_load_from_official_layout(tmp_path):
 
 def test_loads_every_accepted_layout(golden_layouts):
     paths = golden_layouts('inline_pvt_tiny_224')
-    ref = load_golden_model(paths['official']).state_dict()
+    ref = golden_model('inline_pvt_tiny_224', paths['official']).state_dict()
     for name, p in paths.items():
-        got = load_golden_model(p).state_dict()
+        got = golden_model('inline_pvt_tiny_224', p).state_dict()
         for k, v in ref.items():
             if not k.startswith('norm'):      # output norms are all fresh
                 assert torch.equal(got[k], v), (name, k)
@@ -156,16 +152,16 @@ def test_wrong_variant_checkpoints_are_refused(tmp_path, golden):
     pvt_path, _ = golden('inline_pvt_tiny_224')
     cswin_path, _ = golden('inline_cswin_tiny_224')
     with pytest.raises(CheckpointError, match='checkpoint of InLineCSwin, not of InLinePVT'):
-        load_golden_model(cswin_path)
+        golden_model('inline_pvt_tiny_224', cswin_path)
     # Deeper model of the same widths: every tensor of the file fits, yet it is another variant.
     with pytest.raises(CheckpointError, match=r'depths \(1, 1, 1, 1\).*has depths \(1, 2, 1, 1\)'):
-        load_golden_model(pvt_path, depths=(1, 2, 1, 1))
+        golden_model('inline_pvt_tiny_224', pvt_path, depths=(1, 2, 1, 1))
     # Shallower model from a deeper file (PVT-S into PVT-T would fill every tensor).
     deep = InLinePVT(**{**TINY_GOLDEN, 'depths': (2, 2, 2, 2)})
     deep_path = tmp_path / 'deep.pth'
     torch.save({'model': _to_official(deep.state_dict())}, deep_path)
     with pytest.raises(CheckpointError, match=r"depths \(2, 2, 2, 2\) \(arch='tiny'\)"):
-        load_golden_model(deep_path)
+        golden_model('inline_pvt_tiny_224', deep_path)
     wide = InLinePVT(**{**TINY_GOLDEN, 'embed_dims': (32, 64, 160, 256)},
                      init_cfg=dict(type='Pretrained', checkpoint=pvt_path))
     with pytest.raises(CheckpointError, match='other shapes.*another variant'):

@@ -15,10 +15,6 @@ SMALL = dict(embed_dims=16, depths=(1, 2, 2, 2), num_heads=(1, 2, 4, 8),
              drop_path_rate=0.)
 
 
-def load_golden_model(path, **kw):
-    return golden_model('inline_swin_tiny_224', path, **kw)
-
-
 def test_last_output_norm_is_the_official_norm():
     model, exp, taps, _ = golden_run('inline_swin_tiny_224')
     assert rel_err(model.norm3(taps['stage3']), exp['final_norm']) <= 1e-5
@@ -126,9 +122,9 @@ def test_invalid_arguments(kwargs, message):
 
 def test_loads_every_accepted_layout(golden_layouts):
     paths = golden_layouts('inline_swin_tiny_224')
-    ref = load_golden_model(paths['official']).state_dict()
+    ref = golden_model('inline_swin_tiny_224', paths['official']).state_dict()
     for name, p in paths.items():
-        got = load_golden_model(str(p)).state_dict()
+        got = golden_model('inline_swin_tiny_224', str(p)).state_dict()
         for k, v in ref.items():
             if k.startswith(('norm0', 'norm1', 'norm2')):
                 continue   # fresh output norms
@@ -149,7 +145,7 @@ def test_wrong_variant_checkpoints_are_refused(golden):
     swin_path, _ = golden('inline_swin_tiny_224')
     pvt_path, _ = golden('inline_pvt_tiny_224')
     with pytest.raises(CheckpointError, match='checkpoint of InLinePVT, not of InLineSwin'):
-        load_golden_model(pvt_path)
+        golden_model('inline_swin_tiny_224', pvt_path)
     # Wider model: every tensor has another shape.
     wide = InLineSwin(**{**TINY_GOLDEN, 'embed_dims': 32, 'num_heads': (2, 4, 8, 16)},
                       init_cfg=dict(type='Pretrained', checkpoint=swin_path))

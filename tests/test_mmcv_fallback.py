@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import _inline_mm_mmcv_hook
+from support import load_script
 from mmcv.ops import batched_nms, nms, roi_align
 
 # the op modules (``mmcv.ops.nms`` as an attribute is the function of that name)
@@ -26,15 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = Path(__file__).parent / 'data' / 'mmcv_ops_reference.pth'
 
 
-def load_fallback():
-    spec = importlib.util.spec_from_file_location('inline_mm_fallback_under_test',
-                                                  ROOT / 'inline_mm' / 'mmcv_ext.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FALLBACK = load_fallback()
+FALLBACK = load_script('inline_mm/mmcv_ext.py', 'inline_mm_fallback_under_test')
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from conftest import rel_err
 from inline_mm.export import trace_backbone
 from inline_mm.models import FAMILIES, InLineAttention, WindowAttention
 from inline_mm.models.padding import NO_PADDING, ValidMap, detect_valid_sizes
-from support import padded_canvas, smoke_backbone
+from support import load_script, padded_canvas, smoke_backbone
 
 NAMES = list(FAMILIES)
 TOL = 1e-5
@@ -494,12 +494,7 @@ def test_autocast_with_padding_stays_finite(name):
 
 def test_padding_features_tool_reports_before_and_after(capsys):
     """The command of docs/padding.md's table, on a smoke model."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / 'tools' / 'analysis_tools' / 'padding_features.py'
-    spec = importlib.util.spec_from_file_location('padding_features', path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_script('tools/analysis_tools/padding_features.py')
     tool.main(['--smoke', '--families', 'InLineCSwin', '--cases', 'small'])
     row = [line for line in capsys.readouterr().out.splitlines()
            if line.startswith('| InLineCSwin-smoke')]

@@ -226,7 +226,7 @@ def test_env_report_states(monkeypatch):
     from inline_mm import env
     from inline_mm.patches import AT_START, Patch
     rows = [Patch(name, 'x', 'y', 'v', AT_START, lambda n=need: (n, 'why'),
-                          lambda a=on: a, switch_off='INLINE_MM_TEST_ROW=0')
+                  lambda a=on: a, switch_off='INLINE_MM_TEST_ROW=0')
             for name, need, on in (('a', True, True), ('b', True, False), ('c', False, False))]
     monkeypatch.setattr(env, 'patches', lambda: tuple(rows))
     monkeypatch.delenv('INLINE_MM_TEST_ROW', raising=False)

@@ -16,6 +16,7 @@ import torch
 timm = pytest.importorskip('timm')
 import inline_mm.timm as inline_timm  # noqa: E402
 from inline_mm.models import FAMILIES, CheckpointError  # noqa: E402
+from support import load_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -440,11 +441,7 @@ def test_classifier_takes_a_black_border_for_image():
 def test_timm_test_runner_files_our_models_as_timm_does():
     """tools/dev/run_timm_model_tests.py changes only timm's two selection lists: InLine-DeiT
     joins timm's ViTs (token outputs), our module the models with forward_intermediates."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        'run_timm_model_tests', ROOT / 'tools/dev/run_timm_model_tests.py')
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
+    runner = load_script('tools/dev/run_timm_model_tests.py')
     source = "A = 1\nNON_STD_FILTERS = [\n    'vit_*',\n]\nFEAT_INTER_FILTERS = [\n    'deit',\n]\n"
     namespace = {}
     exec(runner.patched(source), namespace)

@@ -9,8 +9,9 @@ pipeline steps ``CheckSegMapSize``, ``CheckSegLabels`` and ``CheckImageSize``
 unless a config asks for them.
 
 :func:`install` (or importing :mod:`inline_mm.engine.enable`) switches on the rows of
-:data:`PATCHES` (each beside the code it patches) that replace mmengine code, each only where its feature check
-says the installed mmengine needs it and each acting only where mmengine fails, so that nothing
+:data:`PATCHES` (each beside the code it patches) that replace mmengine code, each only where
+its feature check says the installed mmengine needs it and each acting only where mmengine
+fails, so that nothing
 changes for runs that work: CPU DDP (:mod:`.distributed`), checkpoint pruning after the save
 and the ``--resume`` fallback (:mod:`.checkpointing`), files that are no checkpoint named for
 what they are and onedl-mmengine's ``weights_only=False`` retry removed (:mod:`.loading`),

@@ -375,7 +375,7 @@ class InLineBackbone(BaseModule):
         ``self.inline_options`` (each stage's switches that differ from the released
         model)."""
         self.inline_options = parse_inline_cfg(self.inline_cfg, block_types,
-                                                type(self).__name__, window)
+                                               type(self).__name__, window)
         return self.inline_options
 
     def _finish_init(self, output_norm_eps: Optional[float] = 1e-5):

@@ -11,11 +11,12 @@ How to add a family (InLine-DeiT is the example the table was shaped for):
    ``convert_<family>_checkpoint(state)`` (official state dict -> the backbone's
    keys; pure, idempotent). The class declares ``presets = ARCH_SETTINGS``,
    ``official_keys = OFFICIAL_KEYS``, ``block_key`` (a regex with groups ``block``
-   and, for pyramids, ``stage``) and ``min_input_size``; its ``__init__`` calls
-   ``super().__init__(out_indices, frozen_stages, dims, depths, arch_name, in_channels,
-   pad_aware, init_cfg)`` (``dims``: channels per stage, or per block for a plain ViT;
-   ``self.resolve_arch`` gives ``arch_name``) and ends with ``self._finish_init(with_cp)``;
-   it implements
+   and, for pyramids, ``stage``) and ``min_input_size``; its ``__init__`` takes its own
+   arguments and ``**kwargs`` (the ones every family takes, documented on the base), calls
+   ``super().__init__(dims, depths, arch_name, **kwargs)`` (``dims``: channels per stage, or
+   per block for a plain ViT; ``self.resolve_arch`` gives ``arch_name``), builds its blocks
+   from what the base keeps (``self.drop_path_rate``, ``self.norm_cfg``,
+   ``self.parse_inline_cfg(...)``, ...) and ends with ``self._finish_init()``; it implements
    ``_convert_official``, ``_stem_modules`` (modules or parameters, e.g. a class token),
    ``_stage_list`` if its stages are not ``self.stages``, and ``forward(x,
    valid_sizes=None)``. Blocks take their attention from a table ``ATTENTION_TYPES`` (the call
@@ -26,7 +27,8 @@ How to add a family (InLine-DeiT is the example the table was shaped for):
    derives each map's regions with ``ValidMap.scaled``, zeroes tokens outside them
    before anything reads across tokens (merges, overlapping convolutions) and returns
    outputs through ``self.output``; a layout decision taken from a map size is taken
-   per image (``ValidMap.run_grouped``). ``NO_PADDING`` is the map without padding:
+   per image with fixed-shape tensor forms of the sizes (``ValidMap.size_tensor``,
+   ``ValidMap.memo``). ``NO_PADDING`` is the map without padding:
    its methods are the plain operations, so family code has no ``if`` on padding. Import only from
    ``inline_mm/models`` and third-party packages.
 2. Add one :class:`Family` entry to :data:`FAMILIES` below; its ``smoke`` arguments

@@ -183,10 +183,10 @@ class CSwinBlock(nn.Module):
     ``'inline'`` blocks have one global InLine branch over every channel, called on the
     normalised tokens with the block's ``qkv`` as its projection; its local kernels are
     predicted from the block input's token mean (before ``norm1``, as in the official
-    code) and it adds the LePE term. The stripe branches are called as
-    ``branch.attend(qkv, hw)`` on their share of the projection's channels. ``'softmax'`` blocks have two
-    stripe branches (vertical and horizontal, half the channels and heads each),
-    or, in the last stage, one global branch. ``inline_options`` (the paper's switches,
+    code) and it adds the LePE term. ``'softmax'`` blocks have two stripe branches
+    (vertical and horizontal, half the channels and heads each), or, in the last stage, one
+    global branch, each called as ``branch.attend(qkv, hw)`` on its share of the
+    projection's channels. ``inline_options`` (the paper's switches,
     ``InLineAttention``) go to the InLine branch; with ``local_residual=False`` its LePE
     term stays (CSwin's positional term, in the softmax blocks too).
     """

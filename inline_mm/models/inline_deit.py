@@ -3,7 +3,7 @@
 The family's presets, official-key pattern and converter live here, next to the model.
 """
 from collections import OrderedDict
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn

@@ -148,8 +148,9 @@ class _InLineKernel(torch.autograd.Function):
             x_mean.div_(counts.view(b, 1))
             cov_x.div_(counts.view(b, 1, 1))
         cov_x.sub_(x_mean.unsqueeze(2) * x_mean.unsqueeze(1))               # S = Cov(x)
-        wk_h, wv_h = _hi(w_k).view(heads, d, c), _hi(w_v).view(heads, d, c)
-        m = (wk_h @ cov_x.unsqueeze(1) @ wv_h.transpose(-2, -1)).mul_(scale).to(dt)
+        # Cov_h = W_k,h (S W_v^T)_h: one C x C x C product, then d x C x d per head.
+        sv = (cov_x @ _hi(w_v).t()).view(b, c, heads, d).transpose(1, 2)    # (B, heads, C, d)
+        m = (_hi(w_k).view(heads, d, c) @ sv).mul_(scale).to(dt)            # (B, heads, d, d)
         v_mean = x_mean @ _hi(w_v).t()
         if b_v is not None:
             v_mean += _hi(b_v)
@@ -180,14 +181,14 @@ class _InLineKernel(torch.autograd.Function):
                     outs[-1][p:] += local
             out = outs[0].unsqueeze(0) if b == 1 else torch.stack(outs)
         ctx.save_for_backward(x, weight, qkv_bias, v, m, w_fold, kernels, counts, x_mean,
-                              cov_x)
+                              cov_x, sv)
         ctx.hw, ctx.scale, ctx.heads, ctx.prefix, ctx.regions = hw, scale, heads, prefix, regions
         ctx.has_bias = bias is not None
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        x, weight, qkv_bias, v, m, w_fold, kernels, counts, x_mean, cov_x = ctx.saved_tensors
+        x, weight, qkv_bias, v, m, w_fold, kernels, counts, x_mean, cov_x, sv = ctx.saved_tensors
         need_x, need_w, need_qb, need_kernels, need_bias = ctx.needs_input_grad[:5]
         hw, scale, heads, p, regions = ctx.hw, ctx.scale, ctx.heads, ctx.prefix, ctx.regions
         b, n, c = x.shape
@@ -196,7 +197,6 @@ class _InLineKernel(torch.autograd.Function):
         grad_sum = grad.sum(dim=1, dtype=cov_x.dtype)                         # (B, C): dc
         grad_x = grad_w = grad_qb = grad_kernels = grad_bias = None
         w_q, w_k, w_v = weight.detach().split(c)
-        wk_h, wv_h = _hi(w_k).view(heads, d, c), _hi(w_v).view(heads, d, c)
         per = torch.full((b,), float(n), dtype=cov_x.dtype) if regions is None else counts
 
         grad_local = None
@@ -217,8 +217,8 @@ class _InLineKernel(torch.autograd.Function):
             dcov = dm.mul_(scale)
             if need_x:
                 # dS = sum_h W_k,h^T dCov_h W_v,h, as [W_k,h^T dCov_h]_h (C x C) times W_v.
-                ds = (wk_h.transpose(-2, -1) @ dcov).transpose(1, 2).reshape(b, c, c) \
-                    @ _hi(w_v)
+                ds = (_hi(w_k).view(heads, d, c).transpose(-2, -1) @ dcov).transpose(1, 2) \
+                    .reshape(b, c, c) @ _hi(w_v)
                 ds = ds + ds.transpose(1, 2)
                 # d mean(x): from mean(V) = W_v mean(x) + b_v and from S's mean(x)^T mean(x).
                 row = (grad_sum @ _hi(w_v) - (x_mean.unsqueeze(1) @ ds).squeeze(1))
@@ -242,9 +242,10 @@ class _InLineKernel(torch.autograd.Function):
                 torch.matmul(m.permute(1, 2, 0, 3).reshape(heads, d, b * d),
                              gf_h.transpose(0, 1).reshape(heads, b * d, c),
                              out=grad_w[:c].view(heads, d, c))
-                s = cov_x.unsqueeze(1)
-                grad_w[c:2 * c] = (dcov @ (wv_h @ s)).sum(0).view(c, c)
-                dwv = (dcov.transpose(-2, -1) @ (wk_h @ s)).sum(0).view(c, c)
+                # W_v,h S and W_k,h S are (S W_v^T)_h^T (the forward's) and (S W_k^T)_h^T.
+                sk = (cov_x @ _hi(w_k).t()).view(b, c, heads, d).transpose(1, 2)
+                grad_w[c:2 * c] = (dcov @ sv.transpose(-2, -1)).sum(0).view(c, c)
+                dwv = (dcov.transpose(-2, -1) @ sk.transpose(-2, -1)).sum(0).view(c, c)
                 grad_w[2 * c:] = dwv.addmm_(grad_sum.t(), x_mean)
                 for i, dv in enumerate(grad_local or ()):
                     grad_w[2 * c:].addmm_(dv.t(), x[i, p:])
@@ -256,7 +257,8 @@ class _InLineKernel(torch.autograd.Function):
                     grad_bv += dv.sum(0, dtype=grad_bv.dtype)
                 grad_qb[2 * c:] = grad_bv
         if need_bias and ctx.has_bias:
-            grad_bias = (grad_sum if p == 0 else grad[:, p:].sum(dim=1, dtype=grad_sum.dtype)).sum(0)
+            grad_bias = grad_sum if p == 0 else grad[:, p:].sum(dim=1, dtype=grad_sum.dtype)
+            grad_bias = grad_bias.sum(0)
         return (grad_x, grad_w, grad_qb, grad_kernels, grad_bias) + (None,) * 6
 
 
