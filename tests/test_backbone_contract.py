@@ -6,6 +6,7 @@ size). A new family gets all of these by its table entry; what is particular to 
 family (goldens against the official code, parameter counts, its attention's
 semantics, official checkpoint files) is in tests/test_inline_<family>.py.
 """
+import contextlib
 import math
 import re
 
@@ -338,3 +339,46 @@ def test_every_shipped_config_builds_the_recorded_state_dict():
     assert built.keys() == recorded.keys(), set(built) ^ set(recorded)
     changed = [name for name in built if built[name] != recorded[name]]
     assert not changed, changed
+
+
+def test_the_same_code_runs_whoever_watches(family):
+    """The ops a forward dispatches, and its outputs to the bit, are the same with no
+    observer, a global forward hook, forward hooks on every module, the profiler and a
+    FLOP counter (a dispatch mode): the path is chosen from the configuration only."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from benchmarks.launches import OpCounter
+    model = build(family, seed=0).eval()
+    x = torch.randn(2, 3, 64, 96)
+    x[1, :, 40:], x[1, :, :, 70:] = 0, 0                       # a padded batch
+
+    @contextlib.contextmanager
+    def hooked(*registers):
+        handles = [register(lambda *a: None) for register in registers]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def global_hook():
+        from torch.nn.modules import module
+        return hooked(module.register_module_forward_hook,
+                      module.register_module_forward_pre_hook)
+
+    def every_module():
+        return hooked(*[r for m in model.modules()
+                        for r in (m.register_forward_hook, m.register_forward_pre_hook)])
+
+    watchers = {'nobody': contextlib.nullcontext, 'a global hook': global_hook,
+                'hooks on every module': every_module, 'the profiler': torch.profiler.profile,
+                'a FLOP counter': lambda: FlopCounterMode(display=False)}
+    seen = {}
+    for name, watcher in watchers.items():
+        with torch.no_grad(), watcher(), OpCounter(record=True) as ops:
+            outs = model(x)
+        seen[name] = ([op.name for op in ops.seen], outs)
+    ops0, outs0 = seen.pop('nobody')
+    for name, (ops, outs) in seen.items():
+        assert ops == ops0, name
+        assert all(torch.equal(a, b) for a, b in zip(outs, outs0)), name
