@@ -231,8 +231,9 @@ if [[ "$STACK" == onedl ]]; then
         "inline_mm (editable)"
     "${CPIP[@]}" -e "$ROOT[onedl,dev]"
 else
-    log "installing mmdet, mmsegmentation, timm, stock-tool extras and inline_mm (editable)"
-    "${CPIP[@]}" -e "$ROOT[mm,dev]"
+    log "installing mmdet, mmsegmentation, timm, stock-tool extras, the app's Gradio and" \
+        "inline_mm (editable)"
+    "${CPIP[@]}" -e "$ROOT[mm,dev,app]"
 fi
 # openmim (`mim train/test`): its dependency chain opendatalab -> openxlab pins setuptools~=60.2,
 # which would break torch and mmengine; mim runs without them, so install it without its
