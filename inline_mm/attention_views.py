@@ -120,7 +120,9 @@ def kernel_picture(maps: AttentionMaps, row: int = 0, side: int = 320) -> np.nda
         for dy in range(3):
             for dx in range(3):
                 if np.isfinite(k[dy, dx]):
-                    ax.text(dx, dy, f'{k[dy, dx]:.3g}', ha='center', va='center', fontsize=10)
+                    dark = abs(k[dy, dx]) > 0.6 * bound     # (white on the deep colours)
+                    ax.text(dx, dy, f'{k[dy, dx]:.3g}', ha='center', va='center', fontsize=10,
+                            color='white' if dark else 'black')
         title += '\nthe same for every query'
     fig.text(0.5, 0.02, title, ha='center', va='bottom', fontsize=10)
     fig.canvas.draw()

@@ -181,7 +181,8 @@ def build(viewer: Viewer, score_thr: float = DEFAULT_SCORE_THR) -> gr.Blocks:
                                       type='filepath', image_mode=None,
                                       sources=['upload', 'clipboard'], elem_id='image',
                                       format='png')
-                gr.Examples([[s] for s in SAMPLES], inputs=[c['image']], label='samples')
+                gr.Examples([[s] for s in SAMPLES], inputs=[c['image']], label='samples',
+                            elem_id='samples')
             with gr.Column():
                 c['predictions'] = gr.Image(
                     label='predictions: click a point to see its attention', interactive=False,
