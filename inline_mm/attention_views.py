@@ -14,8 +14,8 @@ import numpy as np
 
 from .attention_maps import METHODS, AttentionMaps
 
-__all__ = ['pixel_cells', 'map_at_image_size', 'colour_over', 'mark_point', 'kernel_picture',
-           'method_label', 'save_maps', 'load_maps']
+__all__ = ['pixel_cells', 'map_at_image_size', 'colour_over', 'mark_point', 'kernel_taps',
+           'kernel_picture', 'method_label', 'save_maps', 'load_maps']
 
 #: how a map is coloured: matplotlib's colour map and its opacity over a grey copy of the
 #: image (the figure of tools/attention_map.py uses the same)
@@ -90,6 +90,19 @@ def method_label(maps: AttentionMaps, method: str) -> str:
     raise ValueError(f'unknown method {method!r}; one of {METHODS}')
 
 
+def kernel_taps(maps: AttentionMaps, row: int = 0) -> np.ndarray:
+    """The ``(3, 3)`` local kernel as query ``row`` applies it: NaN at the taps past the
+    image's border (they read zero padding), float64."""
+    k = maps.kernel.detach().cpu().numpy().astype(np.float64)
+    cell = maps.query_cell(row)
+    if cell is not None:
+        ys = cell[0] + np.arange(-1, 2)[:, None]
+        xs = cell[1] + np.arange(-1, 2)[None, :]
+        inside = (ys >= 0) & (ys < maps.grid[0]) & (xs >= 0) & (xs < maps.grid[1])
+        k = np.where(inside, k, np.nan)
+    return k
+
+
 def kernel_picture(maps: AttentionMaps, row: int = 0, side: int = 320) -> np.ndarray:
     """The local 3x3 kernel around query ``row`` as a ``(side, side, 3)`` uint8 picture:
     each tap coloured by its value (blue negative, red positive) and printed; taps past the
@@ -107,14 +120,7 @@ def kernel_picture(maps: AttentionMaps, row: int = 0, side: int = 320) -> np.nda
     if maps.kernel is None:
         ax.text(0.5, 0.5, 'no local term', ha='center', va='center', fontsize=11)
     else:
-        k = maps.kernel.detach().cpu().numpy().astype(np.float64).copy()
-        cell = maps.query_cell(row)
-        if cell is not None:
-            for dy in range(3):
-                for dx in range(3):
-                    y, x = cell[0] + dy - 1, cell[1] + dx - 1
-                    if not (0 <= y < maps.grid[0] and 0 <= x < maps.grid[1]):
-                        k[dy, dx] = np.nan
+        k = kernel_taps(maps, row)
         bound = float(np.nanmax(np.abs(k))) if np.isfinite(k).any() else 1.0
         ax.imshow(k, cmap='RdBu_r', vmin=-bound, vmax=bound)
         for dy in range(3):

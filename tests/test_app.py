@@ -25,7 +25,8 @@ from PIL import Image as PILImage
 
 from inline_mm.attention_maps import (Preprocess, attention_maps, capture_attention, map_stride,
                                       point_to_cell, prepare_image)
-from inline_mm.attention_views import load_maps, map_at_image_size, pixel_cells, save_maps
+from inline_mm.attention_views import (kernel_taps, load_maps, map_at_image_size, pixel_cells,
+                                       save_maps)
 from support import ROOT, free_port, subprocess_env, write_tiny_config
 
 gr = pytest.importorskip('gradio', reason='the app needs gradio: pip install inline_mm[app]')
@@ -252,10 +253,15 @@ def test_weights_files_and_the_model_line(tmp_path, detector):
         Viewer(str(NANO), 'inline://swin_t', device='cpu')
 
 
-def test_save_maps_round_trip(tmp_path, detector):
+def test_weights_file_and_the_kernel_at_the_border(tmp_path, detector):
     image = detector.read(str(photo(tmp_path / 'p.png')))
-    views, _ = detector.attention(image, (5, 7), detector.default_choice)
+    views, cache = detector.attention(image, (5, 7), detector.default_choice)
     maps = views.maps
+    corner = kernel_taps(detector.attention(image, (0, 0), detector.default_choice, None,
+                                            cache)[0].maps)
+    assert np.isnan(corner[0]).all() and np.isnan(corner[:, 0]).all()
+    np.testing.assert_array_equal(corner[1:, 1:], maps.kernel.numpy()[1:, 1:])
+    np.testing.assert_array_equal(kernel_taps(maps), maps.kernel.numpy())    # cell (2, 2)
     save_maps(str(tmp_path / 'w.npz'), maps, [(5, 7)], image.hw, (188, 256), 'x.attn')
     got = load_maps(str(tmp_path / 'w.npz'))
     assert got['inline'].dtype == np.float64 and got['inline'].shape == (1, *maps.grid)
