@@ -51,7 +51,7 @@ def _head(label) -> Optional[int]:
     return int(str(label).split()[-1])
 
 
-def _error(e: Exception) -> str:
+def _error(e) -> str:
     return f'**Error:** {e}'
 
 
@@ -136,12 +136,12 @@ class Handlers:
         out = {f'view-{m}': gr.update(value=views.images[m], label=views.labels[m])
                for m in METHODS}
         ranges = ''.join(f'\n- {views.captions[m]}' for m in METHODS)
+        done = ('the capture of this image and block was reused' if views.reused
+                else f'{choice.label}: captured')
         out.update({'view-kernel': views.kernel, 'weights': views.weights_file,
                     'summary': views.summary + ranges, 'x': views.point[0], 'y': views.point[1],
                     'predictions': drawn, 'state': state,
-                    'message': ('the capture of this image and block was reused'
-                                if views.reused else f'{choice_label(self.viewer, block)}: '
-                                'captured') + '; click another point, or pick a block or head'})
+                    'message': done + '; click another point, or pick a block or head'})
         return out
 
     def block_changed(self, block) -> Dict:
@@ -154,10 +154,6 @@ class Handlers:
         if choice.why_not:
             out.update(CLEARED, message=_error(choice.why_not))
         return out
-
-
-def choice_label(viewer: Viewer, block) -> str:
-    return viewer.choice(block).label
 
 
 CSS = """
