@@ -355,17 +355,15 @@ def _click_and_read(page, point, base: str):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_the_app_in_a_real_browser(tmp_path):
+def test_the_app_in_a_real_browser(tmp_path, detector):
     if not Path(CHROMIUM).is_file():
         pytest.skip("Debian's chromium is not installed (make setup-browser installs it)")
     from playwright.sync_api import sync_playwright
     # A checkpoint of the demo's detector (random weights): the app and the maps tool load
     # the same backbone from it.
-    viewer = Viewer(str(NANO), device='cpu', seed=1)
     ckpt = tmp_path / 'nano.pth'
-    torch.save({'meta': {'dataset_meta': viewer.model.dataset_meta},
-                'state_dict': viewer.model.state_dict()}, ckpt)
-    del viewer
+    torch.save({'meta': {'dataset_meta': detector.model.dataset_meta},
+                'state_dict': detector.model.state_dict()}, ckpt)
     image = photo(tmp_path / 'photo.png')
     port = free_port()
     base = f'http://127.0.0.1:{port}'
@@ -405,9 +403,10 @@ def test_the_app_in_a_real_browser(tmp_path):
             message = page.locator('#message').inner_text()
             assert 'photo.png, 150x110: 100 of 100 detections at score >= 0.00' in message, \
                 message
-            natural = page.locator('#predictions img').evaluate(
-                'e => [e.naturalWidth, e.naturalHeight]')
-            assert natural == [150, 110]
+            # the predictions come back at the image's size
+            page.wait_for_function('() => { const i = document.querySelector("#predictions img");'
+                                   ' return i && i.complete && i.naturalWidth === 150 && '
+                                   'i.naturalHeight === 110 }', timeout=30_000)
             results = [_click_and_read(page, pt, base) for pt in [(23, 31), (121, 84)]]
             points = [pt for pt, _, _ in results]
             for _, views, _ in results:
