@@ -15,7 +15,7 @@ JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 2 ? n : 2 )))
 # UperNet and Semantic FPN, checkpoint save/resume/safe loading, CPU DDP, the ops fallback.
 PY_ONEDL := .venv-onedl/bin/python
 
-.PHONY: setup demo test test-fast env clean-venv setup-onedl test-onedl env-onedl
+.PHONY: setup demo test test-fast env clean-venv setup-onedl test-onedl env-onedl app setup-browser
 
 setup:
 	@bash tools/dev/setup_env.sh   # INLINE_MM_STACK=onedl: .venv-onedl (the onedl forks)
@@ -23,8 +23,20 @@ setup:
 demo: setup
 	$(PY) tools/demo.py
 
+# The local web app (docs/attention_maps.md): `make app APP_CONFIG=... APP_CHECKPOINT=...`; by
+# default the demo's config with the checkpoint `make demo` trained (random weights without one).
+APP_CONFIG ?= configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py
+APP_CHECKPOINT ?= $(shell cat work_dirs/demo/last_checkpoint 2>/dev/null)
+APP_ARGS ?=
+app: setup
+	$(PY) -m inline_mm.app $(APP_CONFIG) $(APP_CHECKPOINT) $(APP_ARGS)
+
+# Debian's chromium for the app's browser test (INLINE_MM_BROWSER=skip: without it).
+setup-browser:
+	@bash tools/dev/setup_browser.sh
+
 # Everything, tools and end-to-end runs included (what CI runs).
-test: setup
+test: setup setup-browser
 	$(PY) -m pytest -n $(JOBS) --dist loadgroup $(PYTEST_ARGS) tests
 
 # Models and units in-process (on the same xdist workers): no test marked subprocess or slow

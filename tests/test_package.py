@@ -146,6 +146,7 @@ def _run(code: str) -> str:
 
 
 SNAPSHOT = '''
+    import sys
     import mmengine.dist.utils as dist_utils
     import mmengine.runner.runner as runner_module
     from mmengine.hooks import CheckpointHook
@@ -155,6 +156,21 @@ SNAPSHOT = '''
         return (dict(vars(Runner)), dict(vars(CheckpointHook)), dist_utils._init_dist_pytorch,
                 runner_module.find_latest_checkpoint)
 '''
+
+
+def test_only_the_app_page_imports_gradio():
+    """Gradio is the ``app`` extra: one module of the package imports it (the page), and
+    nothing imports that module but the app's entry point."""
+    importers = set()
+    for path in PACKAGE.rglob('*.py'):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ''] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(n.split('.')[0] == 'gradio' for n in names):
+                importers.add(_module_name(path))
+    assert importers == {'inline_mm.app.ui'}
+    users = {name for name, deps in import_graph().items() if 'inline_mm.app.ui' in deps}
+    assert users == {'inline_mm.app.__main__'}
 
 
 @pytest.mark.subprocess
@@ -176,6 +192,10 @@ def test_bare_import_leaves_mmengine_untouched():
     on = {p.name for p in table if p.active()}
     assert on - {p.name for p in table if p.switched_on_by == AT_START} == \\
         {p.name for p in table if p.switched_on_by == AT_IMPORT}, on
+
+    # the web app's Gradio (an optional extra) loads when the app starts, not before
+    import inline_mm.app.viewer, inline_mm.attention_views  # noqa: E401
+    assert not {'gradio', 'fastapi', 'uvicorn', 'playwright'} & set(sys.modules)
 
     import inline_mm.engine.enable     # switched on by name: now they change
     assert inline_mm.engine.installed()

@@ -12,8 +12,9 @@ keys ((s/n) q.(k - mean k) + 1/n); normalised linear attention's (ReLU kernel wh
 block's is the identity); Softmax's (softmax(s q.k)), all on the block's own q and k over
 the image's tokens, overlaid on the image; the block's local 3x3 kernel. The formulas and
 the choices behind them: inline_mm/attention_maps.py. ``--query-scales 1 2`` adds, for
-every point, the same query with q doubled: one linear row, two InLine rows. The page:
-docs/attention_maps.md.
+every point, the same query with q doubled: one linear row, two InLine rows. ``--npz FILE``
+also writes the weights themselves (what the app, ``python -m inline_mm.app``, offers for a
+click). The page: docs/attention_maps.md.
 """
 import argparse
 import json
@@ -23,6 +24,7 @@ from inline_mm.attention_maps import (AttentionSiteError, Preprocess, attention_
                                       build_backbone, capture_attention, draw_figure,
                                       grid_points, load_image, map_stride, point_to_cell,
                                       prepare_image)
+from inline_mm.attention_views import save_maps
 from inline_mm.models import CheckpointError
 
 
@@ -57,6 +59,8 @@ def parse_args(argv=None):
                    help="resize to short side S keeping the aspect (default: the config's test "
                    'Resize; 224 with --model)')
     p.add_argument('--out', default='attention_map.png', help='the PNG to write')
+    p.add_argument('--npz', metavar='FILE', help='also write the exact weights (float64: per '
+                   'query its map of each method, the kernel, the cells) to FILE')
     p.add_argument('--json', action='store_true', help='print a JSON summary on stdout')
     return p.parse_args(argv)
 
@@ -110,6 +114,8 @@ def main(argv=None):
              f'spread of the queries\' distributions (mean TV distance): '
              + ', '.join(f'{m} {maps.spread(m):.3f}' for m in ('inline', 'linear', 'softmax')))
     draw_figure(maps, image, rows, resized, args.out, title)
+    if args.npz:
+        save_maps(args.npz, maps, rows, (ih, iw), resized, cap.path)
     summary = dict(out=args.out, backbone=name, arch=backbone.arch_name, module=cap.path,
                    grid=list(maps.grid), stride=maps.stride, queries=len(maps.queries),
                    linear_kernel=maps.linear_kernel, floored_linear_rows=maps.floored,

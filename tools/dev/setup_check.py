@@ -69,10 +69,20 @@ def check_inline_mm():
     return f'inline_mm {inline_mm.__version__} registered'
 
 
+def check_app():
+    """The app's Gradio and the browser test's Playwright (the upstream stack's set-up)."""
+    from inline_mm.env import stack_name
+    if stack_name() != 'upstream':
+        return 'not set up on this stack (the app and its tests run on the upstream one)'
+    import gradio
+    import playwright.sync_api  # noqa: F401
+    return f"gradio {gradio.__version__}, playwright {md.version('playwright')} import"
+
+
 def main() -> int:
     failed = 0
     for check in (check_setuptools, check_one_owner, check_base_configs, check_mmcv_ops,
-                  check_inline_mm):
+                  check_inline_mm, check_app):
         try:
             print(f'  ok   {check.__name__[6:]}: {check()}')
         except Exception as e:  # report every failure, then exit non-zero

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One set-up path for users, developers and CI: creates .venv at the repository root with torch,
-# mmengine, mmcv, mmdet, mmsegmentation, timm, the stock tools' extras (seaborn, psutil, openmim)
-# and inline_mm itself (editable).  Idempotent, and it cannot half-succeed: it ends with a
-# self-check and writes its stamp only when that passes, so running it again repairs a failed or
-# interrupted set-up.
+# mmengine, mmcv, mmdet, mmsegmentation, timm, the stock tools' extras (seaborn, psutil, openmim),
+# the app's Gradio and inline_mm itself (editable).  Idempotent, and it cannot half-succeed: it
+# ends with a self-check and writes its stamp only when that passes, so running it again repairs
+# a failed or interrupted set-up.
 #
 # mmcv, chosen by INLINE_MM_MMCV:
 #   lite  (default) mmcv-lite 2.1.0, pure Python, nothing to compile.  The few compiled ops the
@@ -231,8 +231,9 @@ if [[ "$STACK" == onedl ]]; then
         "inline_mm (editable)"
     "${CPIP[@]}" -e "$ROOT[onedl,dev]"
 else
-    log "installing mmdet, mmsegmentation, timm, stock-tool extras and inline_mm (editable)"
-    "${CPIP[@]}" -e "$ROOT[mm,dev]"
+    log "installing mmdet, mmsegmentation, timm, stock-tool extras, the app's Gradio and" \
+        "inline_mm (editable)"
+    "${CPIP[@]}" -e "$ROOT[mm,dev,app]"
 fi
 # openmim (`mim train/test`): its dependency chain opendatalab -> openxlab pins setuptools~=60.2,
 # which would break torch and mmengine; mim runs without them, so install it without its

@@ -1,0 +1,56 @@
+"""``python -m inline_mm.app CONFIG [CHECKPOINT]``: start the app (see :mod:`inline_mm.app`)."""
+import argparse
+import os
+import sys
+
+from .viewer import DEFAULT_MAX_SIDE, DEFAULT_SCORE_THR
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog='python -m inline_mm.app',
+        description='A local web app: the predictions of an mmdet / mmseg config with an InLine '
+                    'backbone, and the exact InLine attention of any point you click.')
+    p.add_argument('config', help='an mmdet or mmseg config with an InLine backbone')
+    p.add_argument('checkpoint', nargs='?', default=None,
+                   help='a trained checkpoint of that config, or backbone weights (an official '
+                   'ImageNet file, a converted file, inline://NAME: the rest stays random); '
+                   'none: random weights, and the page says so')
+    p.add_argument('--host', default='127.0.0.1',
+                   help='address to serve on (default: 127.0.0.1, this machine only)')
+    p.add_argument('--port', type=int, default=7860, help='(default: 7860)')
+    p.add_argument('--device', default=None, help='cpu, cuda, ... (default: cuda if available)')
+    p.add_argument('--seed', type=int, default=0, help='seed of random weights (default: 0)')
+    p.add_argument('--score-thr', type=float, default=DEFAULT_SCORE_THR,
+                   help=f"the score slider's start (default: {DEFAULT_SCORE_THR})")
+    p.add_argument('--max-side', type=int, default=DEFAULT_MAX_SIDE,
+                   help='larger images are downscaled to this many pixels on their longer side '
+                   f'(default: {DEFAULT_MAX_SIDE})')
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    # Nothing leaves this machine: gradio's statistics and version check off before it loads.
+    os.environ['GRADIO_ANALYTICS_ENABLED'] = 'False'
+    os.environ.setdefault('HF_HUB_OFFLINE', '1')
+    try:
+        from .ui import serve
+    except ModuleNotFoundError as e:
+        if (e.name or '').split('.')[0] != 'gradio':
+            raise
+        sys.exit('inline_mm.app: error: the app needs Gradio: pip install "inline_mm[app]" '
+                 '(make setup installs it)')
+    from ..models.checkpoint import CheckpointError
+    from .viewer import Viewer
+    try:
+        viewer = Viewer(args.config, args.checkpoint, device=args.device, seed=args.seed,
+                        max_side=args.max_side)
+    except (FileNotFoundError, ValueError, CheckpointError) as e:
+        sys.exit(f'inline_mm.app: error: {e}')
+    print(f'inline_mm.app: {viewer.describe()}', flush=True)
+    serve(viewer, args.host, args.port, args.score_thr)
+
+
+if __name__ == '__main__':
+    main()

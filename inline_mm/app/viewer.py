@@ -1,0 +1,553 @@
+"""What the app does, without the web page: a detector or segmentor of a config with its
+weights, an image read with clear refusals, its predictions drawn, and the attention views
+of a point. :mod:`inline_mm.app.ui` puts a Gradio page on it; the tests drive it directly.
+"""
+import contextlib
+import copy
+import hashlib
+import html
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ..attention_maps import (METHODS, AttentionSiteError, Capture, Preprocess, attention_maps,
+                              attention_sites, capture_attention, find_attention, map_stride,
+                              point_to_cell, prepare_image)
+from ..attention_views import (colour_over, kernel_picture, map_at_image_size, mark_point,
+                               method_label, save_maps)
+
+__all__ = ['AppError', 'Image', 'BlockChoice', 'Prediction', 'AttentionViews', 'Viewer',
+           'read_image', 'DEFAULT_MAX_SIDE', 'MIN_SIDE', 'DEFAULT_SCORE_THR']
+
+#: the longest side the app keeps; larger images are downscaled to it (``--max-side``)
+DEFAULT_MAX_SIDE = 2048
+#: the shortest side the backbones take (their last stage has stride 32)
+MIN_SIDE = 32
+#: the score slider's start (mmdet's ``DetInferencer`` draws from 0.3 too)
+DEFAULT_SCORE_THR = 0.3
+
+
+class AppError(ValueError):
+    """Input the app cannot use; the message says what is wrong and what to do."""
+
+
+# --------------------------------------------------------------------------- images
+@dataclass
+class Image:
+    """An image as the app holds it.
+
+    Attributes:
+        pixels (ndarray): ``(H, W, 3)`` uint8 RGB: what the model and the maps see.
+        name (str): The file's name.
+        key (str): A hash of the pixels (a capture is reused while it is the same).
+        notes (list[str]): What was done to it (downscaled).
+        original_hw (tuple[int, int]): The file's size before any downscaling.
+    """
+
+    pixels: np.ndarray
+    name: str
+    key: str
+    notes: List[str] = field(default_factory=list)
+    original_hw: Tuple[int, int] = (0, 0)
+
+    @property
+    def hw(self) -> Tuple[int, int]:
+        return tuple(self.pixels.shape[:2])
+
+
+def read_image(path: str, name: Optional[str] = None,
+               max_side: int = DEFAULT_MAX_SIDE) -> Image:
+    """Read an image file as RGB (as ``tools/attention_map.py`` reads it), downscaled so that
+    its longer side is at most ``max_side`` (with a note saying so).
+
+    Raises:
+        AppError: not a file, not an image, or too many pixels to decode.
+    """
+    from PIL import Image as PILImage
+    from PIL import UnidentifiedImageError
+    name = name or os.path.basename(str(path))
+    if not path or not os.path.isfile(path):
+        raise AppError(f'{name}: no such file; upload an image (PNG, JPEG, ...)')
+    try:
+        with PILImage.open(path) as im:
+            w, h = im.size
+            notes = []
+            if max(w, h) > max_side:
+                f = max_side / max(w, h)
+                size = (max(1, round(w * f)), max(1, round(h * f)))
+                im.draft('RGB', size)               # JPEG: decode at a reduced scale
+                im = im.convert('RGB').resize(size, PILImage.BILINEAR)
+                notes.append(f'{name} is {w}x{h} pixels: downscaled to {size[0]}x{size[1]} '
+                             f'(the app keeps at most {max_side} pixels a side; start it '
+                             'with --max-side to change that)')
+            pixels = np.asarray(im.convert('RGB'))
+    except PILImage.DecompressionBombError as e:
+        raise AppError(f'{name} has too many pixels to decode safely ({e}); downscale it '
+                       'first') from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        raise AppError(f'{name} is not an image that can be read ({type(e).__name__}: {e}); '
+                       'upload a PNG, JPEG, BMP, TIFF or WebP file') from None
+    key = hashlib.sha1(pixels.tobytes() + repr(pixels.shape).encode()).hexdigest()
+    return Image(pixels, name, key, notes, (h, w))
+
+
+# --------------------------------------------------------------------------- blocks
+@dataclass(frozen=True)
+class BlockChoice:
+    """One attention of the backbone a user can pick.
+
+    Attributes:
+        stage, block, branch (int): Where it is (branch: InLine-CSwin's two InLine halves).
+        label (str): How the page names it.
+        why_not (str): Empty for a global InLine attention (it has maps); else why not.
+        heads (int): Its heads (0 for a Softmax block).
+    """
+
+    stage: int
+    block: int
+    branch: int
+    label: str
+    why_not: str
+    heads: int
+
+
+def block_choices(backbone: torch.nn.Module) -> List[BlockChoice]:
+    """Every block of ``backbone`` (each InLine branch of an InLine-CSwin block apart), with
+    why a Softmax or windowed block has no global map."""
+    choices = []
+    for site in attention_sites(backbone):
+        where = f'stage {site.stage} block {site.block}'
+        if not site.inline:
+            choices.append(BlockChoice(site.stage, site.block, 0, f'{where} (Softmax)',
+                                       f'{where} is a Softmax block: it attends within '
+                                       'windows (or stripes) by Softmax, not with InLine over '
+                                       'the whole image, so it has no global InLine map; '
+                                       'pick an InLine block', 0))
+            continue
+        for branch in range(len(site.inline)):
+            _, attn = find_attention(backbone, site.stage, site.block, branch)
+            label = where + (f' branch {branch}' if len(site.inline) > 1 else '')
+            window = getattr(attn, 'window_size', None)
+            if window is not None:
+                choices.append(BlockChoice(
+                    site.stage, site.block, branch, f'{label} (InLine, {window}x{window} windows)',
+                    f'{label} is an InLine block that attends within {window}x{window} windows '
+                    "(the config's inline_cfg window_size): each window has its own weights, "
+                    'so there is no map over the whole image; pick a global InLine block',
+                    attn.num_heads))
+            else:
+                choices.append(BlockChoice(site.stage, site.block, branch, f'{label} (InLine)',
+                                           '', attn.num_heads))
+    return choices
+
+
+# --------------------------------------------------------------------------- results
+@dataclass
+class Prediction:
+    """A model's output on one image, in the image's pixels.
+
+    Attributes:
+        kind (str): ``'detection'`` or ``'segmentation'``.
+        boxes (ndarray): ``(N, 4)`` x1, y1, x2, y2 (detection).
+        scores (ndarray): ``(N,)`` (detection).
+        labels (ndarray): ``(N,)`` class indices (detection).
+        masks (ndarray, optional): ``(N, H, W)`` bool (a detector with a mask head).
+        seg (ndarray, optional): ``(H, W)`` class indices (segmentation).
+    """
+
+    kind: str
+    boxes: np.ndarray = None
+    scores: np.ndarray = None
+    labels: np.ndarray = None
+    masks: Optional[np.ndarray] = None
+    seg: Optional[np.ndarray] = None
+
+
+@dataclass
+class AttentionViews:
+    """What the page shows for one query.
+
+    Attributes:
+        images (dict[str, ndarray]): Per method of ``METHODS``, the map coloured over the
+            image, at the image's size, the query marked.
+        labels (dict[str, str]): Per method, what it is (``attention_views.method_label``).
+        captions (dict[str, str]): Per method, its label and value range.
+        kernel (ndarray): The local kernel's picture.
+        weights_file (str): The ``.npz`` of the exact weights (``attention_views.save_maps``).
+        summary (str): Which token of which block, and the grid.
+        point (tuple[int, int]): The query's pixel.
+        cell (tuple[int, int]): Its token.
+        maps: The :class:`~inline_mm.attention_maps.AttentionMaps`.
+        reused (bool): Whether the capture of an earlier click was reused.
+    """
+
+    images: Dict[str, np.ndarray]
+    labels: Dict[str, str]
+    captions: Dict[str, str]
+    kernel: np.ndarray
+    weights_file: str
+    summary: str
+    point: Tuple[int, int]
+    cell: Tuple[int, int]
+    maps: object
+    reused: bool
+
+
+@dataclass
+class _Captured:
+    key: tuple
+    capture: Capture
+    resized_hw: Tuple[int, int]
+
+
+# --------------------------------------------------------------------------- the model
+class Viewer:
+    """A detector or segmentor of an mmdet / mmseg config with an InLine backbone.
+
+    Args:
+        config (str): The config file.
+        checkpoint (str, optional): A trained mm checkpoint of the config's model (all of
+            it is loaded), or backbone weights (an official ImageNet file, a converted file,
+            ``inline://<name>``: the backbone is loaded, the rest stays random). None: random
+            weights (seed ``seed``), and the page says so.
+        device (str, optional): ``'cpu'``, ``'cuda'``, ... Default: CUDA where there is one.
+        seed (int): The random weights' seed. Default: 0.
+        max_side (int): Longer image sides are downscaled to this.
+        out_dir (str, optional): Where the weight files go (default: a new temporary folder).
+    """
+
+    def __init__(self, config: str, checkpoint: Optional[str] = None,
+                 device: Optional[str] = None, seed: int = 0,
+                 max_side: int = DEFAULT_MAX_SIDE, out_dir: Optional[str] = None):
+        from mmengine.config import Config
+
+        from ..models.families import FAMILIES
+        if not os.path.isfile(config):
+            raise FileNotFoundError(f'config not found: {config!r}')
+        cfg = Config.fromfile(config)
+        self.kind = {'mmdet': 'detection', 'mmseg': 'segmentation'}.get(cfg.get('default_scope'))
+        if self.kind is None:
+            raise ValueError(f'{config}: default_scope {cfg.get("default_scope")!r}: the app '
+                             'takes mmdet (detection) and mmseg (segmentation) configs')
+        backbone = cfg.model.get('backbone', {}).get('type')
+        if backbone not in FAMILIES:
+            raise ValueError(f'{config}: its backbone {backbone!r} is not an InLine backbone '
+                             f'({", ".join(FAMILIES)})')
+        self.config, self.checkpoint, self.seed, self.max_side = config, checkpoint, seed, max_side
+        self.device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+        self.cfg = cfg
+        self.model = self._build(copy.deepcopy(cfg))
+        self.model_score_thr = self._keep_every_score() if self.kind == 'detection' else None
+        self.backbone = self.model.backbone
+        self.preprocess = Preprocess.from_config(cfg)
+        self.choices = block_choices(self.backbone)
+        self.classes = tuple(self.model.dataset_meta.get('classes') or ())
+        self.palette = _palette(self.model.dataset_meta.get('palette'), self._num_classes())
+        self.out_dir = out_dir or tempfile.mkdtemp(prefix='inline_mm_app_')
+        os.makedirs(self.out_dir, exist_ok=True)
+
+    # ------------------------------------------------------------------ building
+    def _build(self, cfg):
+        if self.kind == 'detection':
+            from mmdet.apis import init_detector as init
+        else:
+            from mmseg.apis import init_model as init
+        # No weights file in the build: the config's init_cfg would fetch ImageNet weights.
+        cfg.model.backbone.init_cfg = None
+        torch.manual_seed(self.seed)        # (the build draws weights too)
+        model = init(cfg, None, device='cpu')
+        self.weights_note, self.random = self._weights(model)
+        self._set_dataset_meta(model, cfg)
+        return model.to(self.device).eval()
+
+    def _weights(self, model) -> Tuple[str, bool]:
+        """Initialise ``model`` (seeded) and load the checkpoint over it; say what it holds."""
+        from ..models.checkpoint import locate, read_checkpoint
+        with _quiet_mmengine():     # (it logs every tensor it initialises)
+            model.init_weights()    # (also what no checkpoint entry overwrites: no stale memory)
+        if self.checkpoint is None:
+            return (f'**random weights** (seed {self.seed}; no checkpoint given): the '
+                    'predictions and maps show the mechanics only, not what a trained model '
+                    'sees'), True
+        path = locate(self.checkpoint)
+        ckpt = read_checkpoint(path)
+        state = ckpt.get('state_dict') if isinstance(ckpt.get('state_dict'), dict) else None
+        if state and any(k.startswith('backbone.') for k in state) \
+                and any(not k.startswith('backbone.') for k in state):
+            self._load_whole(model, state)
+            self._checkpoint_meta = (ckpt.get('meta') or {}).get('dataset_meta')
+            return f'weights: `{self.checkpoint}` (the whole model)', False
+        from ..models.checkpoint import load_pretrained
+        load_pretrained(model.backbone, path)
+        return (f'backbone weights: `{self.checkpoint}`; the rest of the model is **random** '
+                '(an ImageNet backbone, no trained head): the predictions mean nothing, the '
+                "maps are the backbone's"), False
+
+    def _load_whole(self, model, state):
+        from ..models.checkpoint import CheckpointError
+        own = model.state_dict()
+        wrong = [(k, tuple(v.shape), tuple(own[k].shape)) for k, v in state.items()
+                 if k in own and own[k].shape != v.shape]
+        missing = [k for k in own if k not in state]
+        if wrong or len(missing) > 0.1 * len(own):
+            detail = '; '.join(f'{k}: checkpoint {a} vs model {b}' for k, a, b in wrong[:3]) \
+                or f'{len(missing)} of its {len(own)} tensors missing, e.g. {missing[:3]}'
+            raise CheckpointError(f'{self.checkpoint} does not fit the model of {self.config} '
+                                  f'({detail}): it is a checkpoint of another model; give the '
+                                  'config it was trained with')
+        model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+        if missing:
+            logging.getLogger(__name__).warning('%d tensors of the model are not in %s and stay '
+                                                'random: %s', len(missing), self.checkpoint,
+                                                missing[:5])
+
+    def _set_dataset_meta(self, model, cfg):
+        """Class names and palette: the checkpoint's, else the config's dataset's."""
+        meta = dict(getattr(model, 'dataset_meta', None) or {})
+        try:
+            from mmengine.registry import DATASETS, init_default_scope
+            init_default_scope(cfg.default_scope)
+            dataset = copy.deepcopy(cfg.test_dataloader.dataset)
+            dataset['lazy_init'] = True
+            meta.update(DATASETS.build(dataset).metainfo)
+        except Exception as e:      # a dataset that cannot be built without its files
+            logging.getLogger(__name__).info('class names not read from the config (%s)', e)
+        meta.update(getattr(self, '_checkpoint_meta', None) or {})
+        model.dataset_meta = {k.lower(): v for k, v in meta.items()}
+
+    def _num_classes(self) -> int:
+        if self.kind == 'segmentation':
+            return int(self.model.decode_head.num_classes)
+        return max(len(self.classes), 1)
+
+    def _keep_every_score(self) -> Optional[float]:
+        """Make the detector keep predictions of any score (the page's slider filters them)
+        and return the score threshold of its config (None where it has none)."""
+        model = self.model
+        test_cfg = getattr(model, 'test_cfg', None) or {}
+        found = [test_cfg, test_cfg.get('rcnn')]
+        for head in ('roi_head', 'bbox_head'):
+            found.append(getattr(getattr(model, head, None), 'test_cfg', None))
+        old, seen = None, set()
+        for holder in found:
+            if holder is None or id(holder) in seen or 'score_thr' not in holder:
+                continue
+            seen.add(id(holder))
+            old = holder['score_thr'] if old is None else old
+            holder['score_thr'] = 0.0
+        return old
+
+    # ------------------------------------------------------------------ reading
+    def read(self, path: str, name: Optional[str] = None) -> Image:
+        """:func:`read_image`, refusing an image the backbone cannot take after the
+        config's resize."""
+        image = read_image(path, name, self.max_side)
+        resized = self.preprocess.resized_size(image.hw)
+        if min(resized) < MIN_SIDE:
+            h, w = image.hw
+            raise AppError(f'{image.name} ({w}x{h} pixels) is too small for the backbone: the '
+                           f"config's test resize makes it {resized[1]}x{resized[0]}, and the "
+                           f'backbone needs at least {MIN_SIDE} pixels a side (its last stage '
+                           'has stride 32); use a larger, less elongated image')
+        return image
+
+    # ------------------------------------------------------------------ predictions
+    def predict(self, image: Image) -> Prediction:
+        """The model's predictions on ``image`` (its test pipeline, from the pixels)."""
+        bgr = np.ascontiguousarray(image.pixels[..., ::-1])
+        with torch.no_grad():
+            if self.kind == 'detection':
+                from mmdet.apis import inference_detector
+                inst = inference_detector(self.model, bgr).pred_instances.cpu()
+                masks = inst.masks.numpy().astype(bool) if 'masks' in inst else None
+                return Prediction('detection', inst.bboxes.numpy(), inst.scores.numpy(),
+                                  inst.labels.numpy(), masks)
+            from mmseg.apis import inference_model
+            seg = inference_model(self.model, bgr).pred_sem_seg.data[0].cpu().numpy()
+            return Prediction('segmentation', seg=seg)
+
+    def class_name(self, label: int) -> str:
+        return self.classes[label] if 0 <= label < len(self.classes) else f'class {label}'
+
+    def draw(self, image: Image, pred: Prediction, score_thr: float = DEFAULT_SCORE_THR,
+             point: Optional[Tuple[float, float]] = None) -> Tuple[np.ndarray, str, str]:
+        """The predictions drawn on the image; a legend (HTML); a one-line summary."""
+        if pred.kind == 'segmentation':
+            out, legend, summary = self._draw_segmentation(image, pred)
+        else:
+            out, legend, summary = self._draw_detection(image, pred, score_thr)
+        return (out if point is None else mark_point(out, point)), legend, summary
+
+    def _draw_detection(self, image: Image, pred: Prediction, score_thr: float):
+        from PIL import Image as PILImage
+        from PIL import ImageDraw, ImageFont
+        keep = np.flatnonzero(pred.scores >= score_thr)
+        keep = keep[np.argsort(-pred.scores[keep], kind='stable')]
+        out = image.pixels.astype(np.float64)
+        if pred.masks is not None:
+            for i in keep[::-1]:            # the highest score on top
+                m = pred.masks[i]
+                out[m] = 0.5 * out[m] + 0.5 * np.asarray(self.palette[pred.labels[i]])
+        im = PILImage.fromarray(np.clip(out + 0.5, 0, 255).astype(np.uint8))
+        draw = ImageDraw.Draw(im)
+        h, w = image.hw
+        width = max(1, round(min(h, w) / 250))
+        font = ImageFont.load_default(size=max(10, round(min(h, w) / 40)))
+        for i in keep[::-1]:
+            colour = tuple(int(c) for c in self.palette[pred.labels[i]])
+            x1, y1, x2, y2 = (float(v) for v in pred.boxes[i])
+            draw.rectangle((x1, y1, x2, y2), outline=colour, width=width)
+            text = f'{self.class_name(int(pred.labels[i]))} {pred.scores[i]:.2f}'
+            left, top, right, bottom = draw.textbbox((x1, y1), text, font=font)
+            ty = y1 - (bottom - top) - 2 if y1 - (bottom - top) - 2 >= 0 else y1
+            box = draw.textbbox((x1, ty), text, font=font)
+            draw.rectangle((box[0] - 1, box[1] - 1, box[2] + 1, box[3] + 1), fill=colour)
+            draw.text((x1, ty), text, font=font,
+                      fill=(0, 0, 0) if sum(colour) > 382 else (255, 255, 255))
+        n = len(pred.scores)
+        top = f'; highest score {pred.scores.max():.3f}' if n else ''
+        summary = (f'{len(keep)} of {n} detections at score >= {score_thr:.2f}{top}'
+                   + ('' if pred.masks is None else ', with masks'))
+        counts: Dict[int, int] = {}
+        for i in keep:
+            counts[int(pred.labels[i])] = counts.get(int(pred.labels[i]), 0) + 1
+        rows = [(self.palette[c], self.class_name(c), f'{k}') for c, k in
+                sorted(counts.items(), key=lambda kv: -kv[1])]
+        return np.asarray(im), _legend(rows, 'detections'), summary
+
+    def _draw_segmentation(self, image: Image, pred: Prediction):
+        seg = pred.seg
+        colours = np.asarray(self.palette, dtype=np.float64)
+        valid = (seg >= 0) & (seg < len(colours))
+        out = image.pixels.astype(np.float64)
+        out[valid] = 0.5 * out[valid] + 0.5 * colours[seg[valid]]
+        labels, counts = np.unique(seg[valid], return_counts=True)
+        order = np.argsort(-counts, kind='stable')
+        total = seg.size
+        rows = [(self.palette[labels[i]], self.class_name(int(labels[i])),
+                 f'{100 * counts[i] / total:.1f}%') for i in order]
+        summary = f'{len(labels)} classes in the image'
+        return (np.clip(out + 0.5, 0, 255).astype(np.uint8), _legend(rows, 'share of pixels'),
+                summary)
+
+    # ------------------------------------------------------------------ attention
+    def choice(self, label: str) -> BlockChoice:
+        for c in self.choices:
+            if c.label == label:
+                return c
+        raise AppError(f'no block {label!r}; pick one of the list')
+
+    @property
+    def default_choice(self) -> Optional[BlockChoice]:
+        return next((c for c in self.choices if not c.why_not), None)
+
+    def attention(self, image: Image, point: Tuple[float, float], choice: BlockChoice,
+                  head: Optional[int] = None,
+                  cache: Optional[_Captured] = None) -> Tuple[AttentionViews, _Captured]:
+        """The views of the query at pixel ``point`` (x, y) of ``image`` for the block
+        ``choice``, head ``head`` (None: the mean over heads). ``cache``, what an earlier
+        call returned, is reused for the same image and block.
+
+        Raises:
+            AppError: a point outside the image, a block without a global map, no such head.
+        """
+        x, y = point
+        h, w = image.hw
+        if not (0 <= x < w and 0 <= y < h):
+            raise AppError(f'the point ({x:g}, {y:g}) is outside the {w}x{h} image (x in '
+                           f'0..{w - 1}, y in 0..{h - 1}); click on the image')
+        if choice.why_not:
+            raise AppError(choice.why_not)
+        if head is not None and not 0 <= head < choice.heads:
+            raise AppError(f'{choice.label} has {choice.heads} head'
+                           f'{"s" if choice.heads != 1 else ""} (0..{choice.heads - 1}); pick '
+                           'one of them or the mean over heads')
+        key = _capture_key(image, choice)
+        reused = self.reuses(cache, image, choice)
+        if not reused:
+            x_in, resized = prepare_image(image.pixels, self.preprocess)
+            try:
+                cap = capture_attention(self.backbone, x_in.to(self.device), choice.stage,
+                                        choice.block, choice.branch, valid_sizes=[resized])
+            except AttentionSiteError as e:
+                raise AppError(str(e)) from None
+            cache = _Captured(key, cap, resized)
+        cap, resized = cache.capture, cache.resized_hw
+        stride = map_stride(cap.input_hw, cap.hw)
+        cell = point_to_cell((x, y), (h, w), resized, stride, cap.grid_of(0))
+        maps = attention_maps(cap, [cell], head=head)
+        images, captions, labels = {}, {}, {}
+        for method in METHODS:
+            labels[method] = method_label(maps, method)
+            grid = maps.grid_map(method, 0).detach().cpu().numpy()
+            values = map_at_image_size(grid, (h, w), resized, stride)
+            images[method] = colour_over(image.pixels, values, (x, y))
+            text = f'{labels[method]}: weights from {grid.min():.3g} (blue) to ' \
+                   f'{grid.max():.3g} (red)'
+            if maps.prefix_tokens:
+                text += f'; class token {float(maps.prefix(method, 0).sum()):.3g}'
+            captions[method] = text
+        kernel = kernel_picture(maps, 0)
+        where = f'{choice.stage}-{choice.block}-{choice.branch}'
+        path = os.path.join(self.out_dir, f'attention_{image.key[:8]}_{where}_{int(x)}_{int(y)}'
+                            f'_{"mean" if head is None else head}.npz')
+        save_maps(path, maps, [(x, y)], (h, w), resized, cap.path)
+        what = 'mean over heads' if head is None else f'head {head}'
+        summary = (f'query ({x:g}, {y:g}): token (row {cell[0]}, column {cell[1]}) of the '
+                   f'{maps.grid[0]}x{maps.grid[1]} tokens ({stride} pixels each on the '
+                   f'{resized[1]}x{resized[0]} resized image) of `{cap.path}`, {what}')
+        return AttentionViews(images, labels, captions, kernel, path, summary, (x, y), cell,
+                              maps, reused), cache
+
+    @staticmethod
+    def reuses(cache: Optional[_Captured], image: Image, choice: BlockChoice) -> bool:
+        """Whether :meth:`attention` will reuse ``cache`` (same image, same block)."""
+        return cache is not None and cache.key == _capture_key(image, choice)
+
+    def describe(self) -> str:
+        """The model in one paragraph (Markdown)."""
+        fam = type(self.backbone).__name__
+        arch = getattr(self.backbone, 'arch_name', '')
+        return (f'`{os.path.basename(self.config)}`: {self.kind} with {fam} ({arch}) on '
+                f'{self.device}; {self.weights_note}')
+
+
+def _capture_key(image: Image, choice: BlockChoice) -> tuple:
+    return image.key, choice.stage, choice.block, choice.branch
+
+
+@contextlib.contextmanager
+def _quiet_mmengine():
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _palette(palette, n: int) -> List[Tuple[int, int, int]]:
+    """``n`` RGB colours: the dataset's where it has enough, else drawn (seeded)."""
+    if isinstance(palette, (list, tuple)) and len(palette) >= n:
+        return [tuple(int(c) for c in p) for p in palette]
+    rng = np.random.default_rng(42)
+    return [tuple(int(c) for c in rng.integers(40, 256, 3)) for _ in range(n)]
+
+
+def _legend(rows, what: str) -> str:
+    """An HTML table: a colour swatch, a class name, a figure."""
+    if not rows:
+        return '<p>nothing to show</p>'
+    cells = ''.join(
+        f'<tr><td><span style="display:inline-block;width:1em;height:1em;'
+        f'background:rgb{tuple(int(c) for c in colour)}"></span></td>'
+        f'<td>{html.escape(str(name))}</td><td>{html.escape(figure)}</td></tr>'
+        for colour, name, figure in rows)
+    return f'<table class="legend"><tr><th></th><th>class</th><th>{what}</th></tr>{cells}</table>'

@@ -1,0 +1,178 @@
+"""Attention maps as a person sees them: each map at the image's own size, coloured over
+the image, the local kernel as a picture, and the exact weights as a file.
+
+The maps of :mod:`inline_mm.attention_maps` live on a grid of tokens that covers the
+*resized* image (the config's test resize), ``stride`` pixels per token. Here every pixel
+of the *original* image takes the value of the token it falls in, by the rule of
+:func:`~inline_mm.attention_maps.point_to_cell` (a click on a pixel and the map under it
+name the same token). Used by the app (``python -m inline_mm.app``) and by
+``tools/attention_map.py --npz``; nothing here imports a web framework.
+"""
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .attention_maps import METHODS, AttentionMaps
+
+__all__ = ['pixel_cells', 'map_at_image_size', 'colour_over', 'mark_point', 'kernel_taps',
+           'kernel_picture', 'method_label', 'save_maps', 'load_maps']
+
+#: how a map is coloured: matplotlib's colour map and its opacity over a grey copy of the
+#: image (the figure of tools/attention_map.py uses the same)
+COLOUR_MAP, OPACITY = 'jet', 0.6
+
+
+def pixel_cells(image_hw: Tuple[int, int], resized_hw: Tuple[int, int], stride: int,
+                grid: Tuple[int, int]) -> Tuple[np.ndarray, np.ndarray]:
+    """The grid row of every pixel row and the grid column of every pixel column of an
+    ``image_hw`` image: ``(ih,)`` and ``(iw,)`` int arrays, the arithmetic of
+    :func:`~inline_mm.attention_maps.point_to_cell` for each pixel."""
+    ih, iw = image_hw
+    rows = np.minimum((np.arange(ih) * resized_hw[0] / ih // stride).astype(np.int64),
+                      grid[0] - 1)
+    cols = np.minimum((np.arange(iw) * resized_hw[1] / iw // stride).astype(np.int64),
+                      grid[1] - 1)
+    return rows, cols
+
+
+def map_at_image_size(grid_map, image_hw: Tuple[int, int], resized_hw: Tuple[int, int],
+                      stride: int) -> np.ndarray:
+    """An ``(h, w)`` map of tokens as an ``image_hw`` array: each pixel holds its token's
+    value (nearest, no smoothing: a token's weight is one number)."""
+    grid_map = np.asarray(grid_map)
+    rows, cols = pixel_cells(image_hw, resized_hw, stride, grid_map.shape)
+    return grid_map[rows[:, None], cols[None, :]]
+
+
+def colour_over(image: np.ndarray, values: np.ndarray,
+                point: Optional[Tuple[float, float]] = None) -> np.ndarray:
+    """``values`` (the image's size) coloured from their minimum (blue) to their maximum
+    (red) over a grey copy of the ``(H, W, 3)`` uint8 ``image``; the query ``point`` marked.
+    Returns an ``(H, W, 3)`` uint8 image."""
+    from matplotlib import colormaps
+    lo, hi = float(np.min(values)), float(np.max(values))
+    scaled = (values - lo) / (hi - lo) if hi > lo else np.zeros_like(values, dtype=np.float64)
+    colours = colormaps[COLOUR_MAP](scaled)[..., :3] * 255
+    grey = image.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+    out = OPACITY * colours + (1 - OPACITY) * grey[..., None]
+    out = np.clip(out + 0.5, 0, 255).astype(np.uint8)
+    return out if point is None else mark_point(out, point)
+
+
+def mark_point(image: np.ndarray, point: Tuple[float, float]) -> np.ndarray:
+    """A copy of ``image`` with a white, black-edged ring around pixel ``point`` (x, y),
+    sized to the image."""
+    from PIL import Image, ImageDraw
+    h, w = image.shape[:2]
+    r = max(4, round(min(h, w) / 40))
+    x, y = point
+    im = Image.fromarray(image)
+    draw = ImageDraw.Draw(im)
+    draw.ellipse((x - r - 1, y - r - 1, x + r + 1, y + r + 1), outline=(0, 0, 0),
+                 width=max(2, r // 2) + 2)
+    draw.ellipse((x - r, y - r, x + r, y + r), outline=(255, 255, 255), width=max(2, r // 2))
+    return np.asarray(im)
+
+
+def method_label(maps: AttentionMaps, method: str) -> str:
+    """What a column of weights is, in words: whose weights, on which kernel."""
+    own = " (the block's)"
+    if method == 'inline':
+        return 'InLine' + (own if maps.attention == 'inline' else '')
+    if method == 'linear':
+        if maps.linear_kernel == 'relu' and maps.kernel_name == 'identity':
+            text = 'linear (ReLU kernel)'
+        else:
+            text = f'linear, {maps.linear_kernel} kernel'
+        return text + (own if maps.attention == 'linear' else '')
+    if method == 'softmax':
+        return 'Softmax'
+    raise ValueError(f'unknown method {method!r}; one of {METHODS}')
+
+
+def kernel_taps(maps: AttentionMaps, row: int = 0) -> np.ndarray:
+    """The ``(3, 3)`` local kernel as query ``row`` applies it: NaN at the taps past the
+    image's border (they read zero padding), float64."""
+    k = maps.kernel.detach().cpu().numpy().astype(np.float64)
+    cell = maps.query_cell(row)
+    if cell is not None:
+        ys = cell[0] + np.arange(-1, 2)[:, None]
+        xs = cell[1] + np.arange(-1, 2)[None, :]
+        inside = (ys >= 0) & (ys < maps.grid[0]) & (xs >= 0) & (xs < maps.grid[1])
+        k = np.where(inside, k, np.nan)
+    return k
+
+
+def kernel_picture(maps: AttentionMaps, row: int = 0, side: int = 320) -> np.ndarray:
+    """The local 3x3 kernel around query ``row`` as a ``(side, side, 3)`` uint8 picture:
+    each tap coloured by its value (blue negative, red positive) and printed; taps past the
+    image's border read zero padding and are left blank."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    dpi = 100
+    fig = plt.figure(figsize=(side / dpi, side / dpi), dpi=dpi)
+    ax = fig.add_axes((0.12, 0.18, 0.76, 0.76))    # (the title below: page labels sit on top)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    what = 'mean over heads' if maps.head is None else f'head {maps.head}'
+    title = f"local 3x3{' + LePE' if maps.lepe else ''} ({what})"
+    if maps.kernel is None:
+        ax.text(0.5, 0.5, 'no local term', ha='center', va='center', fontsize=11)
+    else:
+        k = kernel_taps(maps, row)
+        bound = float(np.nanmax(np.abs(k))) if np.isfinite(k).any() else 1.0
+        ax.imshow(k, cmap='RdBu_r', vmin=-bound, vmax=bound)
+        for dy in range(3):
+            for dx in range(3):
+                if np.isfinite(k[dy, dx]):
+                    dark = abs(k[dy, dx]) > 0.6 * bound     # (white on the deep colours)
+                    ax.text(dx, dy, f'{k[dy, dx]:.3g}', ha='center', va='center', fontsize=10,
+                            color='white' if dark else 'black')
+        title += '\nthe same for every query'
+    fig.text(0.5, 0.02, title, ha='center', va='bottom', fontsize=10)
+    fig.canvas.draw()
+    pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+    plt.close(fig)
+    return pixels
+
+
+def save_maps(path: str, maps: AttentionMaps, points: Sequence[Optional[Tuple[float, float]]],
+              image_hw: Tuple[int, int], resized_hw: Tuple[int, int], module: str = ''):
+    """Write the exact weights of ``maps`` to an ``.npz`` file (float64, nothing rounded).
+
+    Arrays: per method of :data:`~inline_mm.attention_maps.METHODS` ``<method>`` ``(m, h, w)``
+    (each query's weights on the patch keys) and ``<method>_prefix`` ``(m, p)`` (on the class
+    token, ``p = 0`` without one); ``kernel`` ``(3, 3)`` (NaN without a local term);
+    ``cells`` ``(m, 2)`` the query tokens ``(r, c)`` (-1 for a class-token query);
+    ``points`` ``(m, 2)`` their ``(x, y)`` pixels (NaN for a class-token query);
+    ``query_scales`` ``(m,)``; ``grid``, ``stride``, ``image_hw``, ``resized_hw``, ``head``
+    (-1: the mean over heads); ``module`` (the attention's module path).
+    """
+    rows = range(len(maps.queries))
+    arrays: Dict[str, np.ndarray] = {}
+    for method in METHODS:
+        arrays[method] = np.stack([maps.grid_map(method, r).detach().cpu().numpy()
+                                   for r in rows])
+        arrays[f'{method}_prefix'] = np.stack([maps.prefix(method, r).detach().cpu().numpy()
+                                               for r in rows])
+    kernel = maps.kernel
+    arrays['kernel'] = (np.full((3, 3), np.nan) if kernel is None
+                        else kernel.detach().cpu().numpy().astype(np.float64))
+    arrays['cells'] = np.array([maps.query_cell(r) or (-1, -1) for r in rows], dtype=np.int64)
+    arrays['points'] = np.array([p if p is not None else (np.nan, np.nan) for p in points],
+                                dtype=np.float64).reshape(-1, 2)
+    arrays['query_scales'] = np.asarray(maps.query_scales, dtype=np.float64)
+    arrays['grid'] = np.asarray(maps.grid, dtype=np.int64)
+    arrays['stride'] = np.asarray(maps.stride, dtype=np.int64)
+    arrays['image_hw'] = np.asarray(image_hw, dtype=np.int64)
+    arrays['resized_hw'] = np.asarray(resized_hw, dtype=np.int64)
+    arrays['head'] = np.asarray(-1 if maps.head is None else maps.head, dtype=np.int64)
+    arrays['module'] = np.asarray(module)
+    np.savez_compressed(path, **arrays)
+
+
+def load_maps(path: str) -> Dict[str, np.ndarray]:
+    """The arrays :func:`save_maps` wrote (plain arrays: no pickled objects)."""
+    with np.load(path, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
