@@ -6,7 +6,7 @@ The maps of :mod:`inline_mm.attention_maps` live on a grid of tokens that covers
 of the *original* image takes the value of the token it falls in, by the rule of
 :func:`~inline_mm.attention_maps.point_to_cell` (a click on a pixel and the map under it
 name the same token). Used by the app (``python -m inline_mm.app``) and by
-``tools/attention_map.py --npz``; nothing here imports a web framework.
+``tools/attention_map.py`` (its figure, and ``--npz``); nothing here imports a web framework.
 """
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -15,7 +15,8 @@ import numpy as np
 from .attention_maps import METHODS, AttentionMaps
 
 __all__ = ['pixel_cells', 'map_at_image_size', 'colour_over', 'mark_point', 'kernel_taps',
-           'kernel_picture', 'method_label', 'save_maps', 'load_maps']
+           'kernel_picture', 'method_label', 'save_maps', 'load_maps', 'figure_size',
+           'draw_figure']
 
 #: how a map is coloured: matplotlib's colour map and its opacity over a grey copy of the
 #: image (the figure of tools/attention_map.py uses the same)
@@ -176,3 +177,92 @@ def load_maps(path: str) -> Dict[str, np.ndarray]:
     """The arrays :func:`save_maps` wrote (plain arrays: no pickled objects)."""
     with np.load(path, allow_pickle=False) as f:
         return {k: f[k] for k in f.files}
+
+
+# --------------------------------------------------------------------------- the figure
+#: pixels of one cell of the figure, and of the title band above the cells
+CELL_PX, TITLE_PX, DPI = 240, 60, 100
+#: the figure's columns
+COLUMNS = ('image',) + METHODS + ('local',)
+
+
+def figure_size(rows: int) -> Tuple[int, int]:
+    """``(width, height)`` in pixels of a figure with ``rows`` queries."""
+    return CELL_PX * len(COLUMNS), CELL_PX * rows + TITLE_PX
+
+
+def draw_figure(maps: AttentionMaps, image, points: Sequence[Optional[Tuple[float, float]]],
+                resized_hw: Tuple[int, int], path: str, title: str = ''):
+    """Write the PNG of ``tools/attention_map.py``: one row per query (``points``: its
+    ``(x, y)`` in ``image`` pixels, or None for a class-token query), columns: the image
+    with the query marked, the InLine, linear and Softmax maps over the image, the local
+    3x3 kernel."""
+    import io
+
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    rows = len(maps.queries)
+    width, height = figure_size(rows)
+    fig = plt.figure(figsize=(width / DPI, height / DPI), dpi=DPI)
+    grid = fig.add_gridspec(rows, len(COLUMNS), left=0.01, right=0.99, bottom=0.01,
+                            top=1 - TITLE_PX / height, wspace=0.08, hspace=0.32)
+    ih, iw = image.shape[:2]
+    grey = image.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+    h, w = maps.grid
+    # The grid covers stride-sized cells of the resized image; back in the image's pixels:
+    extent = (0, w * maps.stride * iw / resized_hw[1], h * maps.stride * ih / resized_hw[0], 0)
+    fig.suptitle(title, fontsize=9, y=1 - 0.12 * TITLE_PX / height)
+    for r, point in enumerate(points[:rows]):
+        for c, column in enumerate(COLUMNS):
+            ax = fig.add_subplot(grid[r, c])
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if column == 'local':
+                _draw_kernel(ax, maps, r)
+                continue
+            # The maps over a grey copy, so that their colours read as weights.
+            ax.imshow(image if column == 'image' else grey, cmap='gray', vmin=0, vmax=255)
+            if column != 'image':
+                m = maps.grid_map(column, r).numpy()
+                ax.imshow(m, extent=extent, cmap=COLOUR_MAP, alpha=OPACITY,
+                          interpolation='nearest')
+                text = f'{method_label(maps, column)}\n[{m.min():.2g}, {m.max():.2g}]'
+                if maps.prefix_tokens:
+                    text += f' cls {float(maps.prefix(column, r).sum()):.2g}'
+                ax.set_title(text, fontsize=7)
+            else:
+                label = 'class token' if point is None else f'query ({point[0]:g}, {point[1]:g})'
+                if maps.query_scales[r] != 1:
+                    label += f', q x {maps.query_scales[r]:g}'
+                ax.set_title(label, fontsize=7)
+            if point is not None:
+                ax.plot([point[0]], [point[1]], marker='*', markersize=11, color='white',
+                        markeredgecolor='black')
+            ax.set_xlim(0, iw)
+            ax.set_ylim(ih, 0)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=DPI, format='png')
+    plt.close(fig)
+    # A 256-colour palette: a third of the bytes, no visible change to flat maps.
+    with Image.open(buf) as im:
+        im.convert('RGB').quantize(256).save(path, optimize=True)
+
+
+def _draw_kernel(ax, maps: AttentionMaps, row: int):
+    what = 'mean over heads' if maps.head is None else f'head {maps.head}'
+    if maps.kernel is None:
+        ax.text(0.5, 0.5, 'no local term', ha='center', va='center', fontsize=8)
+        ax.set_title('local 3x3', fontsize=7)
+        return
+    k = kernel_taps(maps, row)          # taps past the image read zero padding: blank
+    bound = np.nanmax(np.abs(k)) if np.isfinite(k).any() else 1.0
+    ax.imshow(k, cmap='RdBu_r', vmin=-bound, vmax=bound)
+    for dy in range(3):
+        for dx in range(3):
+            if np.isfinite(k[dy, dx]):
+                ax.text(dx, dy, f'{k[dy, dx]:.2g}', ha='center', va='center', fontsize=7)
+    where = 'class token: none' if maps.query_cell(row) is None else 'same for every query'
+    ax.set_title(f"local 3x3{' + LePE' if maps.lepe else ''} ({what})\n{where}", fontsize=7)

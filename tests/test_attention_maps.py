@@ -20,10 +20,11 @@ from conftest import rel_err
 
 from benchmarks import reference
 from inline_mm.attention_maps import (AttentionSiteError, Preprocess, attention_maps, block_weights,
-                                      attention_sites, capture_attention, figure_size,
+                                      attention_sites, capture_attention,
                                       find_attention, grid_points, head_kernel, inline_weights,
                                       linear_weights, local_kernels, map_stride, point_to_cell,
                                       softmax_weights)
+from inline_mm.attention_views import figure_size
 from inline_mm.models import FAMILIES
 from support import ROOT, load_script, smoke_backbone, subprocess_env
 
