@@ -78,6 +78,7 @@ def _require_mmcv():
 if _have_mmengine():
     _require_mmcv()
     from . import datasets  # noqa: F401,E402  (registers SegFolderDataset, PaletteIoUMetric)
+    from . import detection  # noqa: F401,E402  (registers SimpleFPN, LN2d, PadAwareRPNHead)
     from . import engine  # noqa: F401,E402  (registers the opt-in hooks; patches nothing)
 
     compat.allow_mmengine_checkpoints()

@@ -4,7 +4,7 @@ Importing this package registers every family of :data:`FAMILIES` in mmdet's and
 mmseg's ``MODELS`` (whichever is installed).
 """
 from .attention import InLineAttention
-from .base import InLineBackbone
+from .base import InLineBackbone, using_impl
 from .checkpoint import CheckpointError, load_pretrained, read_checkpoint, save_converted
 from .families import FAMILIES, Family, convert_official, detect_family, get_family
 from .inline_cswin import InLineCSwin
@@ -12,25 +12,13 @@ from .inline_deit import InLineDeiT
 from .inline_function import inline_attention, local_residual
 from .inline_pvt import InLinePVT
 from .inline_swin import InLineSwin, WindowAttention
-from .registry import register_backbones, register_lazy
-try:  # an mmdet neck built on mmengine's BaseModule: absent for timm-only installs
-    from .simple_fpn import LayerNorm2d, SimpleFPN, register_neck
-except ModuleNotFoundError as e:
-    if e.name != 'mmengine':
-        raise
-    LayerNorm2d = SimpleFPN = register_neck = None
+from .registry import register_backbones
 
 #: frameworks the backbones were registered in (``'mmdet'``, ``'mmseg'``)
 REGISTERED_IN = register_backbones(f.cls for f in FAMILIES.values())
-# ViTDet's simple pyramid for plain backbones (InLine-DeiT), which mmdet's package lacks
-if register_neck is not None:
-    register_neck()
-# mmdet's RPN head proposing only from each image's own anchors (configs/_base_ Mask R-CNN)
-register_lazy('mmdet', 'PadAwareRPNHead', 'inline_mm.models.pad_aware_rpn')
 
 __all__ = ['InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT', 'InLineBackbone', 'FAMILIES',
            'Family',
            'get_family', 'detect_family', 'convert_official', 'CheckpointError',
            'read_checkpoint', 'load_pretrained', 'save_converted', 'InLineAttention',
-           'WindowAttention', 'inline_attention', 'local_residual', 'REGISTERED_IN',
-           'SimpleFPN', 'LayerNorm2d']
+           'WindowAttention', 'inline_attention', 'local_residual', 'using_impl', 'REGISTERED_IN']
