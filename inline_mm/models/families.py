@@ -1,57 +1,7 @@
 """The table of InLine backbone families: the one list that loading, registration,
-``inline_mm.env``, the converter tool, config checks and the tests read.
-
-How to add a family (InLine-DeiT is the example the table was shaped for):
-
-1. Write ``inline_mm/models/inline_<family>.py`` with the backbone class, a subclass
-   of :class:`~.base.InLineBackbone`, and next to it everything particular to the
-   family: ``ARCH_SETTINGS`` (the released presets, at least ``depths``),
-   ``OFFICIAL_KEYS`` (regexes that each match some key of its official *and* its
-   converted state dicts, and together match no other family's) and
-   ``convert_<family>_checkpoint(state)`` (official state dict -> the backbone's
-   keys; pure, idempotent). The class declares ``presets = ARCH_SETTINGS``,
-   ``official_keys = OFFICIAL_KEYS``, ``block_key`` (a regex with groups ``block``
-   and, for pyramids, ``stage``) and ``min_input_size``; its ``__init__`` takes its own
-   arguments and ``**kwargs`` (the ones every family takes, documented on the base), calls
-   ``super().__init__(dims, depths, arch_name, **kwargs)`` (``dims``: channels per stage, or
-   per block for a plain ViT; ``self.resolve_arch`` gives ``arch_name``), builds its blocks
-   from what the base keeps (``self.drop_path_rate``, ``self.norm_cfg``,
-   ``self.parse_inline_cfg(...)``, ...) and ends with ``self._finish_init()``; it implements
-   ``_convert_official``, ``_stem_modules`` (modules or parameters, e.g. a class token),
-   ``_stage_list`` if its stages are not ``self.stages``, and ``forward(x,
-   valid_sizes=None)``. Blocks take their attention from a table ``ATTENTION_TYPES`` (the call
-   contract is
-   the docstring of ``attention.py``) and run through ``layers.BlockStage`` /
-   ``layers.run_block`` for ``with_cp``. Padding awareness (``padding.py``):
-   ``forward`` starts with ``self.prepare_input`` (which reads each image's region),
-   derives each map's regions with ``ValidMap.scaled``, zeroes tokens outside them
-   before anything reads across tokens (merges, overlapping convolutions) and returns
-   outputs through ``self.output``; a layout decision taken from a map size is taken
-   per image with fixed-shape tensor forms of the sizes (``ValidMap.size_tensor``,
-   ``ValidMap.memo``). ``NO_PADDING`` is the map without padding:
-   its methods are the plain operations, so family code has no ``if`` on padding. Import only from
-   ``inline_mm/models`` and third-party packages.
-2. Add one :class:`Family` entry to :data:`FAMILIES` below; its ``smoke`` arguments
-   must include ``embed_dims`` and ``depths`` (or ``depth``), as the contract tests
-   derive wider and deeper variants from them.  Its released files go in
-   ``checkpoints`` (one :class:`Release` each; list them in ``checkpoints/README.md``).
-
-That is all: the backbone is then registered in mmdet's and mmseg's ``MODELS``
-(whichever is installed), its official checkpoints are recognised by
-``tools/model_converters/convert_checkpoint.py`` and its released files get short names
-(``inline://<name>``, :mod:`inline_mm.weights`), and ``tests/test_backbone_contract.py`` runs every
-contract test (shapes at normal, odd and non-square sizes, minimum input, frozen
-stages, ``with_cp``, invalid arguments, checkpoint layouts, wrong-variant refusal,
-registration) on the entry's ``smoke`` configuration; ``tests/test_padding.py`` checks
-that an image gets the same features alone, in a larger padded batch and unpadded;
-``tests/test_export.py`` traces
-and exports it to ONNX (so write size arithmetic with ``layers.round_up`` /
-``layers.pad_amount``, not ``-(-h // w)`` / ``-h % p``, which ONNX's truncating integer
-division exports wrongly, and no per-sample Python loops, which a tracer bakes into the
-graph); and ``inline_mm.timm`` registers every preset as ``inline_<family>_<preset>``
-(``tests/test_timm.py``). Goldens against the official code are cases in
-``tests/data/golden/cases.json`` (``tests/test_goldens.py`` runs every case); what is particular
-to one family (parameter counts, quirks) goes in ``tests/test_inline_<family>.py``.
+``inline_mm.env``, the converter tool, config checks and the tests read. How to add a family
+(what its file declares, the entry here, what then covers it): docs/dev/backbones.md,
+"Adding a family".
 """
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple

@@ -108,30 +108,13 @@ def zero_outside_(t: torch.Tensor, regions: Sequence[Size]) -> torch.Tensor:
     """Zero, in place, what lies outside each image of a ``(B, H, W, ...)`` tensor (any
     strides): image ``i`` is the top-left ``regions[i] = (h, w)``. Writes the padding
     only (no mask is read, the images' own values are not touched); not recorded by
-    autograd (see :meth:`ValidMap.zero_`). The per-sample path's zeroing."""
+    autograd. The kernel's zeroing."""
     for i, (h, w) in enumerate(regions):
         if h < t.shape[1]:
             t[i, h:].zero_()
         if w < t.shape[2]:
             t[i, :h, w:].zero_()
     return t
-
-
-class _ZeroOutside(torch.autograd.Function):
-    """:meth:`ValidMap.zero_` and :meth:`ValidMap.zero_image_` as one autograd node:
-    ``zero_(t)`` (an unrecorded in-place zeroing of the padding's own memory) on the
-    input, and on a copy of the gradient in the backward."""
-
-    @staticmethod
-    def forward(ctx, x, zero_):
-        ctx.mark_dirty(x)
-        ctx.zero_ = zero_
-        return zero_(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        # A copy: the gradient may be shared with another branch of the graph.
-        return ctx.zero_(grad.clone()), None
 
 
 def detect_valid_sizes(x: torch.Tensor) -> torch.Tensor:
@@ -308,28 +291,14 @@ class ValidMap:
         return torch.where(self.mask[..., None], x, x.new_zeros(()))
 
     def zero_(self, x: torch.Tensor) -> torch.Tensor:
-        """:meth:`zero` in place, for a tensor the caller has just made (a norm's or a
-        projection's output, not a view, nothing else holding it). Per-sample path: the
-        forward writes the padding's tokens only, and when ``x`` needs a gradient
-        autograd records one node whose backward zeroes it outside the images. Batched
-        path, under ``torch.compile`` and on views: ``masked_fill_`` with the token
-        mask."""
-        return self._in_place(x, self._zero_tokens_, lambda: self.mask[..., None])
+        """:meth:`zero` in place (``masked_fill_``), for a tensor the caller has just made
+        (a norm's or a projection's output, nothing else holding it)."""
+        return x.masked_fill_(~self.mask[..., None], 0)
 
     def zero_image_(self, x: torch.Tensor) -> torch.Tensor:
         """:meth:`zero_image` in place, for a ``(B, C, H, W)`` tensor the caller has just
-        made (not a view): as :meth:`zero_`."""
-        return self._in_place(x, self._zero_pixels_, lambda: self.pixels[:, None])
-
-    def _in_place(self, x: torch.Tensor, zero_: Callable[[torch.Tensor], torch.Tensor],
-                  inside: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """``zero_(x)``, as one autograd node when ``x`` needs a gradient; ``masked_fill_``
-        outside ``inside()`` (a bool mask broadcasting to ``x``) where that cannot run."""
-        if self.sizes is None or torch.compiler.is_compiling() or x._base is not None:
-            return x.masked_fill_(~inside(), 0)
-        if torch.is_grad_enabled() and x.requires_grad:
-            return _ZeroOutside.apply(x, zero_)
-        return zero_(x)
+        made: as :meth:`zero_`."""
+        return x.masked_fill_(~self.pixels[:, None], 0)
 
     def zero_own(self, x: torch.Tensor) -> torch.Tensor:
         """The tokens outside each image zeroed, for a tensor the caller is done with
@@ -339,16 +308,6 @@ class ValidMap:
         if torch.is_grad_enabled() and x.requires_grad:
             return self.zero(x)
         return self.zero_(x)
-
-    def _zero_tokens_(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, prefix + H*W, C)`` zeroed outside each image in place, unrecorded."""
-        zero_outside_(x[:, self.prefix:].unflatten(1, self.hw), self.sizes)
-        return x
-
-    def _zero_pixels_(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, C, H, W)`` zeroed outside each image in place, unrecorded."""
-        zero_outside_(x.permute(0, 2, 3, 1), self.sizes)
-        return x
 
     def zero_image(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W)`` with everything outside each image set to 0."""
