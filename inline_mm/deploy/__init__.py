@@ -1,0 +1,1 @@
+"""Whole detectors and segmentors as single ONNX files (docs/deploy.md)."""
