@@ -1,0 +1,138 @@
+"""``tools/test.py`` for an exported file: the config's test set through ONNX Runtime and
+the config's evaluator, optionally next to the PyTorch model, with the per-detection (or
+per-pixel) comparison of the two.
+
+    from inline_mm.deploy import evaluate
+    report = evaluate('CONFIG.py', 'model.onnx', checkpoint='model.pth')
+    report['onnxruntime']   # {'coco/bbox_mAP': ..., ...}  (mIoU for segmentors)
+    report['pytorch']       # the same metrics of model.test_step on the same batches
+    report['parity']        # detections matched, worst box / score difference, mask IoU
+"""
+from typing import Dict, List, Optional
+
+import numpy as np
+
+__all__ = ['evaluate', 'DetectionParity', 'SegmentationParity']
+
+
+class DetectionParity:
+    """Matches each image's detections of two runs (same label, box IoU >= 0.5, in the
+    reference's score order) and keeps the worst differences of the matched pairs."""
+
+    def __init__(self):
+        self.images = self.reference = self.other = self.matched = 0
+        self.box = self.score = 0.
+        self.mask_iou = 1.
+        self.unmatched: List[dict] = []
+
+    def add(self, refs, others):
+        from mmdet.structures.bbox import bbox_overlaps
+        for ref, got in zip(refs, others):
+            r, g = ref.pred_instances, got.pred_instances
+            self.images += 1
+            self.reference += len(r)
+            self.other += len(g)
+            free = np.ones(len(g), bool)
+            ious = bbox_overlaps(r.bboxes.float(), g.bboxes.float()).numpy() if len(r) and len(
+                g) else np.zeros((len(r), len(g)))
+            for i in range(len(r)):
+                cand = free & (g.labels.numpy() == int(r.labels[i])) & (ious[i] >= 0.5)
+                if not cand.any():
+                    self.unmatched.append(dict(img_id=ref.metainfo.get('img_id'),
+                                               label=int(r.labels[i]),
+                                               score=float(r.scores[i]), side='pytorch'))
+                    continue
+                j = int(np.argmax(np.where(cand, ious[i], -1)))
+                free[j] = False
+                self.matched += 1
+                self.box = max(self.box, float((r.bboxes[i] - g.bboxes[j]).abs().max()))
+                self.score = max(self.score, float((r.scores[i] - g.scores[j]).abs()))
+                if 'masks' in r and 'masks' in g:
+                    a, b = r.masks[i].bool(), g.masks[j].bool()
+                    union = int((a | b).sum())
+                    self.mask_iou = min(self.mask_iou,
+                                        int((a & b).sum()) / union if union else 1.)
+            for j in np.nonzero(free)[0]:
+                self.unmatched.append(dict(img_id=got.metainfo.get('img_id'),
+                                           label=int(g.labels[j]), score=float(g.scores[j]),
+                                           side='onnxruntime'))
+
+    def summary(self) -> dict:
+        return dict(images=self.images, detections_pytorch=self.reference,
+                    detections_onnxruntime=self.other, matched=self.matched,
+                    unmatched=self.unmatched, max_box_diff_px=self.box,
+                    max_score_diff=self.score, min_mask_iou=self.mask_iou)
+
+
+class SegmentationParity:
+    """The share of pixels whose class two runs agree on, worst image and overall."""
+
+    def __init__(self):
+        self.pixels = self.same = 0
+        self.worst = 1.
+        self.images = 0
+
+    def add(self, refs, others):
+        for ref, got in zip(refs, others):
+            a, b = ref.pred_sem_seg.data, got.pred_sem_seg.data
+            same = int((a == b).sum())
+            self.pixels += a.numel()
+            self.same += same
+            self.worst = min(self.worst, same / a.numel())
+            self.images += 1
+
+    def summary(self) -> dict:
+        return dict(images=self.images, pixel_agreement=self.same / max(self.pixels, 1),
+                    worst_image_agreement=self.worst)
+
+
+def evaluate(config, onnx_path: str, checkpoint: Optional[str] = None, model=None,
+             threads: Optional[int] = None, cfg_options: Optional[dict] = None) -> Dict:
+    """Run the ``config``'s test dataloader through the exported file and its test
+    evaluator (what ``tools/test.py`` does with the PyTorch model); with ``checkpoint`` (or
+    a built ``model``) also the PyTorch model on the same batches and the comparison.
+
+    Returns ``{'onnxruntime': metrics, 'pytorch': metrics or None, 'parity': dict or
+    None}``."""
+    import torch
+    from mmengine.config import Config
+    from mmengine.evaluator import Evaluator
+    from mmengine.registry import DefaultScope
+    from mmengine.runner import Runner
+
+    from .build import load_model
+    from .runtime import OnnxModel, to_data_samples
+    cfg = config if isinstance(config, Config) else Config.fromfile(str(config))
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    if model is None and checkpoint is not None:
+        model, _ = load_model(cfg, checkpoint)
+    runtime = OnnxModel(onnx_path, threads=threads)
+    scope = cfg.get('default_scope', 'mmdet')
+    expected = 'segmentation' if scope == 'mmseg' else 'detection'
+    if runtime.task != expected:
+        raise ValueError(f'{onnx_path} holds a {runtime.task} model, the config a {expected} '
+                         'one: pass the config the file was exported from')
+    with DefaultScope.overwrite_default_scope(scope):
+        loader = Runner.build_dataloader(cfg.test_dataloader)
+        evaluators = {'onnxruntime': Evaluator(cfg.test_evaluator)}
+        if model is not None:
+            evaluators['pytorch'] = Evaluator(cfg.test_evaluator)
+        for e in evaluators.values():
+            e.dataset_meta = loader.dataset.metainfo
+        parity = (SegmentationParity() if expected == 'segmentation'
+                  else DetectionParity()) if model is not None else None
+        for data in loader:
+            canvas, sizes = runtime.pad(data['inputs'])
+            got = to_data_samples(runtime(canvas, sizes), sizes, data['data_samples'],
+                                  runtime.task)
+            evaluators['onnxruntime'].process(data_samples=got, data_batch=data)
+            if model is not None:
+                with torch.no_grad():
+                    ref = model.test_step(data)
+                evaluators['pytorch'].process(data_samples=ref, data_batch=data)
+                parity.add(ref, got)
+        n = len(loader.dataset)
+        metrics = {k: e.evaluate(n) for k, e in evaluators.items()}
+    return dict(onnxruntime=metrics['onnxruntime'], pytorch=metrics.get('pytorch'),
+                parity=parity.summary() if parity is not None else None)
