@@ -134,6 +134,7 @@ def export_graph(graph: nn.Module, path: str, opset: int = 17,
         # sizes read while tracing are the graph's own (one graph per input size)
         warnings.simplefilter('ignore', torch.jit.TracerWarning)
         warnings.filterwarnings('ignore', message='.*torch.onnx.export.*deprecated.*')
+        warnings.filterwarnings('ignore', message='Constant folding - Only steps=1')
         torch.onnx.export(graph, _example(graph, 2), path, input_names=['input', 'sizes'],
                           output_names=names, dynamic_axes=axes, opset_version=opset,
                           dynamo=False, do_constant_folding=True)

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-__all__ = ['evaluate', 'DetectionParity', 'SegmentationParity']
+__all__ = ['evaluate', 'check_export', 'DetectionParity', 'SegmentationParity']
 
 
 class DetectionParity:
@@ -136,3 +136,39 @@ def evaluate(config, onnx_path: str, checkpoint: Optional[str] = None, model=Non
         metrics = {k: e.evaluate(n) for k, e in evaluators.items()}
     return dict(onnxruntime=metrics['onnxruntime'], pytorch=metrics.get('pytorch'),
                 parity=parity.summary() if parity is not None else None)
+
+
+def check_export(graph, onnx_path: str, batch: int = 2, seed: int = 0,
+                 threads: Optional[int] = None) -> dict:
+    """ONNX Runtime against the graph module in PyTorch on a padded batch of random
+    images (the first fills the input, the others are smaller): the comparison summary
+    (:class:`DetectionParity` or :class:`SegmentationParity`)."""
+    import torch
+
+    from .runtime import OnnxModel, to_data_samples
+    runtime = OnnxModel(onnx_path, threads=threads)
+    h, w = runtime.size
+    gen = torch.Generator().manual_seed(seed)
+    shapes = [(h, w)] + [(max(32, h * (3 + i % 2) // 5), max(32, w * (4 - i % 2) // 5))
+                         for i in range(batch - 1)]
+    images = [torch.randint(0, 256, (3, ih, iw), generator=gen).float() for ih, iw in shapes]
+    canvas, sizes = runtime.pad(images)
+    got = runtime(canvas, sizes)
+    with torch.no_grad():
+        ref = graph(torch.from_numpy(canvas), torch.from_numpy(sizes))
+    ref = dict(zip(runtime.output_names, (r.numpy() for r in (
+        ref if isinstance(ref, (tuple, list)) else (ref,)))))
+    if runtime.task == 'segmentation':
+        from mmseg.structures import SegDataSample
+        samples = [SegDataSample(metainfo=dict(img_shape=tuple(s), ori_shape=tuple(s)))
+                   for s in sizes.tolist()]
+        parity = SegmentationParity()
+    else:
+        from mmdet.structures import DetDataSample
+        samples = [DetDataSample(metainfo=dict(img_shape=tuple(s), ori_shape=tuple(s),
+                                               scale_factor=(1., 1.)))
+                   for s in sizes.tolist()]
+        parity = DetectionParity()
+    parity.add(to_data_samples(ref, sizes, samples, runtime.task),
+               to_data_samples(got, sizes, samples, runtime.task))
+    return parity.summary()
