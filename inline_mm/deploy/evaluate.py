@@ -12,14 +12,17 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-__all__ = ['evaluate', 'check_export', 'DetectionParity', 'SegmentationParity']
+__all__ = ['evaluate', 'check_export', 'compare_outputs', 'random_batch', 'run_graph',
+           'DetectionParity', 'SegmentationParity']
 
 
 class DetectionParity:
     """Matches each image's detections of two runs (same label, box IoU >= 0.5, in the
-    reference's score order) and keeps the worst differences of the matched pairs."""
+    reference's score order) and keeps the worst differences of the matched pairs;
+    ``names``: the reference run's and the other's, for the summary."""
 
-    def __init__(self):
+    def __init__(self, names=('pytorch', 'onnxruntime')):
+        self.names = names
         self.images = self.reference = self.other = self.matched = 0
         self.box = self.score = 0.
         self.mask_iou = 1.
@@ -40,7 +43,7 @@ class DetectionParity:
                 if not cand.any():
                     self.unmatched.append(dict(img_id=ref.metainfo.get('img_id'),
                                                label=int(r.labels[i]),
-                                               score=float(r.scores[i]), side='pytorch'))
+                                               score=float(r.scores[i]), side=self.names[0]))
                     continue
                 j = int(np.argmax(np.where(cand, ious[i], -1)))
                 free[j] = False
@@ -55,13 +58,13 @@ class DetectionParity:
             for j in np.nonzero(free)[0]:
                 self.unmatched.append(dict(img_id=got.metainfo.get('img_id'),
                                            label=int(g.labels[j]), score=float(g.scores[j]),
-                                           side='onnxruntime'))
+                                           side=self.names[1]))
 
     def summary(self) -> dict:
-        return dict(images=self.images, detections_pytorch=self.reference,
-                    detections_onnxruntime=self.other, matched=self.matched,
-                    unmatched=self.unmatched, max_box_diff_px=self.box,
-                    max_score_diff=self.score, min_mask_iou=self.mask_iou)
+        return {'images': self.images, f'detections_{self.names[0]}': self.reference,
+                f'detections_{self.names[1]}': self.other, 'matched': self.matched,
+                'unmatched': self.unmatched, 'max_box_diff_px': self.box,
+                'max_score_diff': self.score, 'min_mask_iou': self.mask_iou}
 
 
 class SegmentationParity:
@@ -138,27 +141,12 @@ def evaluate(config, onnx_path: str, checkpoint: Optional[str] = None, model=Non
                 parity=parity.summary() if parity is not None else None)
 
 
-def check_export(graph, onnx_path: str, batch: int = 2, seed: int = 0,
-                 threads: Optional[int] = None) -> dict:
-    """ONNX Runtime against the graph module in PyTorch on a padded batch of random
-    images (the first fills the input, the others are smaller): the comparison summary
-    (:class:`DetectionParity` or :class:`SegmentationParity`)."""
-    import torch
-
-    from .runtime import OnnxModel, to_data_samples
-    runtime = OnnxModel(onnx_path, threads=threads)
-    h, w = runtime.size
-    gen = torch.Generator().manual_seed(seed)
-    shapes = [(h, w)] + [(max(32, h * (3 + i % 2) // 5), max(32, w * (4 - i % 2) // 5))
-                         for i in range(batch - 1)]
-    images = [torch.randint(0, 256, (3, ih, iw), generator=gen).float() for ih, iw in shapes]
-    canvas, sizes = runtime.pad(images)
-    got = runtime(canvas, sizes)
-    with torch.no_grad():
-        ref = graph(torch.from_numpy(canvas), torch.from_numpy(sizes))
-    ref = dict(zip(runtime.output_names, (r.numpy() for r in (
-        ref if isinstance(ref, (tuple, list)) else (ref,)))))
-    if runtime.task == 'segmentation':
+def compare_outputs(reference: Dict[str, np.ndarray], other: Dict[str, np.ndarray],
+                    sizes: np.ndarray, task: str, names=('pytorch', 'onnxruntime')) -> dict:
+    """Two runs' raw outputs of one batch (the graph's output names -> arrays; ``sizes``
+    ``(B, 2)``), compared as :class:`DetectionParity` or :class:`SegmentationParity`:
+    the summary."""
+    if task == 'segmentation':
         from mmseg.structures import SegDataSample
         samples = [SegDataSample(metainfo=dict(img_shape=tuple(s), ori_shape=tuple(s)))
                    for s in sizes.tolist()]
@@ -168,7 +156,39 @@ def check_export(graph, onnx_path: str, batch: int = 2, seed: int = 0,
         samples = [DetDataSample(metainfo=dict(img_shape=tuple(s), ori_shape=tuple(s),
                                                scale_factor=(1., 1.)))
                    for s in sizes.tolist()]
-        parity = DetectionParity()
-    parity.add(to_data_samples(ref, sizes, samples, runtime.task),
-               to_data_samples(got, sizes, samples, runtime.task))
+        parity = DetectionParity(names)
+    from .runtime import to_data_samples
+    parity.add(to_data_samples(reference, sizes, samples, task),
+               to_data_samples(other, sizes, samples, task))
     return parity.summary()
+
+
+def random_batch(size, batch: int = 2, seed: int = 0) -> list:
+    """``batch`` random ``(3, h, w)`` images for a graph of ``size``: the first fills it,
+    the others are smaller (a padded batch)."""
+    import torch
+    h, w = size
+    gen = torch.Generator().manual_seed(seed)
+    shapes = [(h, w)] + [(max(32, h * (3 + i % 2) // 5), max(32, w * (4 - i % 2) // 5))
+                         for i in range(batch - 1)]
+    return [torch.randint(0, 256, (3, ih, iw), generator=gen).float() for ih, iw in shapes]
+
+
+def run_graph(graph, canvas: np.ndarray, sizes: np.ndarray) -> Dict[str, np.ndarray]:
+    """The graph module in PyTorch on a padded batch: its outputs by name."""
+    import torch
+    with torch.no_grad():
+        out = graph(torch.from_numpy(canvas), torch.from_numpy(sizes))
+    out = out if isinstance(out, (tuple, list)) else (out,)
+    return dict(zip(graph.output_names(), (o.numpy() for o in out)))
+
+
+def check_export(graph, onnx_path: str, batch: int = 2, seed: int = 0,
+                 threads: Optional[int] = None) -> dict:
+    """ONNX Runtime against the graph module in PyTorch on a padded batch of random
+    images (:func:`random_batch`): the comparison summary (:func:`compare_outputs`)."""
+    from .runtime import OnnxModel
+    runtime = OnnxModel(onnx_path, threads=threads)
+    canvas, sizes = runtime.pad(random_batch(runtime.size, batch, seed))
+    return compare_outputs(run_graph(graph, canvas, sizes), runtime(canvas, sizes), sizes,
+                           runtime.task)
