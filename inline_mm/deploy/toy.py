@@ -10,13 +10,15 @@ what it was shown (box / mask AP around 0.7 for Mask R-CNN), not that it general
     from inline_mm.deploy.toy import train_toy
     config, checkpoint, metrics = train_toy('mask_rcnn', 'work_dirs/toy')
 """
+import os
 import os.path as osp
+import time
 from typing import Dict, Tuple
 
 __all__ = ['TOY_KINDS', 'toy_config', 'make_toy_data', 'train_toy']
 
 #: the toy models: kind -> (data kind, image side, training iterations)
-TOY_KINDS = {'mask_rcnn': ('coco', 96, 160), 'retinanet': ('coco', 96, 160),
+TOY_KINDS = {'mask_rcnn': ('coco', 96, 200), 'retinanet': ('coco', 96, 200),
              'upernet': ('ade', 96, 120)}
 
 _BACKBONE = """
@@ -162,7 +164,8 @@ def train_toy(kind: str, work_dir: str, iters: int = None) -> Tuple[str, str, Di
         f.write(toy_config(kind, data, iters))
     cfg = Config.fromfile(config)
     cfg.work_dir = osp.join(work_dir, 'run')
-    cfg.experiment_name = f'toy_{kind}'
+    # a name of its own: mmengine's message hub is shared by runners of one name
+    cfg.experiment_name = f'toy_{kind}_{os.getpid()}_{time.time_ns()}'
     runner = Runner.from_cfg(cfg)
     runner.train()
     metrics = runner.test()
