@@ -29,7 +29,8 @@ from pathlib import Path
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('config', nargs='?', help='an mmdet/mmseg config whose backbone (or, with --whole, model) to export')
+    p.add_argument('config', nargs='?',
+                   help='an mmdet/mmseg config whose backbone (with --whole: model) to export')
     p.add_argument('--family', help='backbone class instead of a config, e.g. InLineSwin')
     p.add_argument('--arch', default='tiny', help="preset, or 'smoke' (the family table's "
                    'tiny model); with --family. Default: tiny')

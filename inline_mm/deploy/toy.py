@@ -171,3 +171,30 @@ def train_toy(kind: str, work_dir: str, iters: int = None) -> Tuple[str, str, Di
     metrics = runner.test()
     checkpoint = osp.join(cfg.work_dir, f'iter_{cfg.train_cfg.max_iters}.pth')
     return config, checkpoint, metrics
+
+
+#: each toy model's graph: wider than its images, so that every image is padded
+TOY_GRAPH_SIZE = {'mask_rcnn': (96, 128), 'retinanet': (96, 128), 'upernet': (128, 128)}
+
+
+def main(argv=None):
+    """``python -m inline_mm.deploy.toy KIND WORK_DIR``: train the toy model, export it at
+    :data:`TOY_GRAPH_SIZE` and print (one JSON line) its metrics in PyTorch and in ONNX
+    Runtime with the comparison of the two (:func:`inline_mm.deploy.evaluate`)."""
+    import argparse
+    import json
+    p = argparse.ArgumentParser(description=main.__doc__.split('\n\n')[0])
+    p.add_argument('kind', choices=list(TOY_KINDS))
+    p.add_argument('work_dir')
+    args = p.parse_args(argv)
+    from . import build_graph, evaluate, export_graph, load_model
+    config, checkpoint, _ = train_toy(args.kind, args.work_dir)
+    model, cfg = load_model(config, checkpoint)
+    path = export_graph(build_graph(model, TOY_GRAPH_SIZE[args.kind]),
+                        osp.join(args.work_dir, f'toy_{args.kind}.onnx'))
+    report = evaluate(cfg, path, model=model)
+    print(json.dumps(dict(report, onnx=path, checkpoint=checkpoint), default=float))
+
+
+if __name__ == '__main__':
+    main()
