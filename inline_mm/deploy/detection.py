@@ -128,22 +128,19 @@ class DetectorGraph(nn.Module):
             outs = [head(feats) for head in heads]
         return feats, sizes, region, outs
 
-    def anchors(self, prior_generator, maps: List[Tensor]) -> List[Tensor]:
-        """Each level's anchors on the canvas and the cell (row, col) of each: constants."""
+    def anchors(self, prior_generator, maps: List[Tensor], region: Tensor):
+        """Each level's anchors on the canvas (constants), and ``(B, N)`` whether each lies
+        on a cell of each image's region (``PadAwareRPNHead``'s own cells)."""
         sizes = [tuple(m.shape[-2:]) for m in maps]
         anchors = prior_generator.grid_priors(sizes, dtype=maps[0].dtype, device=maps[0].device)
-        cells = []
-        for (h, w), n in zip(sizes, prior_generator.num_base_priors):
-            rows = torch.arange(h, device=maps[0].device).repeat_interleave(w * n)
-            cols = torch.arange(w, device=maps[0].device).repeat_interleave(n).repeat(h)
-            cells.append((rows, cols))
-        return anchors, cells
-
-    @staticmethod
-    def on_cells(cells: Tuple[Tensor, Tensor], own: Tensor) -> Tensor:
-        """``(B, N)``: whether each anchor's cell lies in each image's ``own`` cells."""
-        rows, cols = cells
-        return (rows[None, :] < own[:, :1]) & (cols[None, :] < own[:, 1:])
+        on = []
+        for (h, w), n, (sw, sh) in zip(sizes, prior_generator.num_base_priors,
+                                       prior_generator.strides):
+            rows = torch.arange(h, device=region.device).repeat_interleave(w * n)
+            cols = torch.arange(w, device=region.device).repeat_interleave(n).repeat(h)
+            on.append((rows[None, :] < cells_at(region[:, :1], sh))
+                      & (cols[None, :] < cells_at(region[:, 1:], sw)))
+        return anchors, on
 
     @staticmethod
     def outputs(boxes: Tensor, scores: Tensor, labels: Tensor, valid: Tensor):
@@ -220,17 +217,13 @@ class TwoStageGraph(DetectorGraph):
         rpn = self.detector.rpn_head
         cfg = rpn.test_cfg
         nms_pre = cfg.get('nms_pre', -1)
-        anchors, cells = self.anchors(rpn.prior_generator, cls_scores)
         b = cls_scores[0].shape[0]
         all_boxes, all_scores, all_valid, all_levels = [], [], [], []
-        for level, (cls, reg, priors, where) in enumerate(zip(cls_scores, bbox_preds, anchors,
-                                                              cells)):
-            stride = rpn.prior_generator.strides[level]
-            own = torch.stack([cells_at(region[:, 0], stride[1]),
-                               cells_at(region[:, 1], stride[0])], 1)
+        for level, (cls, reg, priors, on) in enumerate(zip(
+                cls_scores, bbox_preds, *self.anchors(rpn.prior_generator, cls_scores, region))):
             scores = cls.permute(0, 2, 3, 1).reshape(b, -1).sigmoid()
             deltas = reg.permute(0, 2, 3, 1).reshape(b, -1, 4)
-            scores = torch.where(self.on_cells(where, own), scores, scores.new_full((), -1.))
+            scores = torch.where(on, scores, scores.new_full((), -1.))
             k = scores.shape[1] if nms_pre <= 0 else min(nms_pre, scores.shape[1])
             scores, index = scores.topk(k, dim=1)
             valid = scores > -0.5
@@ -326,21 +319,17 @@ class OneStageGraph(DetectorGraph):
         head = self.detector.bbox_head
         cfg = head.test_cfg
         _, sizes, region, ((cls_scores, bbox_preds),) = self.features(images, sizes, [head])
-        anchors, cells = self.anchors(head.prior_generator, cls_scores)
         b = cls_scores[0].shape[0]
         c = head.cls_out_channels
         nms_pre = cfg.get('nms_pre', -1)
         all_boxes, all_scores, all_labels, all_valid = [], [], [], []
-        for level, (cls, reg, priors, where) in enumerate(zip(cls_scores, bbox_preds, anchors,
-                                                              cells)):
-            stride = head.prior_generator.strides[level]
-            own = torch.stack([cells_at(region[:, 0], stride[1]),
-                               cells_at(region[:, 1], stride[0])], 1)
+        for cls, reg, priors, on_cells in zip(
+                cls_scores, bbox_preds, *self.anchors(head.prior_generator, cls_scores, region)):
             logits = cls.permute(0, 2, 3, 1).reshape(b, -1, c)
             scores = logits.sigmoid() if head.use_sigmoid_cls else logits.softmax(-1)[..., :-1]
             n_cls = scores.shape[-1]
             deltas = reg.permute(0, 2, 3, 1).reshape(b, -1, 4)
-            on = self.on_cells(where, own)[..., None] & (scores > cfg.score_thr)
+            on = on_cells[..., None] & (scores > cfg.score_thr)
             scores = torch.where(on, scores, scores.new_full((), -1.)).reshape(b, -1)
             k = scores.shape[1] if nms_pre <= 0 else min(nms_pre, scores.shape[1])
             scores, index = scores.topk(k, dim=1)
