@@ -135,6 +135,8 @@ def export_graph(graph: nn.Module, path: str, opset: int = 17,
         warnings.simplefilter('ignore', torch.jit.TracerWarning)
         warnings.filterwarnings('ignore', message='.*torch.onnx.export.*deprecated.*')
         warnings.filterwarnings('ignore', message='Constant folding - Only steps=1')
+        # (advanced indexing with indices that are never negative here)
+        warnings.filterwarnings('ignore', message='Exporting aten::index operator')
         torch.onnx.export(graph, _example(graph, 2), path, input_names=['input', 'sizes'],
                           output_names=names, dynamic_axes=axes, opset_version=opset,
                           dynamo=False, do_constant_folding=True)
