@@ -9,6 +9,7 @@
     python -m benchmarks --floor          # InLineAttention vs its own linears, 16k/65k tokens
     python -m benchmarks --resolution     # backbones and segmentors, 512x1024 .. 2048x4096
     python -m benchmarks --launches       # ops per forward and host reads, B = 1, 2, 8
+    python -m benchmarks --deploy         # whole models: ONNX Runtime, OpenVINO vs PyTorch
     python -m benchmarks.compile          # torch.compile on a stream of sizes (compile.py)
 
 InLine (Han et al., "Bridging the Divide: Reconsidering Softmax and Linear
@@ -147,6 +148,10 @@ def parse_args(argv=None):
     p.add_argument('--launches', action='store_true',
                    help='ops per forward and host reads per family and path, batch 1, 2, 8, '
                         'padded and not, beside mmdet Swin-T and PVT-T (counted on the CPU)')
+    p.add_argument('--deploy', action='store_true',
+                   help='whole Mask R-CNN and UperNet exported (inline_mm.deploy): ONNX Runtime '
+                        'and OpenVINO against PyTorch eager, 1 thread and all cores '
+                        '(benchmarks.deploy_whole; --threads sets one count)')
     p.add_argument('--compile-backend', default=None,
                    help='with --floor: time module and linears under torch.compile with this '
                         'backend (e.g. inductor)')
@@ -245,6 +250,11 @@ def devices_for(choice: str) -> List[torch.device]:
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.deploy:
+        from benchmarks import deploy_whole
+        return deploy_whole.main(['--out-dir', str(args.out_dir)] + (['--quick'] if args.quick
+                                                                      else [])
+                                 + (['--threads', str(args.threads)] if args.threads else []))
     if args.threads:
         torch.set_num_threads(args.threads)
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -26,3 +26,22 @@ def test_quick_run_exports_checks_times_and_writes(tmp_path, capsys):
     assert all(float(r['seconds']) > 0 for r in rows)
     meta = json.loads((tmp_path / 'meta.json').read_text())
     assert meta['size'] == [96, 128] and meta['rounds'] == 2 and meta['onnxruntime']
+
+
+# (machine_info asks `uname -p` for the processor)
+@pytest.mark.subprocess
+def test_whole_models_quick_run_checks_times_and_writes(tmp_path, capsys):
+    """python -m benchmarks --deploy --quick: the toy detector and segmentor exported, their
+    results in ONNX Runtime checked against PyTorch, then timed interleaved."""
+    from benchmarks import deploy_whole
+    times, checks = deploy_whole.main(['--quick', '--threads', '1', '--out-dir', str(tmp_path)])
+    det = checks['mask_rcnn_toy']['onnxruntime']
+    assert det['matched'] == det['detections_pytorch'] == det['detections_onnxruntime'], det
+    assert checks['upernet_toy']['onnxruntime']['worst_image_agreement'] >= 0.999, checks
+    assert {k[2] for k in times} >= {'onnxruntime', 'pytorch'}
+    assert '| mask_rcnn_toy | 1 |' in capsys.readouterr().out
+    with open(tmp_path / 'deploy_whole.csv') as f:
+        rows = list(csv.DictReader(f))
+    assert rows and all(float(r['seconds']) > 0 for r in rows)
+    meta = json.loads((tmp_path / 'deploy_whole_meta.json').read_text())
+    assert meta['rounds'] == 1 and meta['checks'] == json.loads(json.dumps(checks))

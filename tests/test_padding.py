@@ -409,19 +409,34 @@ def test_traced_graphs_are_padding_unaware(name):
     assert rel_err(got[-1], aware[-1]) > 1e-3
 
 
-def test_valid_sizes_cannot_be_traced():
-    model = build('InLineSwin').eval()
+@pytest.mark.parametrize('name', NAMES)
+def test_traced_valid_sizes_are_a_graph_input(name):
+    """A graph traced with a (B, 2) tensor of sizes takes them as an input: each image of
+    another padded batch of another batch size gets its features alone; Python sizes
+    (constants of the graph) are refused."""
+    model = build(name).eval()
 
     class WithSizes(torch.nn.Module):
-        def __init__(self):
+        def __init__(self, sizes=None):
             super().__init__()
-            self.model = model
+            self.model, self.sizes = model, sizes
 
-        def forward(self, x):
-            return self.model(x, valid_sizes=[(64, 64)])
+        def forward(self, x, sizes):
+            return tuple(self.model(x, valid_sizes=self.sizes or sizes))
 
-    with pytest.raises(ValueError, match='cannot be traced'):
-        torch.jit.trace(WithSizes(), torch.randn(1, 3, 64, 96), check_trace=False)
+    example = torch.randn(2, 3, 64, 96), torch.tensor([[64, 96], [40, 70]])
+    with pytest.raises(ValueError, match='must be a \\(B, 2\\) tensor'):
+        torch.jit.trace(WithSizes([(64, 64), (64, 64)]), example, check_trace=False)
+    traced = torch.jit.trace(WithSizes(), example, check_trace=False)
+    images = [torch.randn(3, 33, 50), torch.randn(3, 64, 96), torch.randn(3, 50, 37)]
+    sizes = torch.tensor([im.shape[1:] for im in images])
+    with torch.no_grad():
+        got = traced(canvas(images, (64, 96)), sizes)
+        for i, im in enumerate(images):
+            for g, a in zip(got, model(im[None])):
+                h, w = a.shape[-2:]
+                assert rel_err(g[i:i + 1, :, :h, :w], a) < 1e-5
+                assert not g[i, :, h:].any() and not g[i, :, :, w:].any()
 
 
 # ------------------------------------------------------------------ the data preprocessors

@@ -1,19 +1,23 @@
-"""Export an InLine backbone to ONNX for one input size (dynamic batch), and check it
-with ONNX Runtime against PyTorch.
+"""Export an InLine backbone, or a whole detector or segmentor, to ONNX for one input size
+(dynamic batch), and check it with ONNX Runtime against PyTorch.
 
     inline-mm-export-onnx --family InLineSwin --arch tiny \\
         --checkpoint inline://swin_t --size 224 224 --out inline_swin_t_224.onnx
     inline-mm-export-onnx configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py \\
         --size 800 1216 --out swin_t_800x1216.onnx          # the config's backbone
     inline-mm-export-onnx --family InLinePVT --arch smoke --size 64 96 --bench
+    inline-mm-export-onnx configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py \\
+        --whole --checkpoint mask_rcnn.pth --size 800 1344      # the whole detector
 
-``--whole`` exports the config's whole model in tensor mode (``model._forward``: a
-segmentor's logits; see docs/export_and_timm.md for what a Mask R-CNN does).  A graph is made
-for one height and width (``inline_mm.export`` says why) and refuses
-any other; the batch is free.  TorchScript exporter (``dynamo=False``), opset 17 by
-default.  ``--arch smoke`` is the family table's tiny test model.  With
+``--whole`` exports the config's whole detector (Faster / Mask R-CNN, RetinaNet) or
+segmentor (UperNet) with its preprocessing and post-processing (``inline_mm.deploy``,
+docs/deploy.md): inputs ``input`` and each image's ``sizes``, outputs ``dets``, ``labels``
+(and ``masks``) or ``seg``; the check runs ONNX Runtime against PyTorch on a padded batch
+of random images.  A graph is made for one height and width (``inline_mm.export`` says
+why) and refuses any other; the batch is free.  TorchScript exporter (``dynamo=False``),
+opset 17 by default.  ``--arch smoke`` is the family table's tiny test model.  With
 ``--checkpoint`` the file goes through the project's safe loader (official,
-converted or mm checkpoints).  The check runs ONNX Runtime (CPU) at each
+converted or mm checkpoints).  The backbone check runs ONNX Runtime (CPU) at each
 ``--batches`` size against PyTorch eager and fails above ``--atol``; ``--bench``
 also prints median CPU seconds per forward of both.
 """
@@ -22,20 +26,20 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('config', nargs='?', help='an mmdet/mmseg config whose backbone to export')
+    p.add_argument('config', nargs='?',
+                   help='an mmdet/mmseg config whose backbone (with --whole: model) to export')
     p.add_argument('--family', help='backbone class instead of a config, e.g. InLineSwin')
     p.add_argument('--arch', default='tiny', help="preset, or 'smoke' (the family table's "
                    'tiny model); with --family. Default: tiny')
     p.add_argument('--checkpoint', help='weights (official, converted or mm checkpoint): a '
                    'path, a URL or a short name such as inline://swin_t')
     p.add_argument('--whole', action='store_true',
-                   help="the config's whole model in tensor mode (model._forward), not its "
-                        'backbone; the checkpoint is then an mm checkpoint of that model')
+                   help="the config's whole detector or segmentor with its post-processing "
+                        '(docs/deploy.md), not its backbone; the checkpoint is then a trained '
+                        'mm checkpoint of that model')
     p.add_argument('--size', type=int, nargs=2, required=True, metavar=('H', 'W'),
                    help='input height and width the graph is made for')
     p.add_argument('--out', help='output .onnx path (default: <family>_<arch>_<H>x<W>.onnx)')
@@ -73,51 +77,43 @@ def build_backbone(args):
     return model.eval(), tag
 
 
-class TensorMode(torch.nn.Module):
-    """A whole OpenMMLab model's tensor-mode forward (``_forward``) as a tuple."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x):
-        out = self.model._forward(x)
-        return tuple(out) if isinstance(out, (list, tuple)) else (out,)
-
-
-def build_whole(args):
-    import inline_mm  # noqa: F401  (registers the backbones)
-    from mmengine.config import Config
-    from mmengine.model import revert_sync_batchnorm
-    from mmengine.registry import init_default_scope
-    from mmengine.runner import load_checkpoint
+def export_whole(args):
+    """``--whole``: the config's detector or segmentor with its post-processing
+    (:mod:`inline_mm.deploy`), checked against PyTorch on a padded batch."""
+    from inline_mm.deploy import (NotExportable, build_graph, export_graph, load_model)
+    from inline_mm.deploy.evaluate import check_export
     if not args.config:
         raise SystemExit('error: --whole needs a config')
-    cfg = Config.fromfile(args.config)
-    cfg.model.backbone.init_cfg = None
-    scope = cfg.get('default_scope')
-    init_default_scope(scope)
-    if scope == 'mmseg':
-        from mmseg.registry import MODELS
-    else:
-        from mmdet.registry import MODELS
-    model = revert_sync_batchnorm(MODELS.build(cfg.model))
-    if args.checkpoint:
-        load_checkpoint(model, args.checkpoint, map_location='cpu')
-    return TensorMode(model).eval(), Path(args.config).stem
+    h, w = args.size
+    try:
+        model, cfg = load_model(args.config, args.checkpoint)
+        graph = build_graph(model, (h, w))
+    except NotExportable as e:
+        raise SystemExit(f'error: {e}')
+    if args.checkpoint is None:
+        print('note: no --checkpoint: the file holds randomly initialised weights',
+              file=sys.stderr)
+    classes = (getattr(model, 'dataset_meta', None) or {}).get('classes')
+    out = args.out or f'{Path(args.config).stem}_{h}x{w}.onnx'
+    export_graph(graph, out, opset=args.opset, classes=classes,
+                 extra=dict(config=Path(args.config).name))
+    report = dict(onnx=out, size=[h, w], opset=args.opset, task=graph.task,
+                  outputs=graph.output_names())
+    if not args.no_check:
+        report['check'] = check_export(graph, out, batch=max(args.batches))
+    print(json.dumps(report))
 
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.whole:
+        return export_whole(args)
     from inline_mm.export import check_onnx, export_onnx, time_onnx_vs_eager
-    model, tag = build_whole(args) if args.whole else build_backbone(args)
+    model, tag = build_backbone(args)
     h, w = args.size
     out = args.out or f'{tag}_{h}x{w}.onnx'
-    names = ['logits'] if args.whole else None
-    export_onnx(model, out, (h, w), opset=args.opset, names=names)
-    report = dict(onnx=out, size=[h, w], opset=args.opset)
-    if not args.whole:
-        report['outputs'] = list(model.out_channels)
+    export_onnx(model, out, (h, w), opset=args.opset)
+    report = dict(onnx=out, size=[h, w], opset=args.opset, outputs=list(model.out_channels))
     if not args.no_check:
         errors = check_onnx(out, model, (h, w), batches=args.batches)
         report['max_abs_err'] = {str(b): e for b, e in errors.items()}

@@ -513,17 +513,20 @@ class InLineBackbone(BaseModule):
         image allows. On the plain path (and under ``torch.compile``) the sizes stay a
         tensor on the device; on the kernel path they are read to the host once, and
         a batch every image of which fills the map is :data:`.padding.NO_PADDING`.
-        Tracing and ONNX export run without padding awareness (the reading is
-        data-dependent; ``valid_sizes`` cannot be traced).
+        Tracing and ONNX export read nothing from the input (that reading is
+        data-dependent): a graph is padding-unaware unless ``valid_sizes`` is given as a
+        ``(B, 2)`` tensor, an input of the graph, which takes the batched path.
         """
         b, _, h, w = x.shape
         batched = self.resolve_impl(x.device) == 'plain'
         floor_h, floor_w = min(self.min_input_size, h), min(self.min_input_size, w)
         if valid_sizes is not None:
-            if is_exporting():
-                raise ValueError('valid_sizes cannot be traced or exported: an exported graph '
-                                 'is padding-unaware (export with pad_aware=False semantics)')
-            if isinstance(valid_sizes, torch.Tensor) and batched:
+            exporting = is_exporting()
+            if exporting and not isinstance(valid_sizes, torch.Tensor):
+                raise ValueError('valid_sizes in a graph being traced or exported must be a '
+                                 '(B, 2) tensor (an input of the graph): Python sizes would be '
+                                 'recorded as constants of the graph')
+            if isinstance(valid_sizes, torch.Tensor) and (batched or exporting):
                 if valid_sizes.shape != (b, 2):
                     raise ValueError(f'valid_sizes must give one (h, w) per image of the batch '
                                      f'({b}): a ({b}, 2) tensor, got {tuple(valid_sizes.shape)}')

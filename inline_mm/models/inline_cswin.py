@@ -135,8 +135,9 @@ class LePEStripeAttention(nn.Module):
             v_img = v_img * inside.view(bw, 1, sh, sw)
             # A stripe wholly outside its image would have no key (NaN rows): let it
             # see its first position; its outputs are discarded.
-            mask = inside.clone()
-            mask[:, :, :, 0] |= ~inside.any(dim=-1)
+            # (Not written in place into a slice: a traced graph exports no in-place or.)
+            mask = torch.cat([inside[..., :1] | ~inside.any(dim=-1, keepdim=True),
+                              inside[..., 1:]], dim=-1)
         elif symbolic(h, w) or hp != h or wp != w:
             # Built by comparison, not by writing into a slice: a slice view of the padded
             # map would have its contiguity guarded (whether the side is a multiple).

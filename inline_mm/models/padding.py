@@ -330,10 +330,9 @@ class ValidMap:
         on the host (the per-sample path), ``F.interpolate`` itself, once per distinct
         size, written into each image's region; otherwise one ``grid_sample`` with a
         per-image grid: no loop over the images."""
-        b = len(self)
         gh, gw = table.shape[-2:]
         if self.sizes is not None:
-            out = table.new_empty((b, hw[0], hw[1], table.shape[1]))
+            out = table.new_empty((len(self), hw[0], hw[1], table.shape[1]))
             resized = {}
             for i, (h, w) in enumerate(self.sizes):
                 if (h, w) not in resized:
@@ -341,6 +340,8 @@ class ValidMap:
                         table, size=(h, w), mode='bilinear', align_corners=False))[0]
                 out[i, :h, :w] = resized[h, w].permute(1, 2, 0)
             return zero_outside_(out, self.sizes).flatten(1, 2)
+        # The batch size from the tensor, not len(): a graph being traced keeps it free.
+        b = self.size_tensor.shape[0]
         # Coordinates in fp64 for an fp64 table (fp32 ones are off by ~1e-7 of a pixel).
         dt = torch.float64 if table.dtype == torch.float64 else torch.float32
         sizes = self.size_tensor.to(dt)

@@ -27,7 +27,10 @@
     path on the device, padded batches of 2 and 8, forward and backward; no
     device-to-host sync in a padded batched forward (``torch.cuda.set_sync_debug_mode
     ('error')``); ops per forward on the device; CUDA-event times of both paths,
-    forward + backward, at B = 2 and 8 (``--only batched``).
+    forward + backward, at B = 2 and 8 (``--only batched``);
+11. the toy Mask R-CNN (``inline_mm.deploy.toy``) exported to ONNX and built into a TensorRT
+    fp16 engine (``--only tensorrt``; needs the ``tensorrt`` package, e.g.
+    ``pip install tensorrt-cu13``): its detections on a padded batch against ONNX Runtime's.
 
 Check 2 runs every backbone on a padded batch too (the padding-aware kernel on the device).
 
@@ -490,6 +493,111 @@ def check_batched(device):
     return '\n     ' + '\n     '.join(lines)
 
 
+def _tensorrt_outputs(onnx_path, canvas, sizes, out_dir):
+    """Build an fp16 TensorRT engine of an exported file (batch 1 to 8; the recipe of
+    docs/deploy.md with the Python API) and run it on a padded batch: outputs by name,
+    and the build and run times."""
+    import tensorrt as trt
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse(Path(onnx_path).read_bytes()):
+        raise RuntimeError('TensorRT cannot parse the file: ' + '; '.join(
+            str(parser.get_error(i)) for i in range(parser.num_errors)))
+    config = builder.create_builder_config()
+    if hasattr(trt.BuilderFlag, 'FP16'):
+        config.set_flag(trt.BuilderFlag.FP16)
+    h, w = canvas.shape[2:]
+    profile = builder.create_optimization_profile()
+    profile.set_shape('input', (1, 3, h, w), (len(canvas), 3, h, w), (8, 3, h, w))
+    profile.set_shape('sizes', (1, 2), (len(canvas), 2), (8, 2))
+    config.add_optimization_profile(profile)
+    start = time.perf_counter()
+    plan = builder.build_serialized_network(network, config)
+    if plan is None:
+        raise RuntimeError('TensorRT could not build the engine (log above)')
+    build_s = time.perf_counter() - start
+    (out_dir / 'toy_mask_rcnn.plan').write_bytes(bytes(plan))
+    engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
+    context = engine.create_execution_context()
+    feeds = {'input': torch.from_numpy(canvas).cuda(), 'sizes': torch.from_numpy(sizes).cuda()}
+    dtypes = {trt.float32: torch.float32, trt.float16: torch.float16, trt.int32: torch.int32,
+              trt.int64: torch.int64, trt.bool: torch.bool, trt.uint8: torch.uint8}
+    outputs = {}
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
+            context.set_input_shape(name, tuple(feeds[name].shape))
+            context.set_tensor_address(name, feeds[name].data_ptr())
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        if engine.get_tensor_mode(name) == trt.TensorIOMode.OUTPUT:
+            outputs[name] = torch.empty(tuple(context.get_tensor_shape(name)),
+                                        dtype=dtypes[engine.get_tensor_dtype(name)],
+                                        device='cuda')
+            context.set_tensor_address(name, outputs[name].data_ptr())
+    stream = torch.cuda.current_stream()
+
+    def run():
+        context.execute_async_v3(stream.cuda_stream)
+
+    run_s = _timed(run, 'cuda')
+    stream.synchronize()
+
+    def host(name, t):
+        if name == 'masks':
+            return t.bool().cpu().numpy()
+        return (t.float() if name == 'dets' else t.long()).cpu().numpy()
+    return {k: host(k, v) for k, v in outputs.items()}, build_s, run_s
+
+
+@check('TensorRT (fp16) engine of an exported Mask R-CNN against ONNX Runtime')
+def check_tensorrt(device, out_dir):
+    """The toy Mask R-CNN (inline_mm.deploy.toy, trained on the device in seconds) exported
+    to ONNX on the CPU, then built into a TensorRT fp16 engine and run on a padded batch of
+    its images: its detections against ONNX Runtime's (CPU, fp32). ``--device cpu``
+    checks the script: 20 training iterations, and the PyTorch graph in the engine's
+    place (no TensorRT)."""
+    from mmengine.registry import DefaultScope
+    from mmengine.runner import Runner
+
+    from inline_mm.deploy import OnnxModel, build_graph, export_graph, load_model
+    from inline_mm.deploy.evaluate import compare_outputs, run_graph
+    from inline_mm.deploy.toy import train_toy
+    out_dir = Path(out_dir)
+    work = out_dir / 'tensorrt'
+    work.mkdir(parents=True, exist_ok=True)
+    config, checkpoint, metrics = train_toy('mask_rcnn', str(work),
+                                            iters=20 if device == 'cpu' else None)
+    model, cfg = load_model(config, checkpoint)
+    graph = build_graph(model, (96, 128))
+    onnx_path = export_graph(graph, str(work / 'toy_mask_rcnn.onnx'))
+    runtime = OnnxModel(onnx_path)
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        batch = next(iter(Runner.build_dataloader(cfg.test_dataloader)))
+    # the toy images cut to other sizes, multiples of 32 (docs/deploy.md, limits: ties)
+    cuts = [(96, 96), (64, 64), (64, 96), (96, 32)]
+    canvas, sizes = runtime.pad([img[:, :h, :w] for img, (h, w) in zip(batch['inputs'], cuts)])
+    reference = runtime(canvas, sizes)
+    if device == 'cpu':
+        other, note = run_graph(graph, canvas, sizes), 'cpu dry run: PyTorch graph, no engine'
+    else:
+        other, build_s, run_s = _tensorrt_outputs(onnx_path, canvas, sizes, work)
+        note = f'engine built in {build_s:.0f} s, {run_s * 1e3:.1f} ms per batch of {len(canvas)}'
+    summary = compare_outputs(reference, other, sizes, runtime.task,
+                              names=('onnxruntime', 'tensorrt'))
+    if device != 'cpu':     # (the dry run's 20-iteration model proves nothing about figures)
+        found = summary['detections_onnxruntime']
+        assert found and summary['matched'] >= 0.9 * found, summary
+        assert summary['max_box_diff_px'] <= 2 and summary['max_score_diff'] <= 0.02, summary
+        assert summary['min_mask_iou'] >= 0.9, summary
+    return (f"toy box AP {metrics.get('coco/bbox_mAP')}; {note}; {summary['matched']} of "
+            f"{summary['detections_onnxruntime']} detections matched, box diff "
+            f"{summary['max_box_diff_px']:.2f} px, score {summary['max_score_diff']:.1e}, "
+            f"mask IoU >= {summary['min_mask_iou']:.3f}")
+
+
 #: --only key -> (check, whether it takes the output folder), in the order they run
 CHECKS = {
     'batched': (check_batched, False),
@@ -505,6 +613,7 @@ CHECKS = {
     'retinanet': (check_retinanet, False),
     'dino': (check_dino, False),
     'mask2former': (check_mask2former, False),
+    'tensorrt': (check_tensorrt, True),
 }
 
 

@@ -1,0 +1,240 @@
+#!/usr/bin/env python
+"""Deployment of whole models: ONNX Runtime (and OpenVINO, when installed) against PyTorch
+eager, for the detector and the segmentor with their pre- and post-processing (a
+benchmark, not a test).
+
+    python -m benchmarks.deploy_whole                 # Mask R-CNN 800x1344, UperNet 512x512
+                                                      # and 1024x2048; 1 thread and all cores
+    python -m benchmarks.deploy_whole --models upernet_512 --rounds 5 --threads 1
+    python -m benchmarks.deploy_whole --quick         # CI-sized: the toy models, 1 round
+
+Each model (InLine-Swin-T as the shipped config builds it, random weights,
+``model.init_weights()``) is exported with ``inline_mm.deploy`` for its input size. Mask
+R-CNN's box classifier is biased so that each RoI scores two classes above the 0.05
+threshold, as a trained COCO model leaves about 2,000 candidates for the NMS and 100
+detections with masks per image (random weights alone leave none). One image, filling
+the input, batch 1; PyTorch runs ``model.test_step`` (mmdet's / mmseg's data
+preprocessor, ``predict`` and post-processing, ``no_grad``), ONNX Runtime and OpenVINO the
+file (OpenVINO with ``INFERENCE_PRECISION_HINT=f32``: its default on CPUs with bf16 units
+is bf16, which changes the results). Before timing, the runtimes' results are compared
+with PyTorch's (detections matched, or the share of equal pixels).
+
+Then ``--rounds`` rounds run every (model, thread count, runtime) once, interleaved, so
+that load from other processes hits them alike; the table gives medians and each
+runtime's time over PyTorch's (and its range over the rounds). Outputs in ``--out-dir``:
+``deploy_whole.csv``, ``deploy_whole_meta.json`` (machine, versions, load averages, the
+comparisons, export times).
+"""
+import argparse
+import csv
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import numpy as np
+import torch
+
+from benchmarks.measure import machine_info
+
+ROOT = Path(__file__).resolve().parents[1]
+#: name -> (config, input size)
+CASES = {
+    'mask_rcnn_800x1344': ('configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py',
+                           (800, 1344)),
+    'upernet_512x512': ('configs/inline_swin/'
+                        'inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py', (512, 512)),
+    'upernet_1024x2048': ('configs/inline_swin/'
+                          'inline-swin-t-in1k-pre_upernet_4xb2-80k_cityscapes-512x1024.py',
+                          (1024, 2048)),
+}
+#: --quick: the toy models of inline_mm.deploy.toy (random weights) at small sizes
+QUICK = {'mask_rcnn_toy': ('mask_rcnn', (96, 128)), 'upernet_toy': ('upernet', (64, 96))}
+
+
+def _config(name: str, tmp: Path):
+    from mmengine.config import Config
+    if name in QUICK:
+        from inline_mm.deploy.toy import toy_config
+        path = tmp / f'{name}.py'
+        path.write_text(toy_config(QUICK[name][0], str(tmp / 'no_data')))
+        return Config.fromfile(str(path)), QUICK[name][1]
+    config, size = CASES[name]
+    return Config.fromfile(str(ROOT / config)), size
+
+
+def _like_trained(model):
+    """A random Mask R-CNN whose RoIs each score two classes above the 0.05 threshold."""
+    head = getattr(getattr(model, 'roi_head', None), 'bbox_head', None)
+    if head is not None:
+        with torch.no_grad():
+            head.fc_cls.bias.zero_()
+            head.fc_cls.bias[:2] = 3.
+
+
+def _data(model, size, seed=0):
+    """One image filling the input, as the test dataloader gives it."""
+    gen = torch.Generator().manual_seed(seed)
+    image = torch.randint(0, 256, (3, *size), generator=gen, dtype=torch.uint8)
+    meta = dict(img_shape=size, ori_shape=size, scale_factor=(1., 1.))
+    try:
+        from mmseg.models.segmentors import BaseSegmentor
+        from mmseg.structures import SegDataSample
+        if isinstance(model, BaseSegmentor):
+            return dict(inputs=[image], data_samples=[SegDataSample(metainfo=meta)])
+    except ImportError:
+        pass
+    from mmdet.structures import DetDataSample
+    return dict(inputs=[image], data_samples=[DetDataSample(metainfo=meta)])
+
+
+def _compare(model, data, outputs, task) -> dict:
+    from inline_mm.deploy.evaluate import DetectionParity, SegmentationParity
+    from inline_mm.deploy.runtime import to_data_samples
+    sizes = np.array([list(data['inputs'][0].shape[1:])])
+    with torch.no_grad():
+        ref = model.test_step(data)
+    got = to_data_samples(outputs, sizes, data['data_samples'], task)
+    parity = SegmentationParity() if task == 'segmentation' else DetectionParity()
+    parity.add(ref, got)
+    summary = parity.summary()
+    summary.pop('unmatched', None)
+    return summary
+
+
+def _openvino(path: str, threads: int):
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(path), 'CPU', {
+        'INFERENCE_PRECISION_HINT': 'f32', 'INFERENCE_NUM_THREADS': threads})
+    names = [o.get_any_name() for o in compiled.outputs]
+
+    def run(feed):
+        out = compiled(feed)
+        return {n: out[o] for n, o in zip(names, compiled.outputs)}
+    return run
+
+
+def prepare(names: List[str], threads: List[int], tmp: Path):
+    """Build, export and check every model; the callables to time."""
+    from mmengine.registry import DefaultScope
+
+    from inline_mm.deploy import OnnxModel, build_graph, export_graph, load_model
+    runs, checks, export_s = {}, {}, {}
+    for name in names:
+        cfg, size = _config(name, tmp)
+        torch.manual_seed(0)
+        model, cfg = load_model(cfg)
+        with DefaultScope.overwrite_default_scope(cfg.default_scope):
+            model.init_weights()
+        model.eval()
+        _like_trained(model)
+        start = time.perf_counter()
+        path = export_graph(build_graph(model, size), str(tmp / f'{name}.onnx'))
+        export_s[name] = time.perf_counter() - start
+        data = _data(model, size)
+        canvas = np.zeros((1, 3, *size), np.float32)
+        canvas[0] = data['inputs'][0].numpy()
+        sizes = np.array([list(size)], np.int64)
+        feed = {'input': canvas, 'sizes': sizes}
+        for t in threads:
+            session = OnnxModel(path, threads=t)
+            task = session.task
+            runs[name, t, 'onnxruntime'] = (lambda s=session, c=canvas, z=sizes: s(c, z))
+            ov_run = _openvino(path, t)
+            if ov_run is not None:
+                runs[name, t, 'openvino'] = (lambda r=ov_run, f=feed: r(f))
+
+            def eager(m=model, d=data, n=t):
+                torch.set_num_threads(n)
+                with torch.no_grad():
+                    return m.test_step(d)
+            runs[name, t, 'pytorch'] = eager
+        with DefaultScope.overwrite_default_scope(cfg.default_scope):
+            checks[name] = {rt: _compare(model, data, runs[name, threads[0], rt](), task)
+                            for rt in ('onnxruntime', 'openvino') if (name, threads[0], rt) in runs}
+        print(f'{name}: exported in {export_s[name]:.0f} s; against PyTorch: '
+              f'{json.dumps(checks[name])}', flush=True)
+    return runs, checks, export_s
+
+
+def table(times: Dict[Tuple[str, int, str], List[float]], names, threads, rounds) -> str:
+    runtimes = [rt for rt in ('onnxruntime', 'openvino')
+                if any(k[2] == rt for k in times)]
+    head = ' | '.join(f'{rt} (s) | {rt} / PyTorch' for rt in runtimes)
+    lines = [f'whole models, batch 1, medians of {rounds} interleaved rounds', '',
+             f'| model | threads | PyTorch (s) | {head} |',
+             '|---|---|---|' + '---|---|' * len(runtimes)]
+    for name in names:
+        for t in threads:
+            eager = statistics.median(times[name, t, 'pytorch'])
+            cells = []
+            for rt in runtimes:
+                med = statistics.median(times[name, t, rt])
+                per = [a / b for a, b in zip(times[name, t, rt], times[name, t, 'pytorch'])]
+                cells.append(f'{med:.2f} | {med / eager:.2f}x ({min(per):.2f}-{max(per):.2f})')
+            lines.append(f'| {name} | {t} | {eager:.2f} | ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--models', nargs='+', choices=list(CASES), default=None)
+    p.add_argument('--threads', type=int, nargs='+', default=None,
+                   help='thread counts (default: 1 and all cores)')
+    p.add_argument('--rounds', type=int, default=None, help='interleaved rounds (default 3)')
+    p.add_argument('--quick', action='store_true', help='the toy models, 1 round: checks it runs')
+    p.add_argument('--out-dir', type=Path, default=ROOT / 'work_dirs' / 'benchmark')
+    args = p.parse_args(argv)
+    names = list(QUICK) if args.quick else (args.models or list(CASES))
+    threads = args.threads or sorted({1, os.cpu_count() or 1})
+    rounds = args.rounds or (1 if args.quick else 3)
+    if rounds < 1 or min(threads) < 1:
+        p.error('--rounds and --threads must be >= 1')
+    import onnxruntime
+    meta = dict(machine_info(), models=names, threads=threads, rounds=rounds,
+                onnxruntime=onnxruntime.__version__)
+    try:
+        import openvino
+        meta['openvino'] = openvino.__version__
+    except ImportError:
+        meta['openvino'] = None
+    torch_threads = torch.get_num_threads()
+    with tempfile.TemporaryDirectory() as tmp:
+        runs, checks, export_s = prepare(names, threads, Path(tmp))
+        for fn in runs.values():                   # warm-up
+            fn()
+        times = {k: [] for k in runs}
+        for r in range(rounds):
+            for key, fn in runs.items():
+                start = time.perf_counter()
+                fn()
+                times[key].append(time.perf_counter() - start)
+            print(f'round {r + 1}/{rounds} done' + (
+                f' (load average {os.getloadavg()[0]:.1f})' if hasattr(os, 'getloadavg')
+                else ''), flush=True)
+    torch.set_num_threads(torch_threads)
+    if hasattr(os, 'getloadavg'):
+        meta['load_average_end'] = os.getloadavg()
+    meta.update(checks=checks, export_s=export_s)
+    print()
+    print(table(times, names, threads, rounds))
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    with open(args.out_dir / 'deploy_whole.csv', 'w', newline='') as f:
+        w = csv.writer(f)
+        w.writerow(['model', 'threads', 'runtime', 'round', 'seconds'])
+        for (name, t, rt), ts in times.items():
+            for i, s in enumerate(ts):
+                w.writerow([name, t, rt, i, f'{s:.6f}'])
+    (args.out_dir / 'deploy_whole_meta.json').write_text(json.dumps(meta, indent=2, default=str))
+    return times, checks
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,20 @@
+"""Whole detectors and segmentors as single ONNX files that ONNX Runtime runs with no
+custom-op library (docs/deploy.md).
+
+* :func:`load_model` (config + checkpoint), :func:`build_graph` (the model with its
+  preprocessing and post-processing for one input size), :func:`export_graph` (the
+  ``.onnx`` file);
+* :class:`OnnxModel` (an ONNX Runtime session of such a file: padding, running,
+  per-image results), :func:`to_data_samples` (its outputs as mmdet / mmseg results);
+* :func:`evaluate` (``tools/test.py`` for a file, with the comparison against PyTorch).
+
+Supported: Faster / Mask R-CNN and RetinaNet (mmdet) and UperNet (mmseg) on InLine
+backbones; anything else is refused with :class:`NotExportable`, naming the part.
+"""
+from .build import build_graph, export_graph, load_model, read_metadata
+from .common import NotExportable
+from .evaluate import evaluate
+from .runtime import OnnxModel, to_data_samples
+
+__all__ = ['load_model', 'build_graph', 'export_graph', 'read_metadata', 'NotExportable',
+           'OnnxModel', 'to_data_samples', 'evaluate']
