@@ -526,7 +526,7 @@ class InLineBackbone(BaseModule):
                 raise ValueError('valid_sizes in a graph being traced or exported must be a '
                                  '(B, 2) tensor (an input of the graph): Python sizes would be '
                                  'recorded as constants of the graph')
-            if isinstance(valid_sizes, torch.Tensor) and (batched or exporting):
+            if isinstance(valid_sizes, torch.Tensor) and batched:      # (exporting: plain)
                 if valid_sizes.shape != (b, 2):
                     raise ValueError(f'valid_sizes must give one (h, w) per image of the batch '
                                      f'({b}): a ({b}, 2) tensor, got {tuple(valid_sizes.shape)}')
