@@ -212,10 +212,11 @@ PATCHES = (
           "resume, load_from and the inferencers refuse mmengine's own checkpoints",
           'torch >= 2.4', AT_IMPORT, _allowlist_needed,
           _allowlist_active, _allowlist_install),
-    Patch('cpu_distributed', "mmengine's pytorch launcher and Runner.wrap_model, on machines "
-          'without an accelerator only',
+    Patch('cpu_distributed', "mmengine's pytorch launcher, Runner.wrap_model and "
+          'FSDPStrategy._wrap_model, on machines without an accelerator only',
           'no distributed run on CPU processes: the launcher calls torch.cuda.set_device, DDP '
-          'gets device_ids, SyncBN needs GPUs', 'mmengine < 0.11', BY_ENGINE,
+          'gets device_ids, FSDP a CUDA device_id, SyncBN needs GPUs', 'mmengine < 0.11',
+          BY_ENGINE,
           _before_fixed_mmengine('its pytorch launcher calls torch.cuda.set_device'),
           _engine('distributed', 'installed'), _engine('distributed', 'install')),
     Patch('checkpoint_prune_order', 'CheckpointHook: old checkpoints deleted after the new '

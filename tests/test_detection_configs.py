@@ -18,9 +18,10 @@ from inline_mm.models import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob('configs/inline_*/*mask-rcnn_*.py'))
-# AMP and 3x configs change the optimiser / schedule / pipeline, never the model:
-# the model is built once per 1x config (and the demo config).
-MODEL_CONFIGS = [p for p in CONFIGS if '_amp-' not in p and '_ms-crop-3x_' not in p]
+# AMP, FSDP and 3x configs change the optimiser / runner / schedule / pipeline, never the
+# model: the model is built once per 1x config (and the demo config).
+MODEL_CONFIGS = [p for p in CONFIGS
+                 if '_amp-' not in p and '_fsdp-' not in p and '_ms-crop-3x_' not in p]
 
 README = (ROOT / 'checkpoints' / 'README.md').read_text()
 
@@ -43,7 +44,7 @@ def neck_in_channels(neck: dict, backbone: dict):
 
 def model_sibling(path: str) -> str:
     """The config that defines ``path``'s model: its 1x, non-AMP sibling."""
-    return re.sub(r'_amp-(bf16-)?', '_', path).replace('_ms-crop-3x_', '_1x_')
+    return re.sub(r'_(amp-(bf16-)?|fsdp-)', '_', path).replace('_ms-crop-3x_', '_1x_')
 
 
 def test_detection_config_families_present():
@@ -106,7 +107,7 @@ def test_detection_config_parses(path):
         cls, arch, drop_path, _ = spec.BACKBONES[variant]
         assert (backbone.type, backbone.arch, backbone.drop_path_rate) == (cls, arch, drop_path)
         assert set(cfg.optim_wrapper.paramwise_cfg.custom_keys) == spec.NO_DECAY[cls]
-        sched = re.search(r'_(?:amp-(?:bf16-)?)?(1x|ms-crop-3x)_coco', path).group(1)
+        sched = re.search(r'_(?:amp-(?:bf16-)?|fsdp-)?(1x|ms-crop-3x)_coco', path).group(1)
         recipe = spec.DETECTION[sched]
         assert cfg.train_cfg.max_epochs == recipe['max_epochs']
         assert cfg.param_scheduler[1].milestones == recipe['milestones']
@@ -192,7 +193,8 @@ def test_detection_model_loss_step(path):
     assert max(decay_of.values()) == cfg.optim_wrapper.optimizer.weight_decay
 
 
-@pytest.mark.parametrize('path', [p for p in CONFIGS if Path(p).name.startswith('cascade-')])
+@pytest.mark.parametrize('path', [p for p in CONFIGS if Path(p).name.startswith('cascade-')
+                                  and '_fsdp-' not in p])    # (tests/test_fsdp.py)
 def test_cascade_config_trains_as_its_mask_rcnn_sibling(path):
     """A Cascade config and the Mask R-CNN config of the same name differ in the RoI heads
     only: backbone, neck, RPN, data, schedule and optimiser are the same recipe (the
