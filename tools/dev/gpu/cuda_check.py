@@ -27,7 +27,11 @@
     path on the device, padded batches of 2 and 8, forward and backward; no
     device-to-host sync in a padded batched forward (``torch.cuda.set_sync_debug_mode
     ('error')``); ops per forward on the device; CUDA-event times of both paths,
-    forward + backward, at B = 2 and 8 (``--only batched``).
+    forward + backward, at B = 2 and 8 (``--only batched``);
+11. the memory count before the run (``inline_mm.memory``, fake tensors) against
+    ``torch.cuda.max_memory_allocated`` of a real step: InLine-Swin-T UperNet, batch 2,
+    512x512, fp32 and fp16 AMP, ``with_cp`` off, stages 0-1 and all (``benchmarks.memory``;
+    ``--only memory``).
 
 Check 2 runs every backbone on a padded batch too (the padding-aware kernel on the device).
 
@@ -486,6 +490,23 @@ def check_batched(device):
     return '\n     ' + '\n     '.join(lines)
 
 
+@check('memory count (inline_mm.memory) against the allocator\'s peak of a step: '
+       'InLine-Swin-T UperNet, batch 2, 512x512 (CPU: 128x128, fp32)')
+def check_memory(device):
+    from benchmarks import memory
+    lines = []
+    for precision in ('fp32', 'fp16') if device == 'cuda' else ('fp32',):
+        options = None if device == 'cuda' else {'model.data_preprocessor.size': (128, 128)}
+        for row in memory.check(cfg_options=options, rounds=1, device=device,
+                                precision=precision):
+            lines.append(f"{precision} with_cp {row['with_cp']}: counted {row['counted_gib']} "
+                         f"GiB, allocated {row['measured_gib']} GiB (ratio {row['ratio']}), "
+                         f"step {row['step_s']} s ({row['time_ratio']} of with_cp off)")
+            # the count leaves out cuDNN workspaces and allocator rounding: below, not above
+            assert 0.7 <= row['ratio'] <= 1.1, lines[-1]
+    return '\n     ' + '\n     '.join(lines)
+
+
 #: --only key -> (check, whether it takes the output folder), in the order they run
 CHECKS = {
     'batched': (check_batched, False),
@@ -501,6 +522,7 @@ CHECKS = {
     'retinanet': (check_retinanet, False),
     'dino': (check_dino, False),
     'mask2former': (check_mask2former, False),
+    'memory': (check_memory, False),
 }
 
 
