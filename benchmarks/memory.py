@@ -11,12 +11,13 @@ stage, and inference in fp32 and fp16. Outputs: ``memory.csv``, the Markdown tab
 stdout, ``meta.json``.
 
 ``python -m benchmarks --memory-check`` runs InLine-Swin-T UperNet (batch 2, 512x512, fp32,
-the batched path that GPUs take) for real on the CPU: after a first step (which creates the
-optimiser's state), one training step per ``with_cp`` setting (off, stages 0-1, all) under
-``torch.profiler`` (``profile_memory``): parameters, buffers and optimiser state, plus the
-peak of the tensor bytes the CPU allocator holds during the step, against the count; then
-the CPU time of a step per setting, in interleaved rounds (median; ratio to ``with_cp`` off).
-Outputs: ``memory_check.csv``, ``meta.json``. ``--quick``: a shrunken UperNet at 128x128.
+the batched path and the multi-tensor optimiser update that GPUs take) for real on the CPU:
+after a first step (which creates the optimiser's state), one training step per ``with_cp``
+setting (off, stages 0-1, all) under ``torch.profiler`` (``profile_memory``): parameters,
+buffers and optimiser state, plus the peak of the tensor bytes the CPU allocator holds during
+the step, against the count; then the CPU time of a step per setting, in interleaved rounds
+(median; ratio to ``with_cp`` off). Outputs: ``memory_check.csv``, ``meta.json``.
+``--quick``: the same model at 128x128, one round.
 """
 import re
 import statistics
@@ -192,8 +193,8 @@ def check(config: str = CHECK_CONFIG, cfg_options: Optional[dict] = None, rounds
     'bf16' trains through mmengine's ``AmpOptimWrapper`` (CUDA only, as mmengine has it)."""
     from inline_mm.memory import MemoryCounter
     opts = dict(cfg_options or {})
-    # the GPU's path on the CPU: what the count (fake CUDA) runs
-    opts['model.backbone.batched'] = True
+    # the GPU's path and optimiser update on the CPU: what the count (fake CUDA) runs
+    opts.update({'model.backbone.batched': True, 'optim_wrapper.optimizer.foreach': True})
     if precision != 'fp32':
         opts.update({'optim_wrapper.type': 'AmpOptimWrapper',
                      'optim_wrapper.dtype': {'fp16': 'float16', 'bf16': 'bfloat16'}[precision]})

@@ -21,7 +21,8 @@ autocast follows CUDA's rules), but computes nothing and allocates nothing. No G
   forward saved them, of what is still saved up to that tensor, the gradients of the
   parameters the forward used after it (already computed), and twice that tensor (the
   gradient arriving at its operation and the one leaving it); at least the gradients plus
-  the optimiser's working copy at the update; with ``with_cp``, also what is saved before
+  the optimiser's working copy at the update (a multi-tensor update, the default on GPUs,
+  copies the largest parameter group once); with ``with_cp``, also what is saved before
   each checkpointed block, the gradients after it and the block's own activations, which
   the backward recomputes there. ``params`` and ``optimizer`` are added to it.
 
@@ -61,8 +62,8 @@ __all__ = ['PRECISIONS', 'TrainMemory', 'TestMemory', 'MemoryCounter', 'count', 
 PRECISIONS = {'fp32': None, 'fp16': torch.float16, 'bf16': torch.bfloat16}
 GiB = 2 ** 30
 
-#: optimiser type -> (state tensors per trainable parameter, working copies at the update);
-#: mmengine builds torch's optimisers, whose multi-tensor updates make one such copy
+#: optimiser type -> state tensors per trainable parameter (torch's optimisers, which
+#: mmengine builds)
 _STATE = {'Adam': 2, 'AdamW': 2, 'Adamax': 2, 'NAdam': 2, 'RAdam': 2, 'Adadelta': 2,
           'Adagrad': 1, 'RMSprop': 1, 'SGD': 1, 'ASGD': 2, 'Rprop': 2}
 
@@ -351,6 +352,24 @@ def _model_kind(model: nn.Module, scope: str) -> str:
         'take shapes from the data throughout')
 
 
+def _largest_group(model: nn.Module, optim_wrapper: dict, trainable: int) -> int:
+    """Bytes of the largest parameter group the config's optimiser builds: the working copy
+    of a multi-tensor update (torch's default on GPUs) is made group by group (mmengine's
+    ``paramwise_cfg`` makes a group per parameter). All trainable bytes when the groups
+    cannot be built here."""
+    from mmengine.optim import build_optim_wrapper
+    cfg = copy.deepcopy(optim_wrapper)
+    cfg['type'] = 'OptimWrapper'         # the AMP wrappers refuse to build without a GPU
+    for key in ('loss_scale', 'dtype', 'use_fsdp'):
+        cfg.pop(key, None)
+    try:
+        groups = build_optim_wrapper(model, cfg).optimizer.param_groups
+    except (KeyError, TypeError, ValueError, AssertionError):
+        return trainable     # a constructor that needs more than the model: count them all
+    return max((sum(p.numel() * p.element_size() for p in g['params'] if p.requires_grad)
+                for g in groups), default=0)
+
+
 def _blocks(backbone: nn.Module) -> Dict[str, nn.Module]:
     """The backbone's blocks (what ``with_cp`` checkpoints one by one): an InLine backbone's
     by its ``block_key``, another's as its innermost modules with a ``with_cp`` attribute."""
@@ -419,6 +438,7 @@ class MemoryCounter:
         self.trainable = sum(p.numel() * p.element_size() for p in model.parameters()
                              if p.requires_grad)
         self.optimizer = optimizer_bytes(cfg.optim_wrapper.optimizer, self.trainable)
+        self.update_copy = _largest_group(model, cfg.optim_wrapper, self.trainable)
         self.batch = int(batch or cfg.train_dataloader.batch_size)
         self.input_hw = tuple(shape) if shape else self._train_shape()
         if len(self.input_hw) != 2 or min(self.input_hw) < 32:
@@ -569,7 +589,7 @@ class MemoryCounter:
                       if size and not rec.block_bytes.get(n) and n in rec.block_entry]
         else:
             self._no_cp[precision] = rec
-        step = self.trainable + self.trainable       # gradients + the update's working copy
+        step = self.trainable + self.update_copy     # gradients + the update's working copy
         peak = self.params + self.optimizer + max(_backward_peak(rec, self.trainable, redone),
                                                   step)
         return TrainMemory(

@@ -54,6 +54,8 @@ def test_amp_and_with_cp_per_stage(tiny):
         assert fp16.activations < fp32.activations and fp16.peak < fp32.peak
         assert (fp16.activations, fp16.peak) == (bf16.activations, bf16.peak)
         assert fp32.grads == counter.trainable and fp32.optimizer == 2 * fp32.grads  # AdamW
+        # the update's working copy: the largest parameter group (paramwise_cfg: one each)
+        assert 0 < counter.update_copy < counter.trainable
         assert fp32.uncounted == 0
         stages = counter.train('fp32', [0, 1])
         on = counter.train('fp32', True)
@@ -94,6 +96,8 @@ def test_two_stage_detectors_at_their_sampler_sizes(tiny):
 def test_what_it_cannot_count_is_refused(tiny):
     with pytest.raises(ValueError, match='RetinaNet is not covered'):
         MemoryCounter(tiny['retinanet'])
+    with MemoryCounter(tiny['upernet'], {'optim_wrapper.paramwise_cfg': None}) as one_group:
+        assert one_group.update_copy == one_group.trainable
     with pytest.raises(ValueError, match="optimiser type 'Lamb'"):
         MemoryCounter(tiny['upernet'], {'optim_wrapper.optimizer.type': 'Lamb'})
     assert optimizer_bytes(dict(type='SGD', momentum=0.9), 100) == 100
