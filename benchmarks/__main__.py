@@ -10,6 +10,8 @@
     python -m benchmarks --resolution     # backbones and segmentors, 512x1024 .. 2048x4096
     python -m benchmarks --launches       # ops per forward and host reads, B = 1, 2, 8
     python -m benchmarks --deploy         # whole models: ONNX Runtime, OpenVINO vs PyTorch
+    python -m benchmarks --memory         # memory per GPU of every shipped recipe (fake tensors)
+    python -m benchmarks --memory-check   # that count against a real CPU step, with_cp's time
     python -m benchmarks.compile          # torch.compile on a stream of sizes (compile.py)
 
 InLine (Han et al., "Bridging the Divide: Reconsidering Softmax and Linear
@@ -83,6 +85,14 @@ and its device-to-host reads, per family and path, at batch 1, 2 and 8, padded a
 beside mmdet's Swin-T and PVT-T (``benchmarks.launches``). Outputs: ``launches.csv``,
 ``meta.json``.
 
+``--memory [CONFIG ...]`` counts the memory per GPU of the given configs, or of every shipped
+Mask R-CNN, Cascade Mask R-CNN, UperNet, Semantic FPN and SegFormer recipe and three Softmax
+references, in training (fp32, AMP, with and without ``with_cp``) and inference, on fake
+tensors (``inline_mm.memory``); ``--memory-check`` runs InLine-Swin-T UperNet for real on the
+CPU (batch 2, 512x512, fp32) and compares the count with the allocator's peak of a step per
+``with_cp`` setting, with each setting's step time (``benchmarks.memory``). Outputs:
+``memory.csv`` / ``memory_check.csv``, ``meta.json``.
+
 The parts live in ``benchmarks``: ``measure`` (timing, memory, prediction),
 ``backbones``, ``attention``, ``deit``, ``padding`` and ``floor`` (the comparisons); this
 file is their command line. ``tools/benchmark.py`` runs the padding, floor and deployment
@@ -100,7 +110,7 @@ from benchmarks.attention import attention_table, run_attention
 from benchmarks.backbones import (FULL_SIZES, MODELS, MODES, QUICK_SIZES, Result,
                                   backbone_tables, build_models, plot_backbones,
                                   run_backbones, write_backbone_csv)
-from benchmarks import deit, floor, launches, padding, resolution
+from benchmarks import deit, floor, launches, memory, padding, resolution
 from benchmarks.measure import Timer, free_memory, machine_info, write_dict_rows
 from inline_mm.models import FAMILIES
 
@@ -152,6 +162,12 @@ def parse_args(argv=None):
                    help='whole Mask R-CNN and UperNet exported (inline_mm.deploy): ONNX Runtime '
                         'and OpenVINO against PyTorch eager, 1 thread and all cores '
                         '(benchmarks.deploy_whole; --threads sets one count)')
+    p.add_argument('--memory', nargs='*', default=None, metavar='CONFIG',
+                   help='memory per GPU of these configs (default: every shipped recipe and '
+                        'the Softmax references), counted on fake tensors')
+    p.add_argument('--memory-check', action='store_true',
+                   help='the memory count against the CPU allocator on a real step of '
+                        'InLine-Swin-T UperNet (batch 2, 512x512), and with_cp\'s step time')
     p.add_argument('--compile-backend', default=None,
                    help='with --floor: time module and linears under torch.compile with this '
                         'backend (e.g. inductor)')
@@ -195,9 +211,10 @@ def parse_args(argv=None):
     p.add_argument('--out-dir', type=Path, default=ROOT / 'work_dirs' / 'benchmark')
     args = p.parse_args(argv)
     if sum(map(bool, (args.padding, args.floor, args.resolution, args.launches,
-                      args.deit or args.attention))) > 1:
-        p.error('--padding, --floor, --resolution, --launches and --deit/--attention are '
-                'comparisons of their own: choose one')
+                      args.deit or args.attention, args.memory is not None,
+                      args.memory_check))) > 1:
+        p.error('--padding, --floor, --resolution, --launches, --memory, --memory-check and '
+                '--deit/--attention are comparisons of their own: choose one')
     if args.batch is None:
         args.batch = 2 if args.padding else 1
     if args.batch < 1 or args.warmup < 0:
@@ -252,9 +269,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.deploy:
         from benchmarks import deploy_whole
-        return deploy_whole.main(['--out-dir', str(args.out_dir)] + (['--quick'] if args.quick
-                                                                      else [])
-                                 + (['--threads', str(args.threads)] if args.threads else []))
+        argv = ['--out-dir', str(args.out_dir)] + (['--quick'] if args.quick else [])
+        return deploy_whole.main(argv + (['--threads', str(args.threads)] if args.threads else []))
     if args.threads:
         torch.set_num_threads(args.threads)
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -283,6 +299,9 @@ def main(argv=None):
         return
     if args.launches:
         run_launches(args, info)
+        return
+    if args.memory is not None or args.memory_check:
+        run_memory(args, info)
         return
     run_backbone_part = not args.attention
     run_attention_part = args.attention or args.quick
@@ -423,6 +442,31 @@ def run_padding(args, devices, info):
     csv_path = args.out_dir / 'padding.csv'
     padding.write_csv(results, csv_path, args.batch, mem_methods)
     _write_meta(args, info, [csv_path])
+
+
+def run_memory(args, info):
+    """``--memory``: the count per recipe; ``--memory-check``: the count against a real step."""
+    if args.memory_check:
+        options = {'model.data_preprocessor.size': (128, 128)} if args.quick else None
+        print('\nInLine-Swin-T UperNet, fp32, batched path, on the CPU: the count against the '
+              'CPU allocator, per with_cp setting', flush=True)
+        rows = memory.check(cfg_options=options, rounds=1 if args.quick else args.repeats)
+        print(memory.check_table(rows))
+        path = args.out_dir / 'memory_check.csv'
+    else:
+        names = {}
+        configs = args.memory
+        if not configs:
+            configs = memory.shipped_recipes()[:2] if args.quick else (
+                memory.shipped_recipes() + list(memory.REFERENCES.values()))
+            names = {v: k for k, v in memory.REFERENCES.items()}
+        print(f'\nmemory per GPU of {len(configs)} config(s), counted on fake CUDA tensors',
+              flush=True)
+        rows = memory.count_rows(configs, names)
+        print(memory.table(rows))
+        path = args.out_dir / 'memory.csv'
+    memory.write(rows, path)
+    _write_meta(args, info, [path])
 
 
 if __name__ == '__main__':

@@ -24,6 +24,8 @@ SHIPPED = {
     'inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
     'upernet_amp': ROOT / 'configs/inline_swin' /
     'inline-swin-t-in1k-pre_upernet_8xb2-amp-160k_ade20k-512x512.py',
+    'upernet_bf16': ROOT / 'configs/inline_swin' /
+    'inline-swin-t-in1k-pre_upernet_8xb2-amp-bf16-160k_ade20k-512x512.py',
     'mask_rcnn': ROOT / 'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py',
     'mask_rcnn_amp': ROOT / 'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_amp-1x_coco.py',
 }

@@ -18,9 +18,10 @@ from inline_mm.models import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob('configs/inline_*/*mask-rcnn_*.py'))
-# AMP and 3x configs change the optimiser / schedule / pipeline, never the model:
-# the model is built once per 1x config (and the demo config).
-MODEL_CONFIGS = [p for p in CONFIGS if '_amp-' not in p and '_ms-crop-3x_' not in p]
+# AMP, FSDP and 3x configs change the optimiser / runner / schedule / pipeline, never the
+# model: the model is built once per 1x config (and the demo config).
+MODEL_CONFIGS = [p for p in CONFIGS
+                 if '_amp-' not in p and '_fsdp-' not in p and '_ms-crop-3x_' not in p]
 
 README = (ROOT / 'checkpoints' / 'README.md').read_text()
 
@@ -43,7 +44,7 @@ def neck_in_channels(neck: dict, backbone: dict):
 
 def model_sibling(path: str) -> str:
     """The config that defines ``path``'s model: its 1x, non-AMP sibling."""
-    return path.replace('_amp-', '_').replace('_ms-crop-3x_', '_1x_')
+    return re.sub(r'_(amp-(bf16-)?|fsdp-)', '_', path).replace('_ms-crop-3x_', '_1x_')
 
 
 def test_detection_config_families_present():
@@ -52,6 +53,8 @@ def test_detection_config_families_present():
         neck = 'simple-fpn' if backbone.startswith('deit') else 'fpn'
         for sched in [a + s for s in spec.DETECTION for a in ('', 'amp-')]:
             assert f'mask-rcnn_inline-{backbone}_{neck}_{sched}_coco.py' in names
+        if backbone.endswith('-t'):     # one bf16 AMP child per family
+            assert f'mask-rcnn_inline-{backbone}_{neck}_amp-bf16-1x_coco.py' in names
     # Cascade Mask R-CNN: the paper's COCO backbones, with AMP children for the T variants
     for backbone in ('swin-t', 'swin-s', 'swin-b', 'pvt-t', 'pvt-s', 'pvt-m', 'pvt-l'):
         scheds = ('1x', 'ms-crop-3x') + (('amp-1x', 'amp-ms-crop-3x') if backbone.endswith('-t')
@@ -104,7 +107,7 @@ def test_detection_config_parses(path):
         cls, arch, drop_path, _ = spec.BACKBONES[variant]
         assert (backbone.type, backbone.arch, backbone.drop_path_rate) == (cls, arch, drop_path)
         assert set(cfg.optim_wrapper.paramwise_cfg.custom_keys) == spec.NO_DECAY[cls]
-        sched = re.search(r'_(?:amp-)?(1x|ms-crop-3x)_coco', path).group(1)
+        sched = re.search(r'_(?:amp-(?:bf16-)?|fsdp-)?(1x|ms-crop-3x)_coco', path).group(1)
         recipe = spec.DETECTION[sched]
         assert cfg.train_cfg.max_epochs == recipe['max_epochs']
         assert cfg.param_scheduler[1].milestones == recipe['milestones']
@@ -115,6 +118,13 @@ def test_detection_config_parses(path):
             assert cfg.train_dataloader.dataset.pipeline[3].type == 'RandomChoice'
     amp = '_amp-' in path
     assert (cfg.optim_wrapper.type == 'AmpOptimWrapper') == amp
+    # bf16 children: their fp16 AMP parent with the autocast dtype changed, nothing else
+    assert cfg.optim_wrapper.get('dtype') == ('bfloat16' if '_amp-bf16-' in path else None)
+    if '_amp-bf16-' in path:
+        parent = load(path.replace('_amp-bf16-', '_amp-')).to_dict()
+        child = cfg.to_dict()
+        child['optim_wrapper'].pop('dtype')
+        assert child == parent
     if path not in MODEL_CONFIGS:
         assert cfg.model == load(model_sibling(path)).model
 
@@ -183,7 +193,8 @@ def test_detection_model_loss_step(path):
     assert max(decay_of.values()) == cfg.optim_wrapper.optimizer.weight_decay
 
 
-@pytest.mark.parametrize('path', [p for p in CONFIGS if Path(p).name.startswith('cascade-')])
+@pytest.mark.parametrize('path', [p for p in CONFIGS if Path(p).name.startswith('cascade-')
+                                  and '_fsdp-' not in p])    # (tests/test_fsdp.py)
 def test_cascade_config_trains_as_its_mask_rcnn_sibling(path):
     """A Cascade config and the Mask R-CNN config of the same name differ in the RoI heads
     only: backbone, neck, RPN, data, schedule and optimiser are the same recipe (the

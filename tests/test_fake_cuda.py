@@ -30,6 +30,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from benchmarks.launches import OpCounter
+from inline_mm.memory import cuda_autocast as autocast
 from inline_mm.models import FAMILIES
 from support import ROOT, shrink_detector, shrink_segmentor, smoke_backbone
 
@@ -44,27 +45,11 @@ _MATMULS = ('aten.mm.', 'aten.addmm.', 'aten.bmm.', 'aten.baddbmm.', 'aten.convo
 @contextlib.contextmanager
 def fake(device: str):
     """A ``FakeTensorMode`` in which real tensors (a model's parameters, a batch made on
-    the host) may enter, become fake, and move to ``device`` without data."""
+    the host) may enter, become fake, and move to ``device`` without data. Without a shape
+    environment (unlike ``inline_mm.memory.fake_cuda``'s), so that a host read raises
+    instead of becoming a symbol."""
     with FakeTensorMode(allow_non_fake_inputs=True):
         yield torch.device(device)
-
-
-@contextlib.contextmanager
-def autocast(dtype):
-    """CUDA autocast in ``dtype`` (None: off), forced on: ``torch.autocast('cuda')`` warns
-    and disables itself where CUDA is not available."""
-    if dtype is None:
-        yield
-        return
-    was, was_dtype = torch.is_autocast_enabled('cuda'), torch.get_autocast_dtype('cuda')
-    torch.set_autocast_enabled('cuda', True)
-    torch.set_autocast_dtype('cuda', dtype)
-    try:
-        yield
-    finally:
-        torch.set_autocast_enabled('cuda', was)
-        torch.set_autocast_dtype('cuda', was_dtype)
-        torch.clear_autocast_cache()
 
 
 def padded_batch(b: int, hw=(96, 128), device='cuda') -> torch.Tensor:

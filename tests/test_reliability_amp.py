@@ -78,24 +78,27 @@ BACKBONES = {
 }
 
 
-@pytest.mark.parametrize('hw', [(1264, 1264), (1024, 2048)], ids=['1264x1264', 'cityscapes'])
+@pytest.mark.parametrize('hw, dtypes', [((1264, 1264), [torch.float16]),
+                                        ((1024, 2048), [torch.float16, torch.bfloat16])],
+                         ids=['1264x1264', 'cityscapes'])
 @pytest.mark.parametrize('name', sorted(BACKBONES))
-def test_backbone_fp16_autocast_high_resolution(name, hw):
+def test_backbone_low_precision_autocast_high_resolution(name, hw, dtypes):
     """An image scaled x100 under fp16 autocast: 1264x1264 (~100k tokens in stage 1) and a
     whole Cityscapes image, 1024x2048 (131k tokens, a 256x512 map), as the Cityscapes
-    configs test it."""
+    configs test it; that one in bf16 too (the bf16 AMP configs)."""
     cls, kw = BACKBONES[name]
     torch.manual_seed(0)
     model = cls(**kw, drop_path_rate=0.).eval()
     x = torch.randn(1, 3, *hw) * 100
     with torch.no_grad():
         ref = model(x)
-        with torch.autocast('cpu', dtype=torch.float16):
-            low = model(x)
-    for a, b in zip(low, ref):
-        assert a.dtype == torch.float16 or a.dtype == torch.float32
-        assert torch.isfinite(a).all()
-        assert rel_err(a, b) < 3e-2
+        for dtype in dtypes:
+            with torch.autocast('cpu', dtype=dtype):
+                low = model(x)
+            for a, b in zip(low, ref):
+                assert a.dtype in (dtype, torch.float32)
+                assert torch.isfinite(a).all()
+                assert rel_err(a, b) < 3e-2, dtype
 
 
 # ------------------------------------------------------------------ training with AMP
@@ -127,23 +130,25 @@ def test_amp_optim_wrapper_refuses_cpu(ade, tmp_path):
         runner.train()
 
 
-@pytest.mark.parametrize('kind', [
-    'upernet',
+@pytest.mark.parametrize('shipped', [
+    'upernet_amp',
+    'upernet_bf16',
     # mmcv's CPU NMS refuses bf16 boxes ("expected scalar type Float but found
     # BFloat16" in the RPN), so Mask R-CNN AMP runs on GPUs only.
-    pytest.param('mask_rcnn', marks=pytest.mark.skipif(
+    pytest.param('mask_rcnn_amp', marks=pytest.mark.skipif(
         not torch.cuda.is_available(), reason="mmcv's CPU NMS has no bf16 kernel")),
 ])
-def test_shipped_amp_config_trains_without_nonfinite_values(kind, ade, coco, tmp_path,
+def test_shipped_amp_config_trains_without_nonfinite_values(shipped, ade, coco, tmp_path,
                                                             monkeypatch):
-    """A shipped AMP config (UperNet; Mask R-CNN with a GPU), shrunk, 4 iterations under
-    autocast (CPU: bf16) with NonFiniteCheckHook on: every loss finite, weights finite and
-    updated, the attention computed in the low precision."""
+    """A shipped AMP config (UperNet fp16 and bf16; Mask R-CNN with a GPU), shrunk, 4
+    iterations under autocast (CPU: bf16) with NonFiniteCheckHook on: every loss finite,
+    weights finite and updated, the attention computed in the config's low precision."""
     if not torch.cuda.is_available():
         monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available', lambda: True)
-    cfg = tiny_config(tmp_path, f'{kind}_amp', body=kind, extra=NAN_HOOK)
+    kind = shipped.rsplit('_', 1)[0]
+    cfg = tiny_config(tmp_path, shipped, body=kind, extra=NAN_HOOK)
     data = ade if kind == 'upernet' else coco
-    runner = _runner(cfg, tmp_path / 'work', data, f'amp_{kind}', **{'train_cfg.max_iters': 4})
+    runner = _runner(cfg, tmp_path / 'work', data, shipped, **{'train_cfg.max_iters': 4})
     model = runner.model
     dtypes = []
     attn = next(m for m in model.modules() if isinstance(m, InLineAttention))
@@ -152,8 +157,10 @@ def test_shipped_amp_config_trains_without_nonfinite_values(kind, ade, coco, tmp
     runner.train()
     assert type(runner.optim_wrapper).__name__ == 'AmpOptimWrapper'
     assert any(isinstance(h, NonFiniteCheckHook) for h in runner.hooks)
-    expected = torch.float16 if torch.cuda.is_available() else torch.bfloat16
-    assert dtypes and set(dtypes) == {expected}
+    bf16 = shipped.endswith('bf16') or not torch.cuda.is_available()
+    assert runner.optim_wrapper.cast_dtype == (torch.bfloat16 if shipped.endswith('bf16')
+                                               else None)
+    assert dtypes and set(dtypes) == {torch.bfloat16 if bf16 else torch.float16}
     losses = runner.message_hub.get_scalar('train/loss').data[0]
     assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
     after = model.state_dict()

@@ -86,8 +86,8 @@ def load_model(config, checkpoint: Optional[str] = None,
             raise NotExportable(f'{checkpoint} is an official ImageNet classification file, not '
                                 'a trained detector or segmentor: export the backbone alone, '
                                 'or train the config first')
-        model.load_state_dict(_check_state(model, state, checkpoint, getattr(cfg, 'filename',
-                                                                              'the config')))
+        where = getattr(cfg, 'filename', 'the config')
+        model.load_state_dict(_check_state(model, state, checkpoint, where))
         meta = ckpt.get('meta', {}) if isinstance(ckpt, dict) else {}
         classes = (meta.get('dataset_meta') or {}).get('classes')
         if classes:

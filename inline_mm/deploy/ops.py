@@ -24,7 +24,6 @@ its map (``cells`` at a feature level).
 from typing import Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = ['nms_keep', 'roi_align', 'cells_at', 'zero_outside', 'extend_edges',

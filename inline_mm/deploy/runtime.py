@@ -91,8 +91,8 @@ class OnnxModel:
         if sizes.shape != (images.shape[0], 2):
             raise ValueError(f'sizes of shape {tuple(sizes.shape)}: give one (h, w) per image, '
                              f'a ({images.shape[0]}, 2) array')
-        bad = [tuple(s) for s in sizes if not (1 <= s[0] <= self.size[0]
-                                              and 1 <= s[1] <= self.size[1])]
+        bad = [tuple(s) for s in sizes
+               if not (1 <= s[0] <= self.size[0] and 1 <= s[1] <= self.size[1])]
         if bad:
             raise ValueError(f'sizes {bad} do not fit the {self.size[0]}x{self.size[1]} input')
         out = self.session.run(self.output_names, {'input': images, 'sizes': sizes})

@@ -3,7 +3,8 @@
 Importing this package (``import inline_mm`` does) only *registers*
 :class:`NonFiniteCheckHook`, :class:`DatasetCheckHook` and :class:`PredictionOverlayHook`
 (mmengine ``HOOKS``, so
-``custom_hooks`` of mmdet and mmseg configs find them) and the ``CheckSegMapSize``
+``custom_hooks`` of mmdet and mmseg configs find them), the FSDP auto-wrap policy
+``inline_auto_wrap_policy`` (mmengine ``FUNCTIONS``; :mod:`.fsdp`) and the ``CheckSegMapSize``
 pipeline steps ``CheckSegMapSize``, ``CheckSegLabels`` and ``CheckImageSize``
 (mmseg ``TRANSFORMS``, when mmseg is installed; :mod:`.transforms`); all are off
 unless a config asks for them.
@@ -27,7 +28,7 @@ and the stock mmdet/mmseg tools get them too::
 
 Nothing here imports mmdet/mmseg models or mmcv's compiled ops.
 """
-from . import checkpointing, compiling, data_checks, distributed, loading  # noqa: F401
+from . import checkpointing, compiling, data_checks, distributed, fsdp, loading  # noqa: F401
 from .overlays import PredictionOverlayHook
 from .data_checks import DatasetCheckHook, check_coco
 from .nonfinite import NonFiniteCheckHook, NonFiniteLossError

@@ -20,6 +20,12 @@ group is created without ``set_device``, on gloo when NCCL was asked for (logged
 SyncBN layers become ``BatchNorm`` (one warning says so and what it means) and the
 model is wrapped without ``device_ids``.  Whenever CUDA is available, mmengine's own
 code runs unchanged.
+
+The same holds for fully sharded runs (``runner_type='FlexibleRunner'`` with
+``FSDPStrategy``): the strategy passes ``device_id=LOCAL_RANK`` to FSDP, which is a CUDA
+device (without one FSDP stops: "FSDP needs a non-CPU accelerator device"), and keeps the
+SyncBN layers. On CPU processes the wrapper gets ``device_id=torch.device('cpu')`` and the
+SyncBN layers become ``BatchNorm`` as above (``FSDPStrategy._wrap_model``).
 """
 import copy
 import functools
@@ -63,15 +69,10 @@ def wrap_cpu_distributed(runner, model_wrapper_cfg, model: nn.Module) -> nn.Modu
     Returns:
         nn.Module: The wrapped model, without SyncBN layers.
     """
-    from mmengine.dist import get_world_size
-    from mmengine.model import MMDistributedDataParallel, revert_sync_batchnorm
+    from mmengine.model import MMDistributedDataParallel
     from mmengine.registry import MODEL_WRAPPERS
 
-    n = sync_bn_layers(model)
-    if n:
-        model = revert_sync_batchnorm(model)
-        # The runner's logger prints on rank 0 only: one warning per run, not per rank.
-        runner.logger.warning(SYNC_BN_WARNING.format(n=n, world=get_world_size()))
+    model = _revert_sync_bn(model, runner.logger)
     if runner.cfg.get('sync_bn', None) is not None:
         runner.logger.warning(f"sync_bn={runner.cfg.sync_bn!r} is ignored: SyncBN cannot "
                               'run on CPU processes')
@@ -82,6 +83,18 @@ def wrap_cpu_distributed(runner, model_wrapper_cfg, model: nn.Module) -> nn.Modu
     wrapper_cfg = copy.deepcopy(dict(model_wrapper_cfg))
     wrapper_cfg.setdefault('type', 'MMDistributedDataParallel')
     return MODEL_WRAPPERS.build(wrapper_cfg, default_args=dict(module=model))
+
+
+def _revert_sync_bn(model: nn.Module, logger) -> nn.Module:
+    """``model`` with its SyncBN layers made ``BatchNorm`` (warned about once, on rank 0)."""
+    from mmengine.dist import get_world_size
+    from mmengine.model import revert_sync_batchnorm
+    n = sync_bn_layers(model)
+    if n:
+        model = revert_sync_batchnorm(model)
+        # The runner's logger prints on rank 0 only: one warning per run, not per rank.
+        logger.warning(SYNC_BN_WARNING.format(n=n, world=get_world_size()))
+    return model
 
 
 def _accelerator_available() -> bool:
@@ -131,6 +144,7 @@ def install():
         _init_dist_pytorch._inline_mm_cpu_ddp = True
         dist_utils._init_dist_pytorch = _init_dist_pytorch
 
+    _install_fsdp()
     original = Runner.wrap_model
     if getattr(original, '_inline_mm_cpu_ddp', False):
         return
@@ -147,19 +161,52 @@ def install():
     Runner.wrap_model = wrap_model
 
 
+def _fsdp_strategy():
+    """mmengine's ``FSDPStrategy`` (None in an mmengine without strategies)."""
+    try:
+        from mmengine._strategy import FSDPStrategy
+    except ImportError:
+        return None
+    return FSDPStrategy
+
+
+def _install_fsdp():
+    strategy = _fsdp_strategy()
+    if strategy is None or getattr(strategy._wrap_model, '_inline_mm_cpu_ddp', False):
+        return
+    original = strategy._wrap_model
+
+    @functools.wraps(original)
+    def _wrap_model(self, model):
+        from mmengine.model import is_model_wrapper
+        if _accelerator_available() or is_model_wrapper(model):
+            return original(self, model)
+        import torch
+        self.logger.info("inline_mm: fully sharded on CPU processes (FSDP with device_id='cpu')")
+        model = _revert_sync_bn(model, self.logger)
+        self.model_wrapper = dict(self.model_wrapper or dict(type='MMFullyShardedDataParallel'))
+        self.model_wrapper['device_id'] = torch.device('cpu')
+        return original(self, model)
+
+    _wrap_model._inline_mm_cpu_ddp = True
+    strategy._wrap_model = _wrap_model
+
+
 def installed() -> bool:
     import mmengine.dist.utils as dist_utils
     from mmengine.runner import Runner
+    strategy = _fsdp_strategy()
     return (getattr(dist_utils._init_dist_pytorch, '_inline_mm_cpu_ddp', False)
-            and getattr(Runner.wrap_model, '_inline_mm_cpu_ddp', False))
+            and getattr(Runner.wrap_model, '_inline_mm_cpu_ddp', False)
+            and (strategy is None or getattr(strategy._wrap_model, '_inline_mm_cpu_ddp', False)))
 
 
 #: the row of the patch table this module switches on (python -m inline_mm.env)
 PATCHES = (
-    Patch('cpu_distributed', "mmengine's pytorch launcher and Runner.wrap_model, on machines "
-          'without an accelerator only',
+    Patch('cpu_distributed', "mmengine's pytorch launcher, Runner.wrap_model and "
+          'FSDPStrategy._wrap_model, on machines without an accelerator only',
           'no distributed run on CPU processes: the launcher calls torch.cuda.set_device, DDP '
-          'gets device_ids, SyncBN needs GPUs', 'mmengine < 0.11', BY_ENGINE,
-          before_fixed_mmengine('its pytorch launcher calls torch.cuda.set_device'),
+          'gets device_ids, FSDP a CUDA device_id, SyncBN needs GPUs', 'mmengine < 0.11',
+          BY_ENGINE, before_fixed_mmengine('its pytorch launcher calls torch.cuda.set_device'),
           installed, install),
 )

@@ -30,7 +30,11 @@
     forward + backward, at B = 2 and 8 (``--only batched``);
 11. the toy Mask R-CNN (``inline_mm.deploy.toy``) exported to ONNX and built into a TensorRT
     fp16 engine (``--only tensorrt``; needs the ``tensorrt`` package, e.g.
-    ``pip install tensorrt-cu13``): its detections on a padded batch against ONNX Runtime's.
+    ``pip install tensorrt-cu13``): its detections on a padded batch against ONNX Runtime's;
+12. the memory count before the run (``inline_mm.memory``, fake tensors) against
+    ``torch.cuda.max_memory_allocated`` of a real step: InLine-Swin-T UperNet, batch 2,
+    512x512, fp32 and fp16 AMP, ``with_cp`` off, stages 0-1 and all (``benchmarks.memory``;
+    ``--only memory``).
 
 Check 2 runs every backbone on a padded batch too (the padding-aware kernel on the device).
 
@@ -598,6 +602,23 @@ def check_tensorrt(device, out_dir):
             f"mask IoU >= {summary['min_mask_iou']:.3f}")
 
 
+@check('memory count (inline_mm.memory) against the allocator\'s peak of a step: '
+       'InLine-Swin-T UperNet, batch 2, 512x512 (CPU: 128x128, fp32)')
+def check_memory(device):
+    from benchmarks import memory
+    lines = []
+    for precision in ('fp32', 'fp16') if device == 'cuda' else ('fp32',):
+        options = None if device == 'cuda' else {'model.data_preprocessor.size': (128, 128)}
+        for row in memory.check(cfg_options=options, rounds=1, device=device,
+                                precision=precision):
+            lines.append(f"{precision} with_cp {row['with_cp']}: counted {row['counted_gib']} "
+                         f"GiB, allocated {row['measured_gib']} GiB (ratio {row['ratio']}), "
+                         f"step {row['step_s']} s ({row['time_ratio']} of with_cp off)")
+            # the count leaves out cuDNN workspaces and allocator rounding: below, not above
+            assert 0.7 <= row['ratio'] <= 1.1, lines[-1]
+    return '\n     ' + '\n     '.join(lines)
+
+
 #: --only key -> (check, whether it takes the output folder), in the order they run
 CHECKS = {
     'batched': (check_batched, False),
@@ -614,6 +635,7 @@ CHECKS = {
     'dino': (check_dino, False),
     'mask2former': (check_mask2former, False),
     'tensorrt': (check_tensorrt, True),
+    'memory': (check_memory, False),
 }
 
 
