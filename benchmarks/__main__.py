@@ -130,6 +130,27 @@ def parse_size(text: str) -> Tuple[int, int]:
     return parts[0], parts[1]
 
 
+#: the parts run instead of the backbone comparison, by flag: what each measures
+PARTS = {
+    'attention': 'only the attention comparison (production vs reference)',
+    'deit': 'InLine-DeiT-T against DeiT-T (plain ViTs) and the attention / linear split of one '
+            'block at 1024 (sizes default to 224 384 640 1024 1536)',
+    'padding': 'the cost of padding awareness: pad_aware=True against False for every family '
+               '(tiny), batch 2, unpadded and padded batches (sizes default to 800x1333 1024)',
+    'floor': 'InLineAttention against its own qkv + proj linears at 16k and 65k tokens, '
+             'C=96/3 heads and C=384/12 heads, with the profile of what the attention adds',
+    'resolution': 'whole-image inference of backbones and Cityscapes segmentors at 512x1024, '
+                  '1024x2048, 2048x4096 (sizes default to those; inference only)',
+    'launches': 'ops per forward and host reads per family and path, batch 1, 2, 8, padded '
+                'and not, beside mmdet Swin-T and PVT-T (counted on the CPU)',
+    'deploy': 'whole Mask R-CNN and UperNet exported (inline_mm.deploy): ONNX Runtime and '
+              'OpenVINO against PyTorch eager, 1 thread and all cores (benchmarks.deploy_whole; '
+              '--threads sets one count)',
+    'memory-check': "the memory count against the CPU allocator on a real step of InLine-Swin-T "
+                    "UperNet (batch 2, 512x512), and with_cp's step time",
+}
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -138,36 +159,11 @@ def parse_args(argv=None):
                    help='CI-sized run: backbones at 64x64 and 96x128 and the attention on a '
                         '24x40 map, 2 repeats (checks that everything runs; the timings mean '
                         'little)')
-    p.add_argument('--attention', action='store_true',
-                   help='only the attention comparison (production vs reference)')
-    p.add_argument('--deit', action='store_true',
-                   help='InLine-DeiT-T against DeiT-T (plain ViTs) and the attention / linear '
-                        'split of one block at 1024 (sizes default to 224 384 640 1024 1536)')
-    p.add_argument('--padding', action='store_true',
-                   help='the cost of padding awareness: pad_aware=True against False for every '
-                        'family (tiny), batch 2, unpadded and padded batches (sizes default to '
-                        '800x1333 1024)')
-    p.add_argument('--floor', action='store_true',
-                   help='InLineAttention against its own qkv + proj linears at 16k and 65k '
-                        'tokens, C=96/3 heads and C=384/12 heads, with the profile of what '
-                        'the attention adds')
-    p.add_argument('--resolution', action='store_true',
-                   help='whole-image inference of backbones and Cityscapes segmentors at '
-                        '512x1024, 1024x2048, 2048x4096 (sizes default to those; inference '
-                        'only)')
-    p.add_argument('--launches', action='store_true',
-                   help='ops per forward and host reads per family and path, batch 1, 2, 8, '
-                        'padded and not, beside mmdet Swin-T and PVT-T (counted on the CPU)')
-    p.add_argument('--deploy', action='store_true',
-                   help='whole Mask R-CNN and UperNet exported (inline_mm.deploy): ONNX Runtime '
-                        'and OpenVINO against PyTorch eager, 1 thread and all cores '
-                        '(benchmarks.deploy_whole; --threads sets one count)')
+    for flag, text in PARTS.items():
+        p.add_argument(f'--{flag}', action='store_true', help=text)
     p.add_argument('--memory', nargs='*', default=None, metavar='CONFIG',
                    help='memory per GPU of these configs (default: every shipped recipe and '
                         'the Softmax references), counted on fake tensors')
-    p.add_argument('--memory-check', action='store_true',
-                   help='the memory count against the CPU allocator on a real step of '
-                        'InLine-Swin-T UperNet (batch 2, 512x512), and with_cp\'s step time')
     p.add_argument('--compile-backend', default=None,
                    help='with --floor: time module and linears under torch.compile with this '
                         'backend (e.g. inductor)')

@@ -41,14 +41,8 @@ def reference():
     return torch.load(REFERENCE, weights_only=True)
 
 
-def run_roi_align(case):
-    feats = case['feats'].clone().requires_grad_()
-    out = roi_align(feats, case['rois'], case['output_size'], case['spatial_scale'],
-                    case['sampling_ratio'], 'avg', case['aligned'])
-    if out.numel():
-        out.backward(case['grad_output'])
-    grad = feats.grad if feats.grad is not None else torch.zeros_like(feats)
-    return out.detach(), grad
+#: the recorded case of RoIAlign run as the reference tool ran it (output, input gradient)
+run_roi_align = load_script('tools/dev/make_mmcv_references.py').run_roi_align
 
 
 def assert_same_keep(ours, ref, scores):
