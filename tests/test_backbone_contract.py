@@ -327,8 +327,9 @@ def test_file_that_is_no_checkpoint_is_named(family, tmp_path):
 def test_every_shipped_config_builds_the_recorded_state_dict():
     """Every recipe config's backbone has the state-dict keys and shapes recorded in
     tests/data/backbone_state_keys.json (tools/dev/make_backbone_keys.py; recorded from the
-    models before the constructors took their shared arguments from the base): checkpoints
-    written by one version load in the next."""
+    models before the constructors took their shared arguments from the base; the bf16 and FSDP
+    recipes, added after, from the models that shipped them): checkpoints written by one
+    version load in the next."""
     import json
     tool = load_script('tools/dev/make_backbone_keys.py')
     shipped_configs, backbone_state, digest = tool.shipped_configs, tool.backbone_state, tool.digest

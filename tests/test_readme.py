@@ -63,7 +63,7 @@ def placeholder(word: str) -> bool:
 
 
 #: programs whose lines are only split into words (their arguments are data paths)
-SHELL_ONLY = {'mkdir', 'sed', 'tar', 'sort', 'wget', 'git'}
+SHELL_ONLY = {'mkdir', 'sed', 'tar', 'sort', 'wget', 'git', 'trtexec'}
 
 
 def commands(text: str, inline_flags: bool = False) -> list:
