@@ -45,7 +45,7 @@ from inline_mm.datasets.checks import (IMAGE_SUFFIXES, PROBLEM_CODES, FileTally,
                                        binary_problems, check_pair, default_jobs, label_problems,
                                        parallel_map, read_meta, scan_split)
 from inline_mm.datasets.coco_checks import (FIXER, check_coco_instances, class_table,
-                                             fixer_flags)
+                                            fixer_flags)
 
 
 class Report:

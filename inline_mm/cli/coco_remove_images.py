@@ -38,5 +38,6 @@ def main(argv=None) -> int:
     print(f'wrote {args.out}: {n_images} image(s) and {n_anns} annotation(s) left out')
     return 0
 
+
 if __name__ == '__main__':
     sys.exit(main())

@@ -521,8 +521,9 @@ def _image_rules(images: Dict[int, dict], found: CocoCheck, decode: bool, jobs: 
             wrong_listed = _misfit(geometry, *listed)
             if geometry and wrong_listed and not _misfit(geometry, *loaded):
                 found.problems.append(Problem('image-size', path, (
-                    f'{head}. Its annotations fit the image as it loads ({wrong_listed}): only the json\'s width/height are wrong; set '
-                    f'them in a copy: {FIXER} --fix-sizes')))
+                    f'{head}. Its annotations fit the image as it loads ({wrong_listed}): '
+                    f'only the json\'s width/height are wrong; set them in a copy: {FIXER} '
+                    '--fix-sizes')))
                 found.fixes.append(Fix('sizes', 'image-size', im['id'], value=loaded))
             elif not geometry:
                 found.problems.append(Problem('image-size', path, (
@@ -552,8 +553,9 @@ def _rotation_verdict(found: CocoCheck, im: dict, of: str, o: int, loaded, liste
     if not_stored and not not_turned:
         found.fixes.append(Fix('sizes', 'exif-rotation', im['id'], value=loaded))
         return head + (
-            f'Its annotations fit the turned photo, not the stored pixels ({not_stored}): they were drawn on the photo as it is shown, and only '
-            f'the json\'s width/height are the stored ones. Fix: set them to '
+            f'Its annotations fit the turned photo, not the stored pixels ({not_stored}): they '
+            'were drawn on the photo as it is shown, and only the json\'s width/height are the '
+            'stored ones. Fix: set them to '
             f'{loaded[1]}x{loaded[0]} (WxH) in a copy: {FIXER} --fix-sizes (do not strip the '
             'EXIF tag: the masks would then land beside the objects)')
     if not_turned and not not_stored:

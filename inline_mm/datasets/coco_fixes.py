@@ -49,11 +49,12 @@ def orient_point(orientation: int, height: int, width: int) -> Callable:
 
 
 def orient_mask(mask: np.ndarray, orientation: int) -> np.ndarray:
-    """A stored ``(H, W)`` array as shown under EXIF ``orientation`` (as :func:`orient_point`
-    moves pixel centres)."""
+    """A stored ``(H, W, ...)`` array as shown under EXIF ``orientation`` (as
+    :func:`orient_point` moves pixel centres)."""
     return {1: lambda m: m, 2: lambda m: m[:, ::-1], 3: lambda m: m[::-1, ::-1],
-            4: lambda m: m[::-1], 5: lambda m: m.T, 6: lambda m: np.rot90(m, -1),
-            7: lambda m: m[::-1, ::-1].T, 8: lambda m: np.rot90(m, 1)}[orientation](mask)
+            4: lambda m: m[::-1], 5: lambda m: m.swapaxes(0, 1),
+            6: lambda m: np.rot90(m, -1), 7: lambda m: m[::-1, ::-1].swapaxes(0, 1),
+            8: lambda m: np.rot90(m, 1)}[orientation](mask)
 
 
 def turn_annotation(ann: dict, orientation: int, stored_hw: Tuple[int, int]) -> dict:
