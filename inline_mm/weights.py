@@ -24,7 +24,8 @@ concurrent processes (DDP ranks, several jobs) fetch a file once and the others 
 follows redirects (the official links answer ``?dl=1`` with one), resumes an interrupted
 body with an HTTP ``Range`` request (or starts again when the server ignores it), gives up
 on an attempt after ``INLINE_MM_DOWNLOAD_TIMEOUT`` seconds without data (60) and retries
-``INLINE_MM_DOWNLOAD_RETRIES`` times (4) with growing pauses.  ``http_proxy``,
+``INLINE_MM_DOWNLOAD_RETRIES`` times (4) with growing pauses; a host that cannot be reached
+at all (its name does not resolve, no route: an offline machine) fails at once.  ``http_proxy``,
 ``https_proxy`` and ``no_proxy`` are honoured; ``INLINE_MM_WEIGHTS_MIRROR=<base URL>``
 fetches every official file from ``<base URL>/<file>`` instead.
 
@@ -446,6 +447,11 @@ def download(url: str, dst: Path, timeout: Optional[float] = None,
                 raise WeightsError(f'{url}: HTTP {e.code} {e.reason}.') from None
             error = e
         except (OSError, http.client.HTTPException) as e:   # refused, reset, timed out, cut
+            if _unreachable(e):
+                # No route or no name: an offline machine, which waiting will not change
+                # (retrying only delayed the error by ~15 s).
+                raise WeightsError(f'{url}: {_reason(e)}: this machine cannot reach the '
+                                   'host (offline, or no DNS); not retried.') from None
             error = e
         if attempt < retries:
             pause = min(backoff * 2 ** attempt, 30.)
@@ -455,6 +461,17 @@ def download(url: str, dst: Path, timeout: Optional[float] = None,
     kept = f' ({dst.stat().st_size:,} bytes kept to resume)' if dst.is_file() else ''
     raise WeightsError(f'{url}: download failed after {retries + 1} attempt(s): '
                        f'{_reason(error)}{kept}.')
+
+
+def _unreachable(error: Exception) -> bool:
+    """Whether a failed attempt says the host cannot be reached at all: its name does
+    not resolve, or the network or host has no route."""
+    import errno
+    import socket
+    if isinstance(error, urllib.error.URLError) and isinstance(error.reason, Exception):
+        error = error.reason
+    return isinstance(error, socket.gaierror) or getattr(error, 'errno', None) in (
+        errno.ENETUNREACH, errno.EHOSTUNREACH)
 
 
 def _reason(error: Exception) -> str:

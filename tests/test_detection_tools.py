@@ -209,6 +209,24 @@ def test_demo_data_stamp_detects_other_generators(tmp_path, monkeypatch):
     assert demo.ensure_data(True, 0.0) == first and len(calls) == 2    # --regenerate
 
 
+def test_demo_uses_the_cores_it_has_and_keeps_what_the_user_sets(monkeypatch):
+    """One compute thread per usable core (at most MAX_THREADS), passive OpenMP waiting;
+    OMP_NUM_THREADS / OMP_WAIT_POLICY in the environment win."""
+    import os
+    demo = _load_demo()
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+    monkeypatch.delenv('OMP_WAIT_POLICY', raising=False)
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: set(range(2)), raising=False)
+    env = demo.tool_env()
+    assert env['OMP_NUM_THREADS'] == '2' and env['OMP_WAIT_POLICY'] == 'PASSIVE'
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: set(range(64)), raising=False)
+    assert demo.tool_env()['OMP_NUM_THREADS'] == str(demo.MAX_THREADS)
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    monkeypatch.setenv('OMP_WAIT_POLICY', 'ACTIVE')
+    assert demo.tool_env()['OMP_NUM_THREADS'] == '1'
+    assert demo.tool_env()['OMP_WAIT_POLICY'] == 'ACTIVE'
+
+
 def _load_demo():
     return load_script('tools/demo.py')
 

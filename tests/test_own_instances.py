@@ -4,9 +4,10 @@ export, the COCO checks one rule at a time, the converters, and the templates' w
 The walkthrough runs every command of the page as written, in a scratch folder laid out like
 the repository, with the page's rehearsal edits and a narrower InLine-Swin-T (as the
 segmentation walkthrough in tests/test_readme.py does): the checker must name the planted
-defects and exit 1, pass after the page's fix, training must lower the loss and report real
-COCO box and mask mAP, testing must reproduce the val figures, and predicting a folder must
-write one results json with the training file's category ids and one overlay PNG per image.
+defects and exit 1, the fixer's copies must pass it (and the rotated photos' masks must lie on
+their shapes), training on them must lower the loss and report real COCO box and mask mAP,
+testing must reproduce the val figures, and predicting a folder must write one results json
+with the training file's category ids and one overlay PNG per image, in the run's folder.
 """
 import json
 import re
@@ -66,7 +67,8 @@ def test_own_instances_walkthrough_as_written(tmp_path, monkeypatch):
     data = ws / 'data' / 'my_coco'
     logs, ckpt, fixed = [], None, False
     for cmd in steps:
-        if cmd.startswith(('bash tools/dist_train.sh', 'mim ', 'INLINE_MM_DATA=')):
+        if cmd.startswith(('bash tools/dist_train.sh', 'mim ', 'INLINE_MM_DATA=')) or \
+                cmd.endswith(' --resume'):
             continue        # alternatives named in prose: their lines parse (test_readme.py)
         if 'best_coco_segm_mAP_epoch_N' in cmd:
             ckpt = ckpt or next((ws / 'work_dirs' / 'my_instances').glob('best_coco_segm_*.pth'))
@@ -75,11 +77,11 @@ def test_own_instances_walkthrough_as_written(tmp_path, monkeypatch):
         expect_fail = (cmd.startswith('python tools/misc/check_dataset.py data/my_coco/'
                                       'annotations/train.json') and not fixed)
         logs.append((cmd, shell_rc(cmd, ws, 1 if expect_fail else 0)))
-        fixed = fixed or 'coco_remove_images.py' in cmd
+        fixed = fixed or 'coco_fix.py' in cmd
         if cmd.startswith('cp configs/custom/') and cmd.endswith(' configs/my_instances.py'):
             apply_edits(ws / 'configs' / 'my_instances.py', edits)
     assert_walkthrough_runs(steps, (
-        'make_toy_dataset.py coco-export', 'labelme2coco.py', 'coco_remove_images.py',
+        'make_toy_dataset.py coco-export', 'labelme2coco.py', 'coco_fix.py',
         'check_dataset.py --config', 'tools/train.py', 'images2coco.py',
         'configs/my_instances_predict.py'))
 
@@ -89,11 +91,23 @@ def test_own_instances_walkthrough_as_written(tmp_path, monkeypatch):
         return found[-1 if last else 0]
 
     first = log('python tools/misc/check_dataset.py data/my_coco/annotations/train')
-    assert re.search(r'ERROR +\[exif-rotation\] \S*train/0003\.jpg', first), first
-    assert re.search(r'ERROR +\[truncated\] \S*train/0007\.jpg', first), first
+    for code, name in (('exif-rotation', '0003'), ('exif-rotation', '0006'),
+                       ('truncated', '0007'), ('undeclared-category', '0002'),
+                       ('polygon', '0004')):
+        assert re.search(rf'ERROR +\[{code}\] .*train/{name}\.jpg', first), (code, first)
+    assert re.search(r'0003\.jpg: .*fit the stored pixels, .*--turn-annotations', first)
+    assert re.search(r'0006\.jpg: .*fit the turned photo, .*--fix-sizes', first)
+    assert re.search(r'WARNING \[box-partly-outside\] .*train/0008\.jpg.*--clip-boxes', first)
     assert 'empty-images' in first and re.search(r'\n +0 +3 +circle', first), first
-    assert 'OK: train.json' in log('python tools/misc/check_dataset.py data/my_coco/annotations/'
-                                   'train', last=True)
+    assert 'coco_fix.py data/my_coco/annotations/train.json' in first
+    fix = log('python tools/dataset_converters/coco_fix.py data/my_coco/annotations/train_')
+    assert 'OK: train.json passes the check' in fix, fix
+    assert 'OK: train.json looks fine' in log('python tools/misc/check_dataset.py '
+                                              'data/my_coco/annotations/train', last=True)
+    assert 'OK: val.json looks fine' in log('python tools/misc/check_dataset.py '
+                                            'data/my_coco/annotations/val', last=True)
+    assert_masks_on_shapes(data / 'annotations' / 'train.json', data / 'images',
+                           ('train/0003.jpg', 'train/0006.jpg'))
     labelme = log('python tools/dataset_converters/labelme2coco.py')
     assert 'classes: circle, rectangle, triangle' in labelme
     check = log('python tools/misc/check_dataset.py --config')
@@ -113,7 +127,9 @@ def test_own_instances_walkthrough_as_written(tmp_path, monkeypatch):
     assert _metric(test, 'segm_mAP') == pytest.approx(mask, abs=1e-3)
     assert _metric(test, 'bbox_mAP') == pytest.approx(box, abs=1e-3)
 
-    out = ws / 'work_dirs' / 'predictions'
+    runs = sorted((ws / 'work_dirs' / 'my_instances_predict').glob('*/predictions'))
+    assert len(runs) == 1, runs
+    out = runs[0]
     results = json.loads((out / 'results.segm.json').read_text())
     predict = json.loads((data / 'annotations' / 'predict.json').read_text())
     assert predict['annotations'] == [] and {c['id'] for c in predict['categories']} == {3, 7, 12}
@@ -141,7 +157,8 @@ def test_own_instances_walkthrough_as_written(tmp_path, monkeypatch):
 @pytest.mark.subprocess
 def test_a_distributed_run_stops_on_every_rank_before_training(tmp_path):
     """tools/dist_train.sh with the template on the toy export as exported: both ranks stop
-    before the first iteration with the same complete list (the image checks are shared)."""
+    before the first iteration with the same complete list (the image checks are shared),
+    before the model's weights load (here an offline download, which would fail)."""
     from support import free_port, subprocess_env
     from inline_mm.toydata.exports import make_coco_export
     import subprocess
@@ -150,17 +167,48 @@ def test_a_distributed_run_stops_on_every_rank_before_training(tmp_path):
     config = tmp_path / 'my_instances.py'
     config.write_text(TEMPLATE.read_text())
     apply_edits(config, rehearsal_edits(page('own_instances')))
+    config.write_text(config.read_text().replace('pretrained = None',
+                                                 "pretrained = 'inline://swin_t'"))
     env = subprocess_env(PORT=str(free_port()), PYTHON=sys.executable,
-                         INLINE_MM_DATA=str(tmp_path / 'data'))
+                         INLINE_MM_DATA=str(tmp_path / 'data'), INLINE_MM_OFFLINE='1')
     out = subprocess.run(['bash', 'tools/dist_train.sh', str(config), '2', '--work-dir',
                           str(tmp_path / 'wd')], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=300)
     log = out.stdout + out.stderr
     assert out.returncode != 0 and 'Distributed training: True' in log, log[-3000:]
     errors = re.findall(r'DatasetCheckHook: (\d+) problem\(s\)', log)
-    assert errors and set(errors) == {'2'}, log[-3000:]
-    assert 'train/0003.jpg' in log and 'train/0007.jpg' in log and '2 ranks' not in log
-    assert 'Epoch(train)' not in log
+    assert errors and len(set(errors)) == 1 and int(errors[0]) >= 5, log[-3000:]
+    for name in ('0002', '0003', '0004', '0006', '0007'):
+        assert f'train/{name}.jpg' in log, name
+    assert '2 ranks' not in log and 'Epoch(train)' not in log
+    assert 'downloads are off' not in log and 'WeightsError' not in log
+
+
+def assert_masks_on_shapes(ann_file: Path, img_dir: Path, names):
+    """Each annotation of these images, rasterised at the json's size, lies on its shape in
+    the image as training loads it (EXIF turn applied): the mean colour under the mask is far
+    from the mean colour of a ring of background just around it (a mask beside its shape
+    would see the background on both sides)."""
+    import cv2
+    import mmcv
+    from pycocotools import mask as mask_utils
+    coco = json.loads(ann_file.read_text())
+    for name in names:
+        im = next(i for i in coco['images'] if i['file_name'] == name)
+        img = mmcv.imread(str(img_dir / name)).astype(float)
+        h, w = im['height'], im['width']
+        assert img.shape[:2] == (h, w), (name, img.shape, h, w)
+        anns = [a for a in coco['annotations'] if a['image_id'] == im['id']]
+        assert anns, name
+        for a in anns:
+            segm = a['segmentation']
+            rle = mask_utils.merge(mask_utils.frPyObjects(segm, h, w)) \
+                if isinstance(segm, list) else dict(segm, counts=segm['counts'].encode())
+            inside = mask_utils.decode(rle).astype(bool)
+            ring = cv2.dilate(inside.astype(np.uint8), np.ones((7, 7), np.uint8)).astype(bool)
+            ring &= ~inside
+            gap = np.linalg.norm(img[inside].mean(0) - img[ring].mean(0))
+            assert gap > 50, (name, a['id'], gap)
 
 
 def shell_rc(cmd: str, cwd: Path, rc: int) -> str:
@@ -294,6 +342,26 @@ def _toy_export(tmp_path) -> Path:
     return tmp_path / 'data'
 
 
+def _clean_toy_export(tmp_path) -> Path:
+    """The small toy export with every fault fixed by the fixer's library (in place)."""
+    from inline_mm.datasets.coco_checks import check_coco_instances
+    from inline_mm.datasets.coco_fixes import FixRequest, fix_coco
+    data = _toy_export(tmp_path)
+    everything = dict(sizes=[], turn=[], drop_bad_images=True, drop_bad_annotations=True,
+                      clip_boxes=True)
+    train = data / 'annotations' / 'train.json'
+    for split, request in (('train', FixRequest(**everything, drop_unused_categories=True)),
+                           ('val', None)):
+        ann_file = data / 'annotations' / f'{split}.json'
+        if request is None:
+            request = FixRequest(categories_from=json.loads(train.read_text())['categories'])
+        found = check_coco_instances(str(ann_file))
+        fixed, _ = fix_coco(json.loads(ann_file.read_text()), found, request)
+        ann_file.write_text(json.dumps(fixed))
+        assert not check_coco_instances(str(ann_file)).problems
+    return data
+
+
 @pytest.mark.parametrize('name', ['mask-rcnn', 'cascade-mask-rcnn', 'faster-rcnn', 'amp',
                                   'predict'])
 def test_templates_take_root_and_classes_from_one_place(tmp_path, monkeypatch, name):
@@ -310,17 +378,17 @@ def test_templates_take_root_and_classes_from_one_place(tmp_path, monkeypatch, n
              'amp': TEMPLATE.name.replace('1xb4-36e', '1xb4-amp-36e'),
              'predict': TEMPLATE.name.replace('.py', '_predict.py')}
     cfg = Config.fromfile(str(TEMPLATE.parent / files[name]))
-    assert cfg.classes == ('circle', 'triangle', 'rectangle')
+    assert cfg.classes == ('circle', 'triangle', 'rectangle', 'star')     # star: unused
     for loader in ('train', 'val', 'test'):
         ds = cfg[f'{loader}_dataloader'].dataset
         assert ds.data_root == f'{data}/' and tuple(ds.metainfo.classes) == cfg.classes
     assert cfg.val_evaluator.ann_file == f'{data}/annotations/val.json'
     roi = cfg.model.roi_head
     heads = roi.bbox_head if isinstance(roi.bbox_head, list) else [roi.bbox_head]
-    assert [h.num_classes for h in heads] == [3] * len(heads)
+    assert [h.num_classes for h in heads] == [4] * len(heads)
     assert (roi.get('mask_head') is None) == (name == 'faster-rcnn')
     if roi.get('mask_head') is not None:
-        assert roi.mask_head.num_classes == 3
+        assert roi.mask_head.num_classes == 4
     assert cfg.optim_wrapper.type == ('AmpOptimWrapper' if name == 'amp' else 'OptimWrapper')
     if name == 'predict':
         assert cfg.test_evaluator.format_only and cfg.test_evaluator.ann_file == \
@@ -341,16 +409,12 @@ def test_the_hook_refuses_a_box_only_export_and_a_class_order_before_training(
 
     from inline_mm.engine.data_checks import DatasetCheckHook, coco_dataset_problems
     register_all_modules()
-    data = _toy_export(tmp_path)
+    data = _clean_toy_export(tmp_path)
     for split in ('train', 'val'):
         ann_file = data / 'annotations' / f'{split}.json'
         coco = json.loads(ann_file.read_text())
         for a in coco['annotations']:
             a.pop('segmentation')
-        coco['images'] = [im for im in coco['images'] if im['file_name'] not in
-                          ('train/0003.jpg', 'train/0007.jpg')]
-        kept = {im['id'] for im in coco['images']}
-        coco['annotations'] = [a for a in coco['annotations'] if a['image_id'] in kept]
         ann_file.write_text(json.dumps(coco))
     monkeypatch.setenv('INLINE_MM_DATA', str(data))
 
@@ -434,3 +498,139 @@ def test_images_json_uses_loaded_sizes_and_training_categories(tmp_path):
     assert remove([str(out), str(tmp_path / 'less.json'), '--images', 'predict/a.jpg']) == 0
     assert [im['file_name'] for im in json.loads((tmp_path / 'less.json').read_text())['images']] \
         == ['predict/b.jpg']
+
+
+# ----------------------------------------------------------------- EXIF frames and the fixer
+@pytest.mark.parametrize('orientation', range(1, 9))
+def test_annotations_turn_as_opencv_turns_the_photo(tmp_path, orientation):
+    """orient_mask moves the stored pixels where OpenCV (mmcv) shows them; turn_annotation
+    moves polygons (orient_point), boxes and RLE masks with them onto the same pixels."""
+    import mmcv
+    from pycocotools import mask as mask_utils
+    from inline_mm.datasets.coco_fixes import orient_mask, turn_annotation
+    h, w = 48, 80
+    stored = np.zeros((h, w, 3), np.uint8)
+    stored[8:24, 16:40] = (250, 30, 30)                 # 8-px blocks survive JPEG
+    stored[32:48, 64:80] = (30, 250, 30)
+    _jpeg_array(tmp_path / 'p.jpg', stored, orientation)
+    loaded = mmcv.imread(str(tmp_path / 'p.jpg'))[..., ::-1]      # RGB
+    assert np.abs(loaded.astype(int) - orient_mask(stored, orientation)).mean() < 3
+    lh, lw = loaded.shape[:2]
+    poly = [16, 8, 40, 8, 40, 24, 16, 24]                    # the red block
+    rle = mask_utils.encode(np.asfortranarray((stored[..., 1] > 200).astype(np.uint8)))
+    for segm in ([poly], dict(size=rle['size'], counts=rle['counts'].decode('ascii'))):
+        ann = dict(id=1, image_id=1, category_id=1, bbox=[16, 8, 24, 16], area=384.,
+                   segmentation=segm)
+        turned = turn_annotation(ann, orientation, (h, w))
+        s = turned['segmentation']
+        m = mask_utils.decode(mask_utils.merge(mask_utils.frPyObjects(s, lh, lw))
+                              if isinstance(s, list) else dict(s, counts=s['counts'].encode()))
+        colour = loaded[m.astype(bool)].mean(0)
+        assert (colour[0] > 200) == isinstance(segm, list) and \
+            (colour[1] > 200) != isinstance(segm, list), (orientation, colour)
+        if isinstance(segm, list):
+            x, y, bw, bh = turned['bbox']
+            ys, xs = np.nonzero(m)
+            assert (x, y, x + bw, y + bh) == pytest.approx(
+                (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1), abs=1)
+
+
+def _jpeg_array(path: Path, rgb: np.ndarray, orientation: int = 0):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kwargs = {}
+    if orientation > 1:
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        kwargs['exif'] = exif.tobytes()
+    Image.fromarray(rgb).save(path, 'JPEG', quality=95, **kwargs)
+
+
+def test_the_checker_tells_which_frame_a_turned_photos_annotations_fit(tmp_path):
+    """A photo stored 40x80 (HxW) with EXIF 6 loads as 80x40; the json says 80x40 (WxH, the
+    stored size). Annotations beyond the stored height were drawn on the turned photo (fix:
+    sizes); beyond the turned width, on the stored pixels (fix: turn them); inside both:
+    undecided, the message names both options with the file; beyond both: neither."""
+    from inline_mm.datasets.coco_checks import check_coco_instances
+    img = tmp_path / 'images'
+    for name in ('turned', 'stored', 'both', 'neither', 'resized', 'bare'):
+        _jpeg(img / f'{name}.jpg', 40, 80, orientation=0 if name == 'resized' else 6)
+    images = [(i + 1, f'{n}.jpg', 80, 40) for i, n in enumerate(
+        ('turned', 'stored', 'both', 'neither'))]
+    images += [(5, 'resized.jpg', 80, 60), (6, 'bare.jpg', 80, 40)]
+    anns = [_ann(1, 1, bbox=(5, 50, 10, 20)),                       # y to 70 > 40
+            _ann(2, 1, bbox=(1, 1, 4, 4), segm=dict(size=[80, 40], counts='0')),
+            _ann(3, 2, bbox=(50, 5, 20, 10)),                       # x to 70 > 40
+            _ann(4, 3, bbox=(2, 2, 10, 10)),
+            _ann(5, 4, bbox=(50, 50, 20, 20)),                      # beyond both
+            _ann(6, 5, bbox=(10, 45, 10, 10))]                      # fits 80x60 only
+    found = check_coco_instances(str(_export(tmp_path, images, anns)))
+    msg = {Path(p.path).name: p.message for p in found.problems
+           if p.code in ('exif-rotation', 'image-size')}
+    assert 'fit the turned photo' in msg['turned.jpg'] and '--fix-sizes' in msg['turned.jpg']
+    assert 'fit the stored pixels' in msg['stored.jpg']
+    assert '--turn-annotations' in msg['stored.jpg']
+    assert '--fix-sizes both.jpg' in msg['both.jpg'] and \
+        '--turn-annotations both.jpg' in msg['both.jpg']
+    assert 'fit neither frame' in msg['neither.jpg']
+    assert 'resized or replaced' in msg['resized.jpg'] and 'no annotations' in msg['bare.jpg']
+    fixes = {(f.action, f.image_id) for f in found.fixes if f.action in ('sizes', 'turn')}
+    assert fixes == {('sizes', 1), ('turn', 2), ('sizes', 6)}
+    # the RLE of the turned size and the box outside the stored frame follow from image 1's
+    # size: said so, and covered by its fix (not left out by --drop-bad-annotations)
+    rle = next(p for p in found.problems if p.code == 'rle')
+    assert 'annotation 2 ' in rle.message and 'follows from its image' in rle.message
+    assert not [f for f in found.fixes if f.action == 'drop-annotation' and f.image_id == 1]
+
+
+def test_the_fixer_writes_a_copy_that_passes_where_the_fixes_cover_every_error(tmp_path,
+                                                                               capsys):
+    from inline_mm.cli.check_dataset import main as check
+    from inline_mm.cli.coco_fix import main as fix
+    data = _toy_export(tmp_path)
+    ann = data / 'annotations'
+    export = (ann / 'train.json').read_text()
+    assert check([str(ann / 'train.json')]) == 1
+    suggested = re.search(r'^  python \S*coco_fix\.py (\S+) (\S+) (.*)$', capsys.readouterr().out,
+                          re.M)
+    assert suggested[2].endswith('train_fixed.json')
+    flags = suggested[3].split()
+    assert fix([str(ann / 'train.json'), str(ann / 'fixed.json'), *flags]) == 0
+    out = capsys.readouterr().out
+    assert 'OK: fixed.json passes the check' in out and 'train/0007.jpg): left out' in out
+    assert (ann / 'train.json').read_text() == export                 # the export is kept
+    assert check([str(ann / 'fixed.json')]) == 0
+    assert_masks_on_shapes(ann / 'fixed.json', data / 'images',
+                           ('train/0003.jpg', 'train/0006.jpg'))
+    # the other fix for the photo annotated on its turned pixels puts its masks beside them
+    assert fix([str(ann / 'train.json'), str(ann / 'wrong.json'), '--turn-annotations',
+                'train/0006.jpg']) == 1
+    with pytest.raises(AssertionError):
+        assert_masks_on_shapes(ann / 'wrong.json', data / 'images', ('train/0006.jpg',))
+    # warnings: boxes clipped, the unused category dropped; val then takes train's list
+    assert fix([str(ann / 'fixed.json'), str(ann / 'clean.json'), '--clip-boxes',
+                '--drop-unused-categories']) == 0
+    clean = json.loads((ann / 'clean.json').read_text())
+    assert [c['name'] for c in clean['categories']] == ['circle', 'triangle', 'rectangle']
+    assert all(a['bbox'][0] + a['bbox'][2] <= 64 for a in clean['annotations']
+               if a['image_id'] == 8)
+    assert fix([str(ann / 'val.json'), str(ann / 'val_clean.json'), '--categories-from',
+                str(ann / 'clean.json')]) == 0
+    val = json.loads((ann / 'val_clean.json').read_text())
+    assert val['categories'] == clean['categories']
+    # named fixes, and what the fixer refuses
+    assert fix([str(ann / 'train.json'), str(ann / 'some.json'), '--drop-annotations', '6',
+                '9', '--drop-images', 'train/0007.jpg']) == 1         # the photos remain
+    some = json.loads((ann / 'some.json').read_text())
+    assert {a['id'] for a in some['annotations']}.isdisjoint({6, 9})
+    with pytest.raises(SystemExit, match='another file'):
+        fix([str(ann / 'train.json'), str(ann / 'train.json'), '--clip-boxes'])
+    with pytest.raises(SystemExit, match='exists'):
+        fix([str(ann / 'train.json'), str(ann / 'some.json'), '--clip-boxes'])
+    with pytest.raises(SystemExit, match='no fix asked'):
+        fix([str(ann / 'train.json'), str(ann / 'x.json')])
+    with pytest.raises(SystemExit, match=r"no image with file_name \['nope.jpg'\]"):
+        fix([str(ann / 'train.json'), str(ann / 'x.json'), '--fix-sizes', 'nope.jpg'])
+    with pytest.raises(SystemExit, match=r'no annotation with id \[9999\]'):
+        fix([str(ann / 'train.json'), str(ann / 'x.json'), '--drop-annotations', '9999'])
+    with pytest.raises(SystemExit, match='nothing for --fix-sizes to do'):
+        fix([str(ann / 'train.json'), str(ann / 'x.json'), '--fix-sizes', 'train/0001.jpg'])

@@ -375,6 +375,22 @@ def test_slow_server_times_out_and_retries_a_bounded_number_of_times(host, cache
     assert len(host.requests) == 2 and leftovers(cache) == []
 
 
+def test_an_unreachable_host_fails_at_once(cache, monkeypatch):
+    """An offline machine: the name does not resolve (or no route); no retry, no pause."""
+    import socket
+    pauses = []
+    monkeypatch.setattr(weights.time, 'sleep', pauses.append)
+
+    def no_dns(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, 'Name or service not known')
+    monkeypatch.setattr(socket, 'getaddrinfo', no_dns)
+    _refused('http://weights.invalid/files/inline_swin_t.pth',
+             r'inline_swin_t\.pth: \[Errno -2\] Name or service not known: this machine '
+             r'cannot reach the host \(offline, or no DNS\); not retried\. To use it without '
+             r'the network, download')
+    assert pauses == [] and leftovers(cache) == []
+
+
 def test_proxy_variables_are_honoured(host, cache, monkeypatch, swin_t_bytes):
     host.files['inline_swin_t.pth'] = swin_t_bytes
     monkeypatch.setenv('http_proxy', host.url)              # the server doubles as the proxy

@@ -55,15 +55,36 @@ def banner(msg, t0):
     print(f'\n=== [demo {time.time() - t0:6.0f}s] {msg}', flush=True)
 
 
+#: the most compute threads the demo takes by default: its model is small, and past a few
+#: threads OpenMP's overhead grows faster than the work it shares
+MAX_THREADS = 8
+
+
+def default_threads() -> int:
+    """One compute thread per core this process may run on, at most :data:`MAX_THREADS`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:      # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_THREADS))
+
+
+def tool_env() -> dict:
+    """The environment of the tools the demo starts: ``OMP_NUM_THREADS`` (default: one per
+    core, :func:`default_threads`) and ``OMP_WAIT_POLICY=PASSIVE`` unless set. Passive:
+    an OpenMP thread that waits for a busy core sleeps instead of spinning; on a shared
+    2-core machine spinning made 2-thread training 3-9x slower than 1 thread (measured,
+    docs/dev/get_started.md). Neither changes what is computed."""
+    env = dict(os.environ)
+    env.setdefault('OMP_NUM_THREADS', str(default_threads()))
+    env.setdefault('OMP_WAIT_POLICY', 'PASSIVE')
+    return env
+
+
 def run(cmd):
     """Run a tool with its output streaming through; stop the demo if it fails."""
     print('$ ' + ' '.join(cmd), flush=True)
-    env = dict(os.environ)
-    # One compute thread unless told otherwise: the model is small, the data loader
-    # worker uses another core, and on a shared or 2-core machine two OpenMP threads
-    # that wait for a busy core made training several times slower (measured).
-    env.setdefault('OMP_NUM_THREADS', '1')
-    rc = subprocess.call(cmd, cwd=ROOT, env=env)
+    rc = subprocess.call(cmd, cwd=ROOT, env=tool_env())
     if rc:
         sys.exit(f'demo: {cmd[1]} failed with exit status {rc}')
 
@@ -202,7 +223,7 @@ def main(argv=None):
     args = parse_args(argv)
     os.chdir(ROOT)          # the config's data_root and the tools are relative to the repo
     t0 = time.time()
-    threads = os.environ.get('OMP_NUM_THREADS', '1')
+    threads = tool_env()['OMP_NUM_THREADS']
     load_start = load_average()
     sampler = LoadSampler()
     print(f'demo: {os.cpu_count()} CPUs, {threads} compute thread(s) per tool '

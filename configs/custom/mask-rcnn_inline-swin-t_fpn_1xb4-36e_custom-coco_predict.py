@@ -3,17 +3,19 @@
 # folder first, with the training file's categories:
 #   python tools/dataset_converters/images2coco.py DATA/images/predict \
 #       DATA/annotations/predict.json --categories-from DATA/annotations/train.json
-#   python tools/test.py <this file> <checkpoint>
-# writes, under predict_dir:
+#   python tools/test.py <this file> <checkpoint>        (--work-dir DIR: elsewhere)
+# writes, in the run's folder <work_dir>/<timestamp>/predictions/ (work_dir: --work-dir, or
+# work_dirs/<this file's name>; each run its own folder, the path is logged at the end):
 #   results.segm.json   one COCO results file for the folder: per detection image_id,
 #                       category_id (the training file's ids), bbox, score, segmentation (RLE)
 #   results.bbox.json   the same without masks
 #   overlays/<image stem>.png   each image with its boxes, masks, class names and scores
-#                               (score >= 0.3)
+#                               (score >= overlay_score_thr)
 _base_ = './mask-rcnn_inline-swin-t_fpn_1xb4-36e_custom-coco.py'
 
 predict_ann_file = 'annotations/predict.json'
-predict_dir = 'work_dirs/predictions'
+predict_dir = 'predictions'         # relative: in <work_dir>/<timestamp>/
+overlay_score_thr = 0.3             # the overlays draw detections scoring at least this
 
 test_dataloader = dict(
     dataset=dict(
@@ -27,4 +29,5 @@ test_dataloader = dict(
 # No annotations: save the predictions, score nothing.
 test_evaluator = dict(ann_file=_base_.data_root + predict_ann_file, format_only=True,
                       outfile_prefix=predict_dir + '/results')
-custom_hooks = [dict(type='PredictionOverlayHook', out_dir=predict_dir + '/overlays')]
+custom_hooks = [dict(type='PredictionOverlayHook', out_dir=predict_dir + '/overlays',
+                     score_thr=overlay_score_thr)]

@@ -44,7 +44,8 @@ from inline_mm.cli import doc_parser
 from inline_mm.datasets.checks import (IMAGE_SUFFIXES, PROBLEM_CODES, FileTally, Problem,
                                        binary_problems, check_pair, default_jobs, label_problems,
                                        parallel_map, read_meta, scan_split)
-from inline_mm.datasets.coco_checks import check_coco_instances, class_table
+from inline_mm.datasets.coco_checks import (FIXER, check_coco_instances, class_table,
+                                            fixer_flags)
 
 
 class Report:
@@ -265,7 +266,8 @@ def parse_args(argv=None):
     p.epilog += '\nProblem codes:\n' + PROBLEM_CODES
     p.add_argument('root', nargs='?', help='dataset folder (with images/, masks/, meta.json), '
                                            'or a COCO json (DATA/annotations/train.json)')
-    p.add_argument('--config', help='check the datasets of this mmseg config instead')
+    p.add_argument('--config', help='check the datasets of this config instead (an mmdet '
+                                    'config with COCO files, or an mmseg one)')
     p.add_argument('--cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
                    help='with --config: override entries as for tools/train.py, e.g. '
                         'train_dataloader.dataset.data_root=data/other (values are strings)')
@@ -317,9 +319,31 @@ def _print_coco(found, report: Report, all_warnings: bool):
         print('(' + ', '.join(f'{n} more {k}' for k, n in hidden.items())
               + ' warning(s) not shown: --all-warnings)')
     if found.categories:
-        print(f'{found.ann_file}: {found.images} images, {found.annotations} annotations, '
-              f'{len(found.categories)} categories (label = position in "categories")')
+        print(f'{found.ann_file}: {_count(found.images, "image")}, '
+              f'{_count(found.annotations, "annotation")}, '
+              f'{_count(len(found.categories), "category", "categories")} '
+              '(label = position in "categories")')
         print(class_table(found))
+    print_fix_command(found)
+
+
+def _count(n: int, one: str, many: str = '') -> str:
+    return f'{n:,} {one if n == 1 else many or one + "s"}'
+
+
+def print_fix_command(found):
+    """The fixer command for what a COCO check found, if a copy can fix any of it."""
+    errors, warnings, left = fixer_flags(found)
+    if not errors and not warnings:
+        return
+    stem, ext = osp.splitext(found.ann_file)
+    if errors:
+        covered = len(found.problems) - left
+        print(f'The fixer writes a copy with {covered} of the {len(found.problems)} '
+              'problem(s) fixed (the export stays as it is; docs/own_instances.md, step 2):\n'
+              f'  python {FIXER} {found.ann_file} {stem}_fixed{ext} {" ".join(errors)}')
+    if warnings:
+        print(f'For the warnings it offers: {" ".join(warnings)} (see each warning)')
 
 
 def check_coco_files(files, report: Report, decode: bool, jobs: int, all_warnings: bool
@@ -379,7 +403,8 @@ def _main_coco(files, args, root: str) -> int:
         'quick: image headers only (sizes and EXIF checked): truncated or corrupt images are '
         'not found (run without --quick to decode them)' if args.quick else None,
         'Fix them (in a copy: keep the export) and run this check again.',
-        f'OK: {", ".join(osp.basename(f[0]) for f in files)} look fine')
+        f'OK: {", ".join(osp.basename(f[0]) for f in files)} '
+        + ('looks fine' if len(files) == 1 else 'look fine'))
 
 
 def main(argv=None) -> int:
@@ -463,7 +488,8 @@ def main(argv=None) -> int:
         'quick: image headers only, images not decoded: truncated or corrupt images are not '
         'found (run without --quick to decode them)' if args.quick else None,
         'Fix them and run this check again.',
-        f'OK: {", ".join(s.name for s in splits)} look fine for {num_classes} classes '
+        f'OK: {", ".join(s.name for s in splits)} look{"s" * (len(splits) == 1)} fine for '
+        f'{_count(num_classes, "class", "classes")} '
         f'(ignore_index {ignore_index}, reduce_zero_label {reduce_zero_label})',
         count_files=True)
 

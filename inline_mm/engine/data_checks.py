@@ -122,7 +122,9 @@ def coco_dataset_problems(datasets, decode: bool = True, jobs: int = 1,
 
 @HOOKS.register_module()
 class DatasetCheckHook(Hook):
-    """Check every file of the train/val/test datasets before the first iteration.
+    """Check every file of the train/val/test datasets before the first iteration; when
+    training, before the model's weights are loaded (``before_run``), so that a data error
+    comes first, not after a download of pretrained weights (or its failure offline).
 
     COCO datasets (mmdet's ``CocoDataset`` and kin) get every rule of
     ``tools/misc/check_dataset.py`` on their json (:mod:`inline_mm.datasets.coco_checks`:
@@ -257,7 +259,17 @@ class DatasetCheckHook(Hook):
         runner.logger.info(f'DatasetCheckHook: {", ".join(splits)}: checked {checked} '
                            f'({how}, {self._workers()} thread(s){ranks})')
 
+    def before_run(self, runner):
+        # Training: check before the model's weights are loaded (a download that fails
+        # offline, or takes minutes, should not come before the data's errors).
+        from mmengine.runner import BaseLoop
+        if isinstance(getattr(runner, '_train_loop', None), BaseLoop):
+            self.before_train(runner)
+
     def before_train(self, runner):
+        if getattr(self, '_checked_for', None) is runner:
+            return
+        self._checked_for = runner
         self._check(runner, [s for s in self.splits if s in ('train', 'val')])
 
     def before_test(self, runner):
