@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """``make demo`` (docs/get_started.md): an InLine-Swin Mask R-CNN that learns, on CPU.
 
-    python tools/demo.py          # defaults below; ~30 min on 2 busy shared cores
+    python tools/demo.py          # defaults below; ~4.5 min on 2 idle cores
 
 1. writes the toy COCO dataset (``tools/misc/make_toy_dataset.py coco``: shapes on textured
    backgrounds, polygon and RLE masks, 300 train / 60 val images of 256 px) unless the
@@ -10,6 +10,7 @@
    measured on an older generator's data are not this demo's figures);
 2. trains a narrow InLine-Swin Mask R-CNN from scratch with ``tools/train.py``
    (config ``configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py``),
+   in one data-parallel process per core while the batch splits evenly (:func:`training_plan`),
    printing mmengine's progress lines;
 3. evaluates the final checkpoint on the val split with ``tools/test.py`` (mmdet's
    ``CocoMetric``: box and mask AP) and prints both;
@@ -19,8 +20,8 @@ It exits with status 1 when box or mask AP stays below ``--target`` (0.5), so th
 command doubles as a check that training works end to end.  The figures, times, load
 averages and the data's hash also go to ``<work-dir>/demo_result.json``.
 
-Reproducible: the same command on the same machine gives the same AP (same thread count:
-a different ``OMP_NUM_THREADS`` sums floats in another order and gives other figures).
+Reproducible: the same command on the same machine gives the same AP (same processes and
+threads: other counts sum floats in another order and give other figures).
 """
 import argparse
 import glob
@@ -48,6 +49,9 @@ def parse_args(argv=None):
     p.add_argument('--regenerate', action='store_true',
                    help=f'rewrite {DEFAULT_DATA} even if it exists')
     p.add_argument('--num-images', type=int, default=8, help='val images drawn (default: 8)')
+    p.add_argument('--processes', type=int, default=None,
+                   help='training processes, each on an even share of the batch (default: one '
+                        'per usable core while the batch splits evenly; 1: one process)')
     return p.parse_args(argv)
 
 
@@ -60,33 +64,63 @@ def banner(msg, t0):
 MAX_THREADS = 8
 
 
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:      # not on Linux
+        return os.cpu_count() or 1
+
+
 def default_threads() -> int:
     """One compute thread per core this process may run on, at most :data:`MAX_THREADS`."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:      # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_THREADS))
+    return max(1, min(usable_cores(), MAX_THREADS))
 
 
-def tool_env() -> dict:
-    """The environment of the tools the demo starts: ``OMP_NUM_THREADS`` (default: one per
-    core, :func:`default_threads`) and ``OMP_WAIT_POLICY=PASSIVE`` unless set. Passive:
-    an OpenMP thread that waits for a busy core sleeps instead of spinning; on a shared
-    2-core machine spinning made 2-thread training 3-9x slower than 1 thread (measured,
-    docs/dev/get_started.md). Neither changes what is computed."""
+def training_plan(batch: int, processes: int = None) -> tuple:
+    """``(processes, images per process, threads per process)`` for training on ``batch``
+    images a step. By default one process per usable core while the batch splits evenly:
+    the demo's model is too small for OpenMP to share out (two threads trained 1.1x faster
+    than one on 2 cores; two processes of half the batch, one thread each, 1.5x:
+    docs/dev/get_started.md). The processes are data parallel (gloo): the same step on the
+    same ``batch`` images, gradients averaged."""
+    if processes is None:
+        cores = usable_cores()
+        processes = max(p for p in range(1, min(cores, batch) + 1) if batch % p == 0)
+    elif processes < 1 or batch % processes:
+        sys.exit(f'demo: --processes {processes} does not split the batch of {batch} images '
+                 'evenly; use a divisor of it')
+    threads = max(1, min(usable_cores() // processes, MAX_THREADS))
+    return processes, batch // processes, threads
+
+
+def tool_env(threads: int = None) -> dict:
+    """The environment of the tools the demo starts: ``OMP_NUM_THREADS`` (default:
+    ``threads``, else one per core, :func:`default_threads`) and ``OMP_WAIT_POLICY=PASSIVE``
+    unless set. Passive: an OpenMP thread that waits for a busy core sleeps instead of
+    spinning; on a shared 2-core machine spinning made 2-thread training 3-9x slower than 1
+    thread (measured, docs/dev/get_started.md). Neither changes what is computed."""
     env = dict(os.environ)
-    env.setdefault('OMP_NUM_THREADS', str(default_threads()))
+    env.setdefault('OMP_NUM_THREADS', str(threads or default_threads()))
     env.setdefault('OMP_WAIT_POLICY', 'PASSIVE')
     return env
 
 
-def run(cmd):
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for the processes' rendezvous)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def run(cmd, threads: int = None):
     """Run a tool with its output streaming through; stop the demo if it fails."""
     print('$ ' + ' '.join(cmd), flush=True)
-    rc = subprocess.call(cmd, cwd=ROOT, env=tool_env())
+    rc = subprocess.call(cmd, cwd=ROOT, env=tool_env(threads))
     if rc:
-        sys.exit(f'demo: {cmd[1]} failed with exit status {rc}')
+        tool = next((c for c in cmd if c.startswith('tools/')), cmd[1])
+        sys.exit(f'demo: {tool} failed with exit status {rc}')
 
 
 def ensure_data(regenerate: bool, t0: float) -> str:
@@ -223,30 +257,42 @@ def main(argv=None):
     args = parse_args(argv)
     os.chdir(ROOT)          # the config's data_root and the tools are relative to the repo
     t0 = time.time()
+    from mmengine.config import Config
+    cfg = Config.fromfile(args.config)
+    batch = cfg.train_dataloader.batch_size
+    processes, per_process, train_threads = training_plan(batch, args.processes)
     threads = tool_env()['OMP_NUM_THREADS']
     load_start = load_average()
     sampler = LoadSampler()
-    print(f'demo: {os.cpu_count()} CPUs, {threads} compute thread(s) per tool '
-          f'(set OMP_NUM_THREADS to change); load average (1 / 5 / 15 min) {load_start}; '
-          f'config {args.config}', flush=True)
+    print(f'demo: {os.cpu_count()} CPUs; training in {processes} process(es) of '
+          f'{tool_env(train_threads)["OMP_NUM_THREADS"]} compute thread(s), evaluating with '
+          f'{threads} (set OMP_NUM_THREADS, --processes to change); load average (1 / 5 / 15 '
+          f'min) {load_start}; config {args.config}', flush=True)
     data_hash = ensure_data(args.regenerate, t0)
     print(f'toy data content sha256 {data_hash[:12]}', flush=True)
 
-    from mmengine.config import Config
-    cfg = Config.fromfile(args.config)
     classes = cfg.metainfo['classes']
     iters = args.iters or cfg.train_cfg.max_iters
     wd = args.work_dir
     os.makedirs(wd, exist_ok=True)
 
-    banner(f'training from scratch for {iters} iterations (batch '
-           f'{cfg.train_dataloader.batch_size}) with tools/train.py', t0)
+    banner(f'training from scratch for {iters} iterations of {batch} images with tools/train.py'
+           + (f' ({processes} data-parallel processes of {per_process})' if processes > 1
+              else ''), t0)
     t_train = time.time()
-    # No validation inside training: tools/test.py evaluates once below.
-    opts = ['val_cfg=None', 'val_dataloader=None', 'val_evaluator=None']
+    # No validation inside training: tools/test.py evaluates once below. The images load in
+    # the training process (they take ~1 ms each): no loader worker to start every epoch.
+    opts = ['val_cfg=None', 'val_dataloader=None', 'val_evaluator=None',
+            'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False']
     if args.iters:
         opts += [f'train_cfg.max_iters={iters}', f'default_hooks.checkpoint.interval={iters}']
-    run([sys.executable, 'tools/train.py', args.config, '--work-dir', wd, '--cfg-options', *opts])
+    train = ['tools/train.py', args.config, '--work-dir', wd]
+    if processes > 1:
+        opts.append(f'train_dataloader.batch_size={per_process}')
+        train = ['-m', 'torch.distributed.run', '--nnodes=1', f'--nproc_per_node={processes}',
+                 '--master_addr=127.0.0.1', f'--master_port={free_port()}', *train,
+                 '--launcher', 'pytorch']
+    run([sys.executable, *train, '--cfg-options', *opts], threads=train_threads)
     t_train = time.time() - t_train
     with open(osp.join(wd, 'last_checkpoint')) as f:
         ckpt = f.read().strip()
@@ -270,7 +316,9 @@ def main(argv=None):
     result = {k: metrics.get(k) for k in ('coco/bbox_mAP', 'coco/segm_mAP', 'coco/bbox_mAP_50',
                                           'coco/segm_mAP_50')}
     result.update(iters=iters, train_min=round(t_train / 60, 2), total_min=round(total / 60, 2),
-                  threads=threads, cpus=os.cpu_count(), load_start=load_start,
+                  threads=threads, train_processes=processes,
+                  train_threads=int(tool_env(train_threads)['OMP_NUM_THREADS']),
+                  cpus=os.cpu_count(), load_start=load_start,
                   load_end=load_end, load_1min_during_run=load_run, data_sha256=data_hash,
                   checkpoint=ckpt)
     with open(osp.join(wd, 'demo_result.json'), 'w') as f:

@@ -10,17 +10,23 @@ metainfo = dict(classes=('circle', 'triangle', 'rectangle'))
 num_classes = 3
 width = 64  # FPN / RoI feature channels (256 in the COCO configs)
 
+# The pyramid starts at stride 8 (P3-P7, not P2-P6): the shapes are 20-130 px in 256 px
+# images, and the stride-4 level's convolutions were a quarter of a CPU step.
+strides = [8, 16, 32, 64]
 model = dict(
     backbone=dict(embed_dims=32, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8),
-                  drop_path_rate=0.1, init_cfg=None),
-    neck=dict(in_channels=[32, 64, 128, 256], out_channels=width),
-    rpn_head=dict(in_channels=width, feat_channels=width),
+                  drop_path_rate=0.1, out_indices=(1, 2, 3), init_cfg=None),
+    neck=dict(in_channels=[64, 128, 256], out_channels=width, num_outs=5),
+    rpn_head=dict(in_channels=width, feat_channels=width,
+                  anchor_generator=dict(strides=strides + [128])),
     # RoIAlign dominates a CPU step: sample 2x2 points per bin (not adaptively many on
     # large RoIs) and train on fewer RoIs, plenty for images with at most 4 objects.
     roi_head=dict(
-        bbox_roi_extractor=dict(out_channels=width, roi_layer=dict(sampling_ratio=2)),
-        bbox_head=dict(in_channels=width, fc_out_channels=256, num_classes=num_classes),
-        mask_roi_extractor=dict(out_channels=width, roi_layer=dict(sampling_ratio=2)),
+        bbox_roi_extractor=dict(out_channels=width, roi_layer=dict(sampling_ratio=2),
+                                featmap_strides=strides),
+        bbox_head=dict(in_channels=width, fc_out_channels=128, num_classes=num_classes),
+        mask_roi_extractor=dict(out_channels=width, roi_layer=dict(sampling_ratio=2),
+                                featmap_strides=strides),
         mask_head=dict(in_channels=width, conv_out_channels=width, num_classes=num_classes)),
     train_cfg=dict(rpn_proposal=dict(nms_pre=1000, max_per_img=300),
                    rcnn=dict(sampler=dict(num=128))),
@@ -41,8 +47,9 @@ test_pipeline = [
     dict(type='PackDetInputs',
          meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
 ]
+# Iteration-based: an endless sampler (mmengine pauses 2 s each time a finite one ends).
 train_dataloader = dict(
-    batch_size=4, num_workers=1,
+    batch_size=4, num_workers=1, sampler=dict(type='InfiniteSampler', shuffle=True),
     dataset=dict(data_root=data_root, metainfo=metainfo, pipeline=train_pipeline))
 val_dataloader = dict(
     batch_size=4, num_workers=1,
