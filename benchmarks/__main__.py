@@ -281,24 +281,15 @@ def main(argv=None):
         print('environment: ' + ', '.join(f'{k}={v}' for k, v in info['environment'].items()))
     print('timings are medians of interleaved runs; other processes on a shared machine '
           'still add noise')
-    if args.deit:
-        run_deit(args, devices, info)
-        return
-    if args.padding:
-        run_padding(args, devices, info)
-        return
-    if args.floor:
-        run_floor(args, devices, info)
-        return
-    if args.resolution:
-        run_resolution(args, devices, info)
-        return
+    part = next((run for flag, run in (('deit', run_deit), ('padding', run_padding),
+                                       ('floor', run_floor), ('resolution', run_resolution))
+                 if getattr(args, flag)), None)
+    if part is not None:
+        return part(args, devices, info)
     if args.launches:
-        run_launches(args, info)
-        return
+        return run_launches(args, info)
     if args.memory is not None or args.memory_check:
-        run_memory(args, info)
-        return
+        return run_memory(args, info)
     run_backbone_part = not args.attention
     run_attention_part = args.attention or args.quick
 

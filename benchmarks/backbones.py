@@ -14,7 +14,6 @@ Models, compared in one process (random weights, stochastic depth off):
                   Softmax, reduction 8/4/2/1)
 """
 import csv
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ import torch.nn.functional as F
 
 from inline_mm.models import InLineAttention, InLinePVT, InLineSwin
 from inline_mm.models.padding import NO_PADDING, ValidMap
-from .measure import Timer, default_max_mem_gb, free_memory, is_oom, make_step, predict
+from .measure import Timed, Timer, default_max_mem_gb, free_memory, is_oom, make_step, predict
 
 __all__ = ['MODELS', 'MODES', 'PAIRS', 'FULL_SIZES', 'QUICK_SIZES', 'GROWTH_FROM', 'GROWTH_TO',
            'Result', 'build_models', 'run_backbones', 'sizes_of', 'mode_sections',
@@ -125,7 +124,7 @@ def build_models(names: Sequence[str], device: torch.device) -> Dict[str, nn.Mod
 
 
 @dataclass
-class Result:
+class Result(Timed):
     device: str
     model: str
     mode: str
@@ -133,10 +132,6 @@ class Result:
     times: List[float] = field(default_factory=list)
     peak_bytes: Optional[int] = None
     status: str = 'ok'
-
-    @property
-    def median(self) -> Optional[float]:
-        return statistics.median(self.times) if self.times else None
 
     @property
     def pixels(self) -> int:

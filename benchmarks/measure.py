@@ -47,6 +47,14 @@ def cpu_peak_bytes(step: Callable[[], None]) -> int:
     return peak
 
 
+class Timed:
+    """For a record with a ``times`` list: its ``median`` (None before the first time)."""
+
+    @property
+    def median(self) -> Optional[float]:
+        return statistics.median(self.times) if self.times else None
+
+
 class Timer:
     """Wall clock on CPU, CUDA events on CUDA.
 

@@ -43,7 +43,7 @@ import torch.nn as nn
 
 from inline_mm.models import FAMILIES
 from .backbones import MODES, _size
-from .measure import Timer, free_memory, is_oom, make_step
+from .measure import Timed, Timer, free_memory, is_oom, make_step
 
 __all__ = ['FULL_SIZES', 'QUICK_SIZES', 'CONDITIONS', 'VARIANTS', 'DIVISOR', 'SMALLER',
            'SWEEP_CASES', 'SWEEP_FRACTIONS', 'sweep_cases',
@@ -114,7 +114,7 @@ def build_model(family: str, quick: bool) -> nn.Module:
 
 
 @dataclass
-class Measurement:
+class Measurement(Timed):
     device: str
     family: str
     arch: str
@@ -127,10 +127,6 @@ class Measurement:
     cpu_times: List[float] = field(default_factory=list)
     peak_bytes: Optional[int] = None
     status: str = 'ok'
-
-    @property
-    def median(self) -> Optional[float]:
-        return statistics.median(self.times) if self.times else None
 
     @property
     def cpu_median(self) -> Optional[float]:

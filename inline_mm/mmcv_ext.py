@@ -96,15 +96,20 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, offset:
     return order[_tv().nms(boxes[order].float(), ranks, float(iou_threshold))]
 
 
+def _roi_align_has_work(name: str, rois: torch.Tensor, pool_mode: int) -> bool:
+    """Record the call and refuse max pooling; False when there is no RoI."""
+    _record(name)
+    if int(pool_mode) != 1:
+        _unsupported(name, "pool_mode='max'")
+    return rois.size(0) > 0
+
+
 def roi_align_forward(input: torch.Tensor, rois: torch.Tensor, output: torch.Tensor,
                       argmax_y: torch.Tensor, argmax_x: torch.Tensor, aligned_height: int,
                       aligned_width: int, spatial_scale: float, sampling_ratio: int,
                       pool_mode: int, aligned: bool) -> None:
     """Fill ``output`` (R, C, aligned_height, aligned_width); ``pool_mode`` 1 = average."""
-    _record('roi_align_forward')
-    if int(pool_mode) != 1:
-        _unsupported('roi_align_forward', "pool_mode='max'")
-    if rois.size(0) == 0:
+    if not _roi_align_has_work('roi_align_forward', rois, pool_mode):
         return
     out = _tv().roi_align(input, rois.to(input.dtype), float(spatial_scale), int(aligned_height),
                           int(aligned_width), int(sampling_ratio), bool(aligned))
@@ -116,10 +121,7 @@ def roi_align_backward(grad_output: torch.Tensor, rois: torch.Tensor, argmax_y: 
                        aligned_width: int, spatial_scale: float, sampling_ratio: int,
                        pool_mode: int, aligned: bool) -> None:
     """Accumulate into ``grad_input`` (N, C, H, W), zero-initialised by mmcv."""
-    _record('roi_align_backward')
-    if int(pool_mode) != 1:
-        _unsupported('roi_align_backward', "pool_mode='max'")
-    if rois.size(0) == 0:
+    if not _roi_align_has_work('roi_align_backward', rois, pool_mode):
         return
     n, c, h, w = grad_input.shape
     grad = _tv()._roi_align_backward(

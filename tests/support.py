@@ -30,6 +30,35 @@ def smoke_backbone(family, seed: Union[int, None] = None, **overrides) -> torch.
     return family.cls(**{**family.smoke, **overrides})
 
 
+def param_counts_test(cls, counts: Dict[str, Tuple[int, int]], added):
+    """A test per preset ``arch`` of ``counts`` (``arch -> (official, ours)``: the released
+    model's parameters without its classifier head, and this backbone's): ours are the
+    official ones plus ``added(model)`` (the output norms we add), and the model has them."""
+    import pytest
+
+    @pytest.mark.parametrize('arch', list(counts))
+    def test_param_counts(arch):
+        official, ours = counts[arch]
+        with torch.device('meta'):
+            model = cls(arch=arch)
+        assert official + added(model) == ours
+        assert sum(p.numel() for p in model.parameters()) == ours
+        assert model.arch_name == arch
+    return test_param_counts
+
+
+def invalid_arguments_test(cls, cases: Sequence[Tuple[dict, str]]):
+    """A test that ``cls(**kwargs)`` raises ``ValueError`` matching ``message`` for each
+    ``(kwargs, message)`` of ``cases`` (one per case): each family's argument checks."""
+    import pytest
+
+    @pytest.mark.parametrize('kwargs,message', cases)
+    def test_invalid_arguments(kwargs, message):
+        with pytest.raises(ValueError, match=message):
+            cls(**kwargs)
+    return test_invalid_arguments
+
+
 def load_script(path: Union[str, Path], name: Union[str, None] = None):
     """A script of the repository (``path`` relative to its root, e.g.
     ``'tools/demo.py'``) imported as a module, without running it as ``__main__``."""

@@ -8,21 +8,16 @@ from conftest import golden_args, golden_model, rel_err
 
 from inline_mm.models import CheckpointError, InLineCSwin, convert_official
 from inline_mm.models.inline_cswin import LePEStripeAttention
+from support import invalid_arguments_test, param_counts_test
 
 # The architecture of the golden case (its outputs: test_goldens.py).
 TINY_GOLDEN = golden_args('inline_cswin_tiny_224')
 
 
-@pytest.mark.parametrize('arch,official_without_head', [
-    ('tiny', 20_091_520), ('small', 32_519_872), ('base', 72_644_640)])
-def test_param_counts(arch, official_without_head):
-    with torch.device('meta'):
-        model = InLineCSwin(arch=arch)
-    extra_output_norms = sum(2 * d for d in model.dims[:-1])   # norm3 is the official `norm`
-    expected = {'tiny': 20_092_416, 'small': 32_520_768, 'base': 72_645_984}[arch]
-    assert official_without_head + extra_output_norms == expected
-    assert sum(p.numel() for p in model.parameters()) == expected
-    assert model.arch_name == arch
+test_param_counts = param_counts_test(
+    InLineCSwin, {'tiny': (20_091_520, 20_092_416), 'small': (32_519_872, 32_520_768),
+                  'base': (72_644_640, 72_645_984)},
+    lambda model: sum(2 * d for d in model.dims[:-1]))   # norm3 is the official `norm`
 
 
 def test_released_layout():
@@ -72,16 +67,13 @@ def test_stripes_pad_without_changing_real_tokens(direction, split, hw):
         assert rel_err(attn.attend(qkv.flatten(2), hw), _naive_stripes(attn, qkv, hw)) < 1e-5
 
 
-@pytest.mark.parametrize('kwargs,message', [
+test_invalid_arguments = invalid_arguments_test(InLineCSwin, [
     (dict(depths=(2, 4, 18)), 'num_heads'),
     (dict(num_heads=(3, 4, 8, 16)), 'not divisible by 3 heads'),
     (dict(num_heads=(2, 4, 7, 16), embed_dims=14), 'num_heads must be even'),
     (dict(split_sizes=(1, 2, 7, 7)), 'split_sizes'),
     (dict(split_sizes=(1, 0, 7)), 'split_sizes'),
 ])
-def test_invalid_arguments(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        InLineCSwin(**kwargs)
 
 
 def test_conversion(golden):

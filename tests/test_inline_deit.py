@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import golden_args, golden_model, golden_run, rel_err
-from support import stir
+from support import invalid_arguments_test, stir
 
 from inline_mm.models import CheckpointError, InLinePVT, InLineSwin, convert_official
 from inline_mm.models.inline_deit import (InLineAttentionWithClsToken, InLineDeiT,
@@ -151,15 +151,12 @@ def test_frozen_stages():
     assert not any(p.requires_grad for p in everything.parameters())
 
 
-@pytest.mark.parametrize('kwargs,message', [
+test_invalid_arguments = invalid_arguments_test(InLineDeiT, [
     (dict(num_heads=5), 'not divisible by 5 heads'),
     (dict(depth=0), 'depth must be >= 1'),
     (dict(out_indices=(12,)), 'out_indices'),
     (dict(pretrain_img_size=8), 'at least one patch'),
 ])
-def test_invalid_arguments(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        InLineDeiT(**kwargs)
 
 
 def test_converter_drops_the_head_and_is_idempotent(golden):

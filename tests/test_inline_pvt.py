@@ -9,6 +9,7 @@ from conftest import golden_args, golden_model, golden_run, rel_err
 
 from inline_mm.models import CheckpointError, InLinePVT, convert_official
 from inline_mm.models.inline_pvt import PositionEmbedding, SpatialReductionAttention
+from support import invalid_arguments_test, param_counts_test
 
 # The architecture of the golden cases (their outputs: test_goldens.py).
 TINY_GOLDEN = golden_args('inline_pvt_tiny_224')
@@ -36,18 +37,10 @@ def test_position_table_is_resized_whenever_the_grid_differs():
     assert torch.allclose(pe(x, (2, 8)), expected.flatten(2).transpose(1, 2))
 
 
-@pytest.mark.parametrize('arch,official_without_head', [
-    ('tiny', 11_519_232), ('small', 21_043_136), ('medium', 37_105_856),
-    ('large', 50_641_280)])
-def test_param_counts(arch, official_without_head):
-    with torch.device('meta'):
-        model = InLinePVT(arch=arch)
-    output_norms = 2 * sum(model.dims)   # norm0..3, all added (no official final norm)
-    expected = {'tiny': 11_521_280, 'small': 21_045_184, 'medium': 37_107_904,
-                'large': 50_643_328}[arch]
-    assert official_without_head + output_norms == expected
-    assert sum(p.numel() for p in model.parameters()) == expected
-    assert model.arch_name == arch
+test_param_counts = param_counts_test(
+    InLinePVT, {'tiny': (11_519_232, 11_521_280), 'small': (21_043_136, 21_045_184),
+                'medium': (37_105_856, 37_107_904), 'large': (50_641_280, 50_643_328)},
+    lambda model: 2 * sum(model.dims))   # norm0..3, all added (no official final norm)
 
 
 def test_released_layout_is_all_inline_without_reduction():
@@ -76,16 +69,13 @@ def test_spatial_reduction_attention_matches_plain_softmax():
     assert rel_err(ours, ref) < 1e-5
 
 
-@pytest.mark.parametrize('kwargs,message', [
+test_invalid_arguments = invalid_arguments_test(InLinePVT, [
     (dict(depths=(2, 2, 2)), 'embed_dims .* one entry per stage'),
     (dict(num_heads=(2, 4, 10)), 'num_heads'),
     (dict(mlp_ratios=(8, 8, 4)), 'mlp_ratios'),
     (dict(sr_ratios=(8, 4, 0, 1)), 'sr_ratios'),
     (dict(num_heads=(3, 4, 10, 16)), 'not divisible by 3 heads'),
 ])
-def test_invalid_arguments(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        InLinePVT(**kwargs)
 
 
 def test_converter_merges_q_and_kv_in_order(golden):

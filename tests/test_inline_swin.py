@@ -6,6 +6,7 @@ import torch
 from conftest import golden_args, golden_model, golden_run, rel_err
 
 from inline_mm.models import CheckpointError, InLineSwin
+from support import invalid_arguments_test, param_counts_test
 
 # The architecture of the golden case (its outputs: test_goldens.py).
 TINY_GOLDEN = golden_args('inline_swin_tiny_224')
@@ -20,15 +21,10 @@ def test_last_output_norm_is_the_official_norm():
     assert rel_err(model.norm3(taps['stage3']), exp['final_norm']) <= 1e-5
 
 
-@pytest.mark.parametrize('arch,official_without_head', [
-    ('tiny', 28_454_544), ('small', 49_024_296), ('base', 87_325_120)])
-def test_param_counts(arch, official_without_head):
-    model = InLineSwin(arch=arch)
-    dims = model.dims
-    extra_output_norms = sum(2 * d for d in dims[:-1])   # norm0..2; norm3 is the official `norm`
-    expected = {'tiny': 28_455_888, 'small': 49_025_640, 'base': 87_326_912}[arch]
-    assert official_without_head + extra_output_norms == expected
-    assert sum(p.numel() for p in model.parameters()) == expected
+test_param_counts = param_counts_test(
+    InLineSwin, {'tiny': (28_454_544, 28_455_888), 'small': (49_024_296, 49_025_640),
+                 'base': (87_325_120, 87_326_912)},
+    lambda model: sum(2 * d for d in model.dims[:-1]))   # norm0..2; norm3 is the official
 
 
 def test_base_layout_is_mixed():
@@ -108,16 +104,13 @@ def test_small_map_is_one_unshifted_window():
         assert rel_err(ours, ref) < 1e-5
 
 
-@pytest.mark.parametrize('kwargs,message', [
+test_invalid_arguments = invalid_arguments_test(InLineSwin, [
     (dict(depths=(2, 2, 2), num_heads=(3, 6, 12), out_indices=(0, 1, 2)),
      'stage_types has 4 entries'),
     (dict(depths=(2, 2, 2)), 'must have one entry per stage'),
     (dict(num_heads=(3, 6, 12)), 'num_heads'),
     (dict(num_heads=(5, 6, 12, 24)), 'not divisible by 5 heads'),
 ])
-def test_invalid_arguments(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        InLineSwin(**kwargs)
 
 
 def test_loads_every_accepted_layout(golden_layouts):

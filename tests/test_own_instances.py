@@ -17,11 +17,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from test_readme import ROOT, assert_walkthrough_runs, commands, page, shell, workspace
+from test_readme import (ROOT, assert_walkthrough_runs, commands, edit_if_copied, page, shell,
+                         with_best_checkpoint, workspace)
 from test_readme import apply_edits as apply_walkthrough_edits
 from test_readme import rehearsal_edits as walkthrough_edits
 
 TEMPLATE = ROOT / 'configs/custom/mask-rcnn_inline-swin-t_fpn_1xb4-36e_custom-coco.py'
+#: the page's stand-in for the best checkpoint training writes
+BEST = 'work_dirs/my_instances/best_coco_segm_mAP_epoch_N.pth'
 REHEARSAL_INTRO = 'To rehearse on the toy export'
 #: Test only, appended to the user's config after the page's edits: a narrower model, so that
 #: the run fits the suite's budget. Schedule, data, heads and recipe stay the template's.
@@ -65,21 +68,17 @@ def test_own_instances_walkthrough_as_written(tmp_path, monkeypatch):
     edits = rehearsal_edits(text)
     ws = workspace(tmp_path)
     data = ws / 'data' / 'my_coco'
-    logs, ckpt, fixed = [], None, False
+    logs, best, fixed = [], [], False
     for cmd in steps:
         if cmd.startswith(('bash tools/dist_train.sh', 'mim ', 'INLINE_MM_DATA=')) or \
                 cmd.endswith(' --resume'):
             continue        # alternatives named in prose: their lines parse (test_readme.py)
-        if 'best_coco_segm_mAP_epoch_N' in cmd:
-            ckpt = ckpt or next((ws / 'work_dirs' / 'my_instances').glob('best_coco_segm_*.pth'))
-            cmd = cmd.replace('work_dirs/my_instances/best_coco_segm_mAP_epoch_N.pth',
-                              str(ckpt.relative_to(ws)))
+        cmd = with_best_checkpoint(cmd, ws, BEST, best)
         expect_fail = (cmd.startswith('python tools/misc/check_dataset.py data/my_coco/'
                                       'annotations/train.json') and not fixed)
         logs.append((cmd, shell_rc(cmd, ws, 1 if expect_fail else 0)))
         fixed = fixed or 'coco_fix.py' in cmd
-        if cmd.startswith('cp configs/custom/') and cmd.endswith(' configs/my_instances.py'):
-            apply_edits(ws / 'configs' / 'my_instances.py', edits)
+        edit_if_copied(cmd, ws / 'configs' / 'my_instances.py', edits, NARROW)
     assert_walkthrough_runs(steps, (
         'make_toy_dataset.py coco-export', 'labelme2coco.py', 'coco_fix.py',
         'check_dataset.py --config', 'tools/train.py', 'images2coco.py',
@@ -146,8 +145,7 @@ def test_own_instances_walkthrough_as_written(tmp_path, monkeypatch):
     snippet = re.search(r'```python\n(from mmdet.apis import DetInferencer.*?)```', text, re.S)
     assert snippet, 'the page lost its DetInferencer example'
     monkeypatch.chdir(ws)
-    exec(snippet[1].replace('work_dirs/my_instances/best_coco_segm_mAP_epoch_N.pth',
-                            str(ckpt.relative_to(ws))), {})
+    exec(with_best_checkpoint(snippet[1], ws, BEST, best), {})
     preds = sorted((ws / 'work_dirs' / 'inferencer' / 'preds').glob('*.json'))
     assert [p.stem for p in preds] == pngs
     assert len(list((ws / 'work_dirs' / 'inferencer' / 'vis').iterdir())) == len(pngs)

@@ -399,6 +399,23 @@ def apply_edits(config: Path, edits: list, narrow: str = NARROW):
     config.write_text(text + narrow)
 
 
+def edit_if_copied(cmd: str, config: Path, edits: list, narrow: str = NARROW) -> None:
+    """After the page's ``cp configs/custom/... configs/<name>.py``, its edits to the copy."""
+    if cmd.startswith('cp configs/custom/') and cmd.endswith(f' configs/{config.name}'):
+        apply_edits(config, edits, narrow)
+
+
+def with_best_checkpoint(cmd: str, ws: Path, placeholder: str, found: list) -> str:
+    """``cmd`` with the page's stand-in for the best checkpoint (``.../best_<metric>_N.pth``)
+    replaced by the file the training wrote; ``found`` keeps that file between calls."""
+    if placeholder not in cmd:
+        return cmd
+    if not found:
+        where, name = Path(placeholder).parent, Path(placeholder).name
+        found.append(next((ws / where).glob(name.rsplit('_', 1)[0] + '_*.pth')))
+    return cmd.replace(placeholder, str(found[0].relative_to(ws)))
+
+
 def assert_walkthrough_runs(steps: list, musts) -> None:
     """Each of ``musts`` is part of one of the walkthrough's commands."""
     ran = ' '.join(steps)
@@ -429,16 +446,11 @@ def test_finetune_walkthrough_as_written(tmp_path):
     edits = rehearsal_edits(text)
     ws = workspace(tmp_path)
     data = ws / 'data' / 'my_dataset'
-    logs = {}
-    ckpt = None
+    logs, best = {}, []
     for cmd in steps:
-        if 'best_mIoU_iter_N' in cmd:
-            ckpt = ckpt or next((ws / 'work_dirs' / 'my_dataset').glob('best_mIoU_iter_*.pth'))
-            cmd = cmd.replace('work_dirs/my_dataset/best_mIoU_iter_N.pth',
-                              str(ckpt.relative_to(ws)))
+        cmd = with_best_checkpoint(cmd, ws, 'work_dirs/my_dataset/best_mIoU_iter_N.pth', best)
         logs[cmd] = shell(cmd, ws)
-        if cmd.startswith('cp configs/custom/') and cmd.endswith(' configs/my_dataset.py'):
-            apply_edits(ws / 'configs' / 'my_dataset.py', edits)
+        edit_if_copied(cmd, ws / 'configs' / 'my_dataset.py', edits)
     assert_walkthrough_runs(steps, (
         'make_toy_dataset.py folder', 'check_dataset.py data/', 'convert_masks.py',
         'check_dataset.py --config', 'tools/train.py', '--out work_dirs/my_dataset/val',

@@ -289,15 +289,9 @@ class InLineCSwin(InLineBackbone):
     not: the stem pads to a multiple of 4, stripes pad, compute and crop.
 
     Args:
-        arch (str): Preset, ``'tiny'``, ``'small'`` or ``'base'`` (the released
-            layouts, see ``ARCH_SETTINGS``). The explicit arguments below, when
-            given, override the preset. Default: ``'tiny'``.
-        embed_dims (int, optional): Channels of stage 0; doubled at each stage.
-        depths (Sequence[int], optional): Blocks per stage.
-        num_heads (Sequence[int], optional): Heads per stage (even where softmax
-            blocks split them between two branches).
-        stage_types (Sequence, optional): Attention per stage: ``'inline'`` or
-            ``'softmax'`` for the whole stage, or a sequence with one type per block.
+        arch, embed_dims, depths, num_heads, stage_types: As :class:`InLineSwin`'s
+            (presets ``'tiny'``, ``'small'``, ``'base'``); ``num_heads`` even where
+            softmax blocks split them between two branches.
         split_sizes (Sequence[int]): Stripe width of the softmax blocks of every
             stage but the last (which is global). Default: (1, 2, 7).
         mlp_ratio (float): MLP hidden / embedding channels. Default: 4.

@@ -386,29 +386,19 @@ class NoPadding(ValidMap):
         """The :class:`NoPadding` of the plain (True) or the kernel path."""
         return _NO_PADDING_ON[bool(batched)]
 
-    def scaled(self, hw: Size, stride: int, prefix: Optional[int] = None) -> ValidMap:
-        return self
-
-    def pooled(self, ratio: int) -> ValidMap:
-        return self
-
     def key_mask(self) -> None:
         return None
 
-    def zero(self, x: torch.Tensor) -> torch.Tensor:
+    def _itself(self, *args, **kwargs) -> 'NoPadding':
+        """At any scale, pooled or not, no padding is still no padding."""
+        return self
+
+    def _unchanged(self, x: torch.Tensor) -> torch.Tensor:
+        """Nothing to zero: ``x`` as it is."""
         return x
 
-    def zero_(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    def zero_own(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    def zero_image(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    def zero_image_(self, x: torch.Tensor) -> torch.Tensor:
-        return x
+    scaled = pooled = _itself
+    zero = zero_ = zero_own = zero_image = zero_image_ = _unchanged
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         # A sum, then the division of the (B, C) result: the backward is then a broadcast
