@@ -70,7 +70,7 @@ _remember_external_bases()
 GOLDEN = Path(__file__).parent / 'data' / 'golden'
 #: the demo's Mask R-CNN config, parent of the tests' tiny detectors
 NANO_DET = (Path(__file__).resolve().parents[1] / 'configs' / 'inline_swin' /
-            'mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py')
+            'mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py')
 #: what every shipped config imports: the backbones, and the engine behaviours switched on
 CUSTOM_IMPORTS = dict(imports=['inline_mm', 'inline_mm.engine.enable'], allow_failed_imports=False)
 

@@ -36,7 +36,7 @@ from inline_mm.app.viewer import (AppError, Viewer, block_choices,  # noqa: E402
                                   read_image)
 
 #: the demo's detector (make app's default config)
-NANO = ROOT / 'configs' / 'inline_swin' / 'mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py'
+NANO = ROOT / 'configs' / 'inline_swin' / 'mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py'
 SEG = ROOT / 'configs' / 'inline_pvt' / 'fpn_inline-pvt-t_4xb4-40k_ade20k-512x512.py'
 SCREENSHOT = ROOT / 'work_dirs' / 'app_browser_test.png'
 CHROMIUM = shutil.which('chromium') or '/usr/bin/chromium'

@@ -14,7 +14,7 @@ from inline_mm.models import InLineAttention
 
 ROOT = Path(__file__).resolve().parents[1]
 
-NANO = 'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py'
+NANO = 'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py'
 
 
 def test_flops_inline_attention_products_counted():

@@ -192,7 +192,7 @@ def test_mmdet_inferencers(path, image, tmp_path):
 
 @pytest.mark.parametrize('config', [
     'configs/inline_pvt/fpn_inline-pvt-t_4xb4-40k_ade20k-512x512.py',
-    'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py'])
+    'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py'])
 def test_inferencers_take_the_config_file_as_users_give_it(config, image, monkeypatch):
     """A path, run from the repository root, at the config's real size."""
     monkeypatch.chdir(ROOT)

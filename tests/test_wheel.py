@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TOY = 'inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py'
+TOY = 'inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py'
 
 pytestmark = pytest.mark.slow
 

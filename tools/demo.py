@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """``make demo`` (docs/get_started.md): an InLine-Swin Mask R-CNN that learns, on CPU.
 
-    python tools/demo.py          # defaults below; ~4.5 min on 2 idle cores
+    python tools/demo.py          # defaults below; ~3 min on 2 idle cores
 
 1. writes the toy COCO dataset (``tools/misc/make_toy_dataset.py coco``: shapes on textured
    backgrounds, polygon and RLE masks, 300 train / 60 val images of 256 px) unless the
@@ -9,7 +9,7 @@
    library versions, with its files unchanged (anything else is regenerated: figures
    measured on an older generator's data are not this demo's figures);
 2. trains a narrow InLine-Swin Mask R-CNN from scratch with ``tools/train.py``
-   (config ``configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py``),
+   (config ``configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py``),
    in one data-parallel process per core while the batch splits evenly (:func:`training_plan`),
    printing mmengine's progress lines;
 3. evaluates the final checkpoint on the val split with ``tools/test.py`` (mmdet's
@@ -34,7 +34,7 @@ import threading
 import time
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-DEFAULT_CONFIG = 'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py'
+DEFAULT_CONFIG = 'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py'
 DEFAULT_DATA = 'data/toy_coco'   # the config's data_root
 
 
@@ -43,7 +43,7 @@ def parse_args(argv=None):
     p.add_argument('--config', default=DEFAULT_CONFIG, help=f'(default: {DEFAULT_CONFIG})')
     p.add_argument('--work-dir', default='work_dirs/demo', help='(default: work_dirs/demo)')
     p.add_argument('--iters', type=int, default=None,
-                   help="training iterations (default: the config's, 600)")
+                   help="training iterations (default: the config's, 550)")
     p.add_argument('--target', type=float, default=0.5,
                    help='box and mask AP the run must reach (default: 0.5)')
     p.add_argument('--regenerate', action='store_true',

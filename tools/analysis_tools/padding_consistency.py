@@ -5,8 +5,8 @@
         [--num-images N] [--skip-ap]
     # the demo model:
     python tools/analysis_tools/padding_consistency.py \\
-        configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-600it_toy-coco.py \\
-        work_dirs/demo/iter_600.pth
+        configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py \\
+        work_dirs/demo/iter_550.pth
     # with mmdet's stock RPNHead instead of the configs' PadAwareRPNHead:
     python tools/analysis_tools/padding_consistency.py CONFIG CHECKPOINT \\
         --cfg-options model.rpn_head.type=RPNHead
