@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 from typing import Dict, Sequence, Tuple, Union
 
+import pytest
 import torch
 
 from inline_mm.models import FAMILIES
@@ -34,8 +35,6 @@ def param_counts_test(cls, counts: Dict[str, Tuple[int, int]], added):
     """A test per preset ``arch`` of ``counts`` (``arch -> (official, ours)``: the released
     model's parameters without its classifier head, and this backbone's): ours are the
     official ones plus ``added(model)`` (the output norms we add), and the model has them."""
-    import pytest
-
     @pytest.mark.parametrize('arch', list(counts))
     def test_param_counts(arch):
         official, ours = counts[arch]
@@ -50,8 +49,6 @@ def param_counts_test(cls, counts: Dict[str, Tuple[int, int]], added):
 def invalid_arguments_test(cls, cases: Sequence[Tuple[dict, str]]):
     """A test that ``cls(**kwargs)`` raises ``ValueError`` matching ``message`` for each
     ``(kwargs, message)`` of ``cases`` (one per case): each family's argument checks."""
-    import pytest
-
     @pytest.mark.parametrize('kwargs,message', cases)
     def test_invalid_arguments(kwargs, message):
         with pytest.raises(ValueError, match=message):

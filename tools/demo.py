@@ -106,14 +106,6 @@ def tool_env(threads: int = None) -> dict:
     return env
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (for the processes' rendezvous)."""
-    import socket
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 def run(cmd, threads: int = None):
     """Run a tool with its output streaming through; stop the demo if it fails."""
     print('$ ' + ' '.join(cmd), flush=True)
@@ -262,10 +254,11 @@ def main(argv=None):
     batch = cfg.train_dataloader.batch_size
     processes, per_process, train_threads = training_plan(batch, args.processes)
     threads = tool_env()['OMP_NUM_THREADS']
+    train_omp = tool_env(train_threads)['OMP_NUM_THREADS']
     load_start = load_average()
     sampler = LoadSampler()
     print(f'demo: {os.cpu_count()} CPUs; training in {processes} process(es) of '
-          f'{tool_env(train_threads)["OMP_NUM_THREADS"]} compute thread(s), evaluating with '
+          f'{train_omp} compute thread(s), evaluating with '
           f'{threads} (set OMP_NUM_THREADS, --processes to change); load average (1 / 5 / 15 '
           f'min) {load_start}; config {args.config}', flush=True)
     data_hash = ensure_data(args.regenerate, t0)
@@ -289,9 +282,9 @@ def main(argv=None):
     train = ['tools/train.py', args.config, '--work-dir', wd]
     if processes > 1:
         opts.append(f'train_dataloader.batch_size={per_process}')
-        train = ['-m', 'torch.distributed.run', '--nnodes=1', f'--nproc_per_node={processes}',
-                 '--master_addr=127.0.0.1', f'--master_port={free_port()}', *train,
-                 '--launcher', 'pytorch']
+        # --standalone: one node, its rendezvous on a free local port torchrun picks
+        train = ['-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={processes}',
+                 *train, '--launcher', 'pytorch']
     run([sys.executable, *train, '--cfg-options', *opts], threads=train_threads)
     t_train = time.time() - t_train
     with open(osp.join(wd, 'last_checkpoint')) as f:
@@ -317,7 +310,7 @@ def main(argv=None):
                                           'coco/segm_mAP_50')}
     result.update(iters=iters, train_min=round(t_train / 60, 2), total_min=round(total / 60, 2),
                   threads=threads, train_processes=processes,
-                  train_threads=int(tool_env(train_threads)['OMP_NUM_THREADS']),
+                  train_threads=int(train_omp),
                   cpus=os.cpu_count(), load_start=load_start,
                   load_end=load_end, load_1min_during_run=load_run, data_sha256=data_hash,
                   checkpoint=ckpt)
