@@ -142,6 +142,38 @@ def test_installed_once_and_only_for_cpu_distributed():
     assert not isinstance(out, torch.nn.parallel.DistributedDataParallel)
 
 
+@pytest.mark.parametrize('fails', [False, True])
+def test_the_tools_close_the_process_group_of_a_finished_run(monkeypatch, fails):
+    """tools/train.py and tools/test.py destroy the default process group once the stock
+    script has returned (left to interpreter exit, gloo's threads can abort a run that went
+    well); a script that failed leaves it alone (its peers may still be communicating)."""
+    import sys
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    from inline_mm.cli import launch
+    config = str(Path(__file__).parents[1] / 'configs' / 'inline_swin' /
+                 'mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py')
+
+    def stock_script(path, run_name):
+        dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)
+        if fails:
+            raise RuntimeError('the script failed')
+    monkeypatch.setattr(launch.runpy, 'run_path', stock_script)
+    monkeypatch.setattr(sys, 'argv', list(sys.argv))
+    try:
+        if fails:
+            with pytest.raises(RuntimeError, match='the script failed'):
+                launch.run('train', [config])
+        else:
+            launch.run('train', [config])
+        assert dist.is_initialized() is fails
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def _toy_runner_stub():
     class Stub:
         distributed = False

@@ -71,6 +71,19 @@ def run(tool: str, argv=None):
     script = stock_script(scope, tool)
     sys.argv = [script] + argv
     runpy.run_path(script, run_name='__main__')
+    close_process_group()
+
+
+def close_process_group():
+    """Destroy the default process group of a finished ``torchrun`` process, as torch asks
+    of every trainer at the end of its main. The stock scripts leave it to interpreter exit,
+    where a gloo group's worker threads can still be running as the interpreter is torn
+    down: the process then dies with "terminate called without an active exception"
+    (SIGABRT) after a run that went well (pytorch/pytorch#190489). Called only after the
+    script returned: a rank that failed must not wait here on ranks still communicating."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == '__main__':
