@@ -75,19 +75,18 @@ def run(tool: str, argv=None):
 
 
 def close_process_group():
-    """Destroy the default process group of a finished ``torchrun`` process, as torch asks
-    of every trainer at the end of its main. The stock scripts leave it to interpreter exit,
-    where a gloo group's worker threads can still be running as the interpreter is torn
-    down: the process then dies with "terminate called without an active exception"
-    (SIGABRT) after a run that went well (pytorch/pytorch#190489). Called only after the
-    script returned: a rank that failed must not wait here on ranks still communicating."""
+    """Free the finished run and destroy the default process group of a ``torchrun`` process,
+    as torch asks of every trainer at the end of its main, while the interpreter is fully alive.
+
+    The stock scripts leave both to interpreter exit: the Runner, and with it the DDP or FSDP
+    wrapper that holds the group, lives on in reference cycles after the script returns, and
+    is freed by the collector during finalisation, with the group's worker threads still
+    running; a process can then die with "terminate called without an active exception" (SIGABRT)
+    after a run that went well (pytorch/pytorch#190489). Called only after the script
+    returned: a rank that failed must not wait here on ranks still communicating."""
+    import gc
+
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
-
-
-if __name__ == '__main__':
-    # python -m inline_mm.cli.launch {train,test} CONFIG ...: the same as tools/{train,test}.py
-    if len(sys.argv) < 2 or sys.argv[1] not in ('train', 'test'):
-        sys.exit('usage: python -m inline_mm.cli.launch {train,test} CONFIG [args ...]')
-    run(sys.argv[1], sys.argv[2:])
