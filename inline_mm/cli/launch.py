@@ -90,3 +90,10 @@ def close_process_group():
     if dist.is_available() and dist.is_initialized():
         gc.collect()
         dist.destroy_process_group()
+
+
+if __name__ == '__main__':
+    # python -m inline_mm.cli.launch {train,test} CONFIG ...: the same as tools/{train,test}.py
+    if len(sys.argv) < 2 or sys.argv[1] not in ('train', 'test'):
+        sys.exit('usage: python -m inline_mm.cli.launch {train,test} CONFIG [args ...]')
+    run(sys.argv[1], sys.argv[2:])
