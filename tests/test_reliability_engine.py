@@ -6,6 +6,8 @@ end-to-end versions (real processes killed with SIGKILL) are in
 tests/test_reliability_training.py."""
 import logging
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -20,6 +22,7 @@ from inline_mm.engine import checkpointing, data_checks, distributed
 from inline_mm.engine.checkpointing import find_resumable, is_complete_checkpoint
 from inline_mm.env import find_patch as find
 from inline_mm.env import patches
+from support import ROOT
 
 
 class _Toy(BaseModel):
@@ -149,13 +152,10 @@ def test_the_tools_close_the_process_group_of_a_finished_run(monkeypatch, fails)
     the interpreter is alive: left to interpreter exit, gloo's threads can abort a run that
     went well. A script that failed leaves the group alone (its peers may still be
     communicating)."""
-    import sys
-    from pathlib import Path
-
     import torch.distributed as dist
 
     from inline_mm.cli import launch
-    config = str(Path(__file__).parents[1] / 'configs' / 'inline_swin' /
+    config = str(ROOT / 'configs' / 'inline_swin' /
                  'mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py')
     freed = []
 
@@ -191,8 +191,6 @@ def test_the_tools_close_the_process_group_of_a_finished_run(monkeypatch, fails)
 @pytest.mark.subprocess
 def test_the_launcher_runs_as_a_module():
     """``python -m inline_mm.cli.launch {train,test} ...`` is tools/train.py and tools/test.py."""
-    import subprocess
-    import sys
     out = subprocess.run([sys.executable, '-m', 'inline_mm.cli.launch', 'train', '-h'],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and 'usage: python tools/train.py CONFIG' in out.stdout, out
@@ -273,8 +271,7 @@ def test_feature_checks_run_nothing_and_read_no_source(monkeypatch):
 
 def test_the_patch_table_is_documented():
     """docs/patches.md lists every row of the table, and the rows it lists exist."""
-    from pathlib import Path
-    page = (Path(__file__).resolve().parents[1] / 'docs' / 'patches.md').read_text()
+    page = (ROOT / 'docs' / 'patches.md').read_text()
     listed = set(re.findall(r'^\| `(\w+)` \|', page, re.M))
     assert listed == {p.name for p in patches()}, listed ^ {p.name for p in patches()}
 
