@@ -50,11 +50,12 @@ def test_recipe(name):
     cfg = _load(name)
     city = spec.CITYSCAPES
     head = 'upernet' if '_upernet_' in name else 'fpn'
-    recipe = spec.SEGMENTATION[head]
+    recipe = spec.values(spec.SEGMENTATION[head])
     variant = re.search(r'inline-([a-z]+-[a-z])[_-]', name).group(1)
-    cls, arch, _, drop_path = spec.BACKBONES[variant]
+    cls, arch = spec.BACKBONES[variant]
     bb = cfg.model.backbone
-    assert (bb.type, bb.arch, bb.drop_path_rate) == (cls, arch, drop_path)
+    assert (bb.type, bb.arch, bb.drop_path_rate) == \
+        (cls, arch, spec.DROP_PATH[head][variant].value)
     assert bb.init_cfg.checkpoint == f"inline://{variant.replace('-', '_')}"
     chans = out_channels(bb)
     assert cfg.model.decode_head.num_classes == city['num_classes']
@@ -64,14 +65,8 @@ def test_recipe(name):
             == (chans[2], city['num_classes'])
     else:
         assert cfg.model.neck.in_channels == chans
-    opt = cfg.optim_wrapper.optimizer
-    assert (opt.type, opt.lr, opt.weight_decay) == ('AdamW', recipe['lr'],
-                                                    recipe['weight_decay'])
-    assert set(cfg.optim_wrapper.paramwise_cfg.custom_keys) == spec.NO_DECAY[cls]
-    *warm, poly = cfg.param_scheduler
-    assert [w.end for w in warm] == ([recipe['warmup']] if recipe['warmup'] else [])
-    assert (poly.type, poly.power, poly.end) == ('PolyLR', recipe['power'], city['max_iters'])
-    assert cfg.train_cfg.max_iters == city['max_iters']
+    # the head's ADE20K recipe (optimiser, schedule shape, heads) over 80k iterations
+    spec.check_segmentation(cfg, recipe, cls, city['max_iters'])
     gpus, per_gpu = map(int, re.search(r'_(\d+)xb(\d+)-', name).groups())
     assert (gpus, per_gpu, cfg.train_dataloader.batch_size) == \
         (city['gpus'], city['batch_size'], city['batch_size'])

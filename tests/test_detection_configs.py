@@ -51,7 +51,7 @@ def test_detection_config_families_present():
     names = {Path(p).name for p in CONFIGS}
     for backbone in spec.BACKBONES:
         neck = 'simple-fpn' if backbone.startswith('deit') else 'fpn'
-        for sched in [a + s for s in spec.DETECTION for a in ('', 'amp-')]:
+        for sched in [a + s for s in ('1x', 'ms-crop-3x') for a in ('', 'amp-')]:
             assert f'mask-rcnn_inline-{backbone}_{neck}_{sched}_coco.py' in names
         if backbone.endswith('-t'):     # one bf16 AMP child per family
             assert f'mask-rcnn_inline-{backbone}_{neck}_amp-bf16-1x_coco.py' in names
@@ -91,7 +91,8 @@ def test_detection_config_parses(path):
         for head in heads:
             assert (head.type, head.loss_bbox.type) == ('Shared4Conv1FCBBoxHead', 'GIoULoss')
             assert head.reg_decoded_bbox
-        assert [h.bbox_coder.target_stds[0] for h in heads] == spec.CASCADE_TARGET_STDS
+        assert [h.bbox_coder.target_stds[0] for h in heads] == \
+            spec.DETECTION['swin', '1x']['cascade_target_stds'].value
     # proposals only from each image's own anchors (tests/test_padding.py)
     assert cfg.model.rpn_head.type == 'PadAwareRPNHead'
     ckpt = (backbone.init_cfg or {}).get('checkpoint')
@@ -103,19 +104,15 @@ def test_detection_config_parses(path):
         official = weights.target(ckpt)
         assert official.release and f'`{ckpt}`' in README, ckpt
         assert (official.family.name, official.release.arch) == (backbone.type, backbone.arch)
+        # the recipe of tests/config_spec.py, field by field (with drop path by head)
         variant = re.search(r'_inline-([a-z]+-[a-z])_', path).group(1)
-        cls, arch, drop_path, _ = spec.BACKBONES[variant]
-        assert (backbone.type, backbone.arch, backbone.drop_path_rate) == (cls, arch, drop_path)
-        assert set(cfg.optim_wrapper.paramwise_cfg.custom_keys) == spec.NO_DECAY[cls]
+        cls, arch = spec.BACKBONES[variant]
+        head = Path(path).name.split('_')[0]
+        assert (backbone.type, backbone.arch, backbone.drop_path_rate) == \
+            (cls, arch, spec.DROP_PATH[head][variant].value)
         sched = re.search(r'_(?:amp-(?:bf16-)?|fsdp-)?(1x|ms-crop-3x)_coco', path).group(1)
-        recipe = spec.DETECTION[sched]
-        assert cfg.train_cfg.max_epochs == recipe['max_epochs']
-        assert cfg.param_scheduler[1].milestones == recipe['milestones']
-        opt = cfg.optim_wrapper.optimizer
-        assert (opt.type, opt.weight_decay) == ('AdamW', recipe['weight_decay'])
-        assert opt.lr == (spec.DETECTION_AMP_LR if '_amp-' in path else recipe['lr'])
-        if sched == 'ms-crop-3x':
-            assert cfg.train_dataloader.dataset.pipeline[3].type == 'RandomChoice'
+        recipe = spec.DETECTION[spec.DETECTION_RULE[variant.split('-')[0]], sched]
+        spec.check_coco(cfg, spec.values(recipe), cls, amp='_amp-' in path)
     amp = '_amp-' in path
     assert (cfg.optim_wrapper.type == 'AmpOptimWrapper') == amp
     # bf16 children: their fp16 AMP parent with the autocast dtype changed, nothing else
@@ -211,3 +208,14 @@ def test_cascade_config_trains_as_its_mask_rcnn_sibling(path):
     for key in ('train_dataloader', 'val_dataloader', 'train_cfg', 'param_scheduler',
                 'optim_wrapper', 'custom_imports', 'default_hooks'):
         assert cascade[key] == mask_rcnn[key], key
+
+
+def test_every_recipe_value_names_its_source():
+    """Each value of tests/config_spec.py says where it comes from: a sister repository at
+    the commit read and its file, an mmdet/mmseg config, or ours and what it extrapolates."""
+    lab = re.compile(r'LeapLabTHU/(Agent-Attention|MLLA|ViTTT)@[0-9a-f]{40} \S+\.py')
+    for where, source in spec.sources():
+        assert lab.search(source) or source.startswith(('ours: ', 'mmdet 3.', 'mmseg 1.')), \
+            (where, source)
+        if source.startswith('ours: '):
+            assert len(source) > 30, (where, source)     # says why

@@ -21,6 +21,7 @@ from mmengine.registry import DefaultScope
 from mmengine.runner import Runner
 
 import _inline_mm_mmcv_hook
+import config_spec as spec
 from conftest import CUSTOM_IMPORTS
 from support import on_toy_coco, on_toy_seg, out_channels, shrink_detector, shrink_segmentor
 
@@ -89,8 +90,14 @@ def test_recipe(name):
     arch, backbone_lr, _ = HEADS.get(name, ('tiny', .1, None))
     variant = re.search(r'inline-(\w+-\w)[_-]', name).group(1)
     bb = cfg.model.backbone
-    assert (bb.type, bb.arch) == ({'swin': 'InLineSwin', 'pvt': 'InLinePVT'}[
-        variant.split('-')[0]], arch)
+    head = re.match(r'[a-z0-9]+', Path(name).name)[0]
+    assert (bb.type, bb.arch, bb.drop_path_rate) == \
+        (*spec.BACKBONES[variant], spec.DROP_PATH[head][variant].value)
+    spared = True                           # the backbone's norms and position tables
+    if head in ('retinanet', 'fcos'):       # the one-stage recipe of tests/config_spec.py
+        recipe = spec.ONE_STAGE[variant.split('-')[0]]
+        spec.check_coco(cfg, spec.values(recipe), bb.type)
+        spared = bool(spec.no_decay_keys(recipe, bb.type))
     assert bb.init_cfg.checkpoint == f"inline://{variant.replace('-', '_')}"
     assert _head_inputs(cfg.model) == out_channels(bb)
     if cfg.model.get('neck', {}).get('type') == 'FPN':     # RetinaNet, FCOS: P3-P7
@@ -106,7 +113,7 @@ def test_recipe(name):
         optim = build_optim_wrapper(model, cfg.optim_wrapper)
     base = cfg.optim_wrapper.optimizer
     groups = {id(p): g for g in optim.optimizer.param_groups for p in g['params']}
-    no_decay = model.backbone.no_weight_decay()
+    no_decay = model.backbone.no_weight_decay() if spared else set()
     for pname, p in model.backbone.named_parameters():
         g = groups[id(p)]
         assert g['lr'] == pytest.approx(base.lr * backbone_lr), pname

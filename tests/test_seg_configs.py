@@ -135,11 +135,12 @@ def test_segmentation_recipe(path):
     for the config's backbone and decode head."""
     cfg = _load(path)
     head = 'upernet' if '_upernet_' in path.name else 'fpn'
-    recipe = spec.SEGMENTATION[head]
+    recipe = spec.values(spec.SEGMENTATION[head])
     variant = re.search(r'inline-([a-z]+-[a-z])[_-]', path.name).group(1)
-    cls, arch, _, drop_path = spec.BACKBONES[variant]
+    cls, arch = spec.BACKBONES[variant]
     bb = cfg.model.backbone
-    assert (bb.type, bb.arch, bb.drop_path_rate) == (cls, arch, drop_path)
+    assert (bb.type, bb.arch, bb.drop_path_rate) == \
+        (cls, arch, spec.DROP_PATH[head][variant].value)
     assert bb.init_cfg.checkpoint == f"inline://{variant.replace('-', '_')}"
     chans = out_channels(bb)
     if cls == 'InLineDeiT':     # blocks 3/6/9/12 (last through the final norm), 4 scales
@@ -160,26 +161,19 @@ def test_segmentation_recipe(path):
         assert cfg.model.decode_head.in_channels == head_in
         assert cfg.model.auxiliary_head.in_channels == head_in[2]
         assert cfg.model.auxiliary_head.num_classes == spec.ADE20K['num_classes']
-    opt = cfg.optim_wrapper.optimizer
-    assert (opt.type, opt.lr, opt.weight_decay) == \
-        ('AdamW', recipe['lr'], recipe['weight_decay'])
-    assert set(cfg.optim_wrapper.paramwise_cfg.custom_keys) == spec.NO_DECAY[cls]
-    *warm, poly = cfg.param_scheduler
-    if recipe['warmup']:
-        (warm,) = warm
-        assert (warm.type, warm.end, poly.begin) == ('LinearLR', recipe['warmup'],
-                                                     recipe['warmup'])
-    else:
-        assert (warm, poly.begin) == ([], 0)
-    assert (poly.type, poly.power, poly.eta_min, poly.end) == \
-        ('PolyLR', recipe['power'], 0.0, recipe['max_iters'])
-    assert cfg.train_cfg.max_iters == recipe['max_iters']
+    if cls == 'InLineDeiT':     # mmseg's ViT UperNet: the auxiliary head on the 4th map
+        recipe['aux'] = spec.DEIT_UPERNET['aux']
+    # optimiser, no-decay keys, schedule, heads: tests/config_spec.py, field by field
+    spec.check_segmentation(cfg, recipe, cls, recipe['max_iters'])
     # the name's GPUs x images per GPU: 16 images per step
     gpus, per_gpu = map(int, re.search(r'_(\d+)xb(\d+)-', path.name).groups())
-    assert cfg.train_dataloader.batch_size == recipe['batch_size'] == per_gpu
-    assert gpus * per_gpu == 16
+    assert (gpus, cfg.train_dataloader.batch_size) == (recipe['gpus'], recipe['batch_size'])
+    assert cfg.train_dataloader.batch_size == per_gpu and gpus * per_gpu == 16
     crop = [t for t in cfg.train_dataloader.dataset.pipeline if t.type == 'RandomCrop']
     assert crop[0].crop_size == spec.ADE20K['crop_size'] == cfg.model.data_preprocessor.size
+    assert crop[0].crop_size == recipe['crop']
+    test = [t for t in cfg.test_dataloader.dataset.pipeline if t.type == 'Resize']
+    assert [t.scale for t in test] == [recipe['test_scale']]
 
 
 @pytest.mark.parametrize('path', [p for p in SEG_CONFIGS if '-amp-' in p.name],
@@ -223,14 +217,18 @@ def test_slide_variant_only_changes_testing():
     'inline_deit/inline-deit-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
     'inline_cswin/inline-cswin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
 ])
-def test_no_weight_decay_on_norms_and_position_tables(name):
+def test_weight_decay_spares_what_the_recipe_spares(name):
+    """UperNet: no decay on the backbone's norms and position tables; Semantic FPN (the lab's
+    PVT recipe): decay on every parameter."""
     cfg = shrink(_load(CONFIGS / name))
-    keys = spec.NO_DECAY[cfg.model.backbone.type] - {'norm'}
+    head = 'fpn' if name.startswith('inline_pvt/fpn_') else 'upernet'
+    exempt = spec.no_decay_keys(spec.SEGMENTATION[head], cfg.model.backbone.type)
+    keys = exempt - {'norm'}
     model = MODELS.build(cfg.model)
     optim = build_optim_wrapper(model, cfg.optim_wrapper)
     wd = cfg.optim_wrapper.optimizer.weight_decay
     decay = {id(p): g['weight_decay'] for g in optim.optimizer.param_groups for p in g['params']}
-    no_decay, seen = model.backbone.no_weight_decay(), set()
+    no_decay, seen = (model.backbone.no_weight_decay() if exempt else set()), set()
     for name, p in model.backbone.named_parameters():
         assert decay[id(p)] == (0. if name in no_decay else wd), name
         seen.update(k for k in keys if k in name)

@@ -65,7 +65,7 @@ model = dict(
         _delete_=True,
         type='InLineSwin',
         arch='tiny',
-        drop_path_rate=0.2,
+        drop_path_rate=0.1,  # the COCO configs' Swin-T rate (the lab's Swin-T detectors)
         out_indices=(0, 1, 2, 3),
         init_cfg=dict(type='Pretrained', checkpoint=pretrained) if pretrained else None),
     neck=dict(in_channels=[96, 192, 384, 768]),

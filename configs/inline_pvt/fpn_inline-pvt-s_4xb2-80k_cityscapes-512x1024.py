@@ -1,5 +1,5 @@
 _base_ = './fpn_inline-pvt-t_4xb2-80k_cityscapes-512x1024.py'
-# InLine-PVT-S (small); drop path 0.1 as in the sibling PVT Semantic FPN configs.
+# InLine-PVT-S (small); drop path 0.1 as the lab's PVT-S Semantic FPN.
 model = dict(
     backbone=dict(arch='small', drop_path_rate=0.1,
                   init_cfg=dict(checkpoint='inline://pvt_s')))

@@ -9,8 +9,3 @@ _base_ = ['./_base_/inline-pvt-t_semantic-fpn.py',
 
 data_preprocessor = dict(size={{_base_.crop_size}})
 model = dict(data_preprocessor=data_preprocessor)
-# No decay on the position tables either (the recipe exempts the norms): they set
-# positions rather than capacity, and are resized to every input.
-optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
-    'pos_embed': dict(decay_mult=0.),
-}))

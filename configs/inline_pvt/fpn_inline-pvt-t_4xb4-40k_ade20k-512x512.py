@@ -6,9 +6,3 @@ _base_ = ['./_base_/inline-pvt-t_semantic-fpn.py', '../_base_/fpn_4xb4-40k_ade20
 
 data_preprocessor = dict(size={{_base_.crop_size}})
 model = dict(data_preprocessor=data_preprocessor, decode_head=dict(num_classes=150))
-# No decay on the position tables either (the recipe exempts the norms): they set
-# positions rather than capacity, and are resized to every input, so shrinking them only
-# blurs positions.
-optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
-    'pos_embed': dict(decay_mult=0.),
-}))

@@ -5,8 +5,8 @@ _base_ = ['mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py', './_base_/inline-swin-
 custom_imports = dict(imports=['inline_mm', 'inline_mm.engine.enable'],
                       allow_failed_imports=False)
 # The backbone of the folder's query-based heads (./_base_/inline-swin-t_query-heads.py:
-# InLine-Swin-T, ImageNet-1k weights) with the drop path of its ImageNet recipe, from
-# stride 8 on.
+# InLine-Swin-T, ImageNet-1k weights) with the drop path of mmdet's DINO Swin config (0.2,
+# also its ImageNet recipe's), from stride 8 on.
 model = dict(
     backbone=dict(_base_.inline_mask2former_backbone, drop_path_rate=0.2, out_indices=(1, 2, 3)),
     neck=dict(in_channels=[192, 384, 768]))

@@ -1,6 +1,6 @@
 # InLine-Swin-T in mmseg's UperNet, as the ADE20K and Cityscapes UperNet configs of this
 # folder build it: mmseg's Swin UperNet model with the InLine-Swin-T backbone (ImageNet-1k
-# weights; drop path 0.3 as the sibling Swin-T segmenters) and the heads' input widths.
+# weights; drop path 0.3 as the lab's Agent-Swin-T UperNet) and the heads' input widths.
 # It inherits the model base, so a config lists it beside its recipe in `_base_` (mmengine
 # merges no two bases that set the same key) and adds what the data decides (crop size,
 # classes) and the no-decay keys (the optimiser is the recipe's).
