@@ -218,7 +218,8 @@ SEGMENTATION = {
         max_iters=Value(40000, _ASEG + '_base_/schedules/schedule_40k.py'),
         gpus=Value(4, ours("the lab's 8 GPUs x 2 (" + A_FPN + ') as 4 x 4: the same 16 '
                            "images a step, on the GPUs the configs' names (4xb4) state")),
-        batch_size=Value(4, ours('4 x 4, as gpus')), grad_clip=Value(None, A_FPN),
+        batch_size=Value(4, ours('4 images on each of the 4 GPUs, as gpus says')),
+        grad_clip=Value(None, A_FPN),
         channels=Value(128, A_FPN_MODEL), aux=Value(None, A_FPN_MODEL),
         crop=Value((512, 512), A_ADE), test_scale=Value((2048, 512), A_ADE)),
 }
@@ -301,7 +302,7 @@ def check_coco(cfg, recipe: dict, backbone_type: str, amp: bool = False):
         scales, crop = choice.transforms
         assert [t.type for t in crop] == ['RandomChoiceResize', 'RandomCrop',
                                           'RandomChoiceResize']
-        assert min(s[1] for s in scales[0].scales) == 480 and crop[1].crop_size == (384, 600)
+        assert min(min(s) for s in scales[0].scales) == 480 and crop[1].crop_size == (384, 600)
     else:
         assert not choice
         assert [t.scale for t in train if t.type == 'Resize'] == [recipe['test_scale']]
