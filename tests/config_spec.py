@@ -250,7 +250,9 @@ OTHER_RECIPES = {
                       'changed, nothing else (tests/test_ablation_configs.py)'),
     'custom (own data)': ours('the Swin-T Mask R-CNN / UperNet recipes on 1 GPU x 4 for own '
                               'data, 36 epochs / 20k iterations; drop path as the COCO / '
-                              'ADE20K Swin-T rates (tests/test_own_instances.py)'),
+                              'ADE20K Swin-T rates; the UperNet poly starts after a warm-up of '
+                              '10% of the run, so that short runs reach the set lr '
+                              '(tests/test_own_instances.py, tests/test_readme.py)'),
     'toy demo': ours('InLine-Swin-nano from scratch, 550 iterations on toy shapes '
                      '(tests/test_zoo_train_eval.py)'),
 }

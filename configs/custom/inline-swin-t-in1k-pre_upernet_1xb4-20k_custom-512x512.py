@@ -57,8 +57,8 @@ max_iters = 20000
 val_interval = 2000
 lr = 6e-5
 # Linear warm-up over 10% of the run (at most 1500 iterations). mmengine's LinearLR reaches
-# the full lr at iteration warmup_iters - 1, so it needs >= 2 iterations to ramp at all.
-# One poly decay over the whole run, the warm-up scaling its start (the ADE20K recipe's).
+# the full lr at iteration warmup_iters - 1, so it needs >= 2 iterations to ramp at all:
+# with 1 it would stay at lr * 1e-6 and the poly decay would continue from there.
 warmup_iters = min(1500, max(2, max_iters // 10))
 log_interval = min(50, max(1, max_iters // 20))
 
@@ -158,8 +158,8 @@ optim_wrapper = dict(
     }))
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=warmup_iters),
-    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=0, end=max(max_iters, warmup_iters + 1),
-         by_epoch=False),
+    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=warmup_iters,
+         end=max(max_iters, warmup_iters + 1), by_epoch=False),
 ]
 train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=val_interval)
 val_cfg = dict(type='ValLoop')
