@@ -121,11 +121,16 @@ DROP_PATH = {
     'dino': {'swin-t': Value(0.2, MMDET + 'dino/dino-5scale_swin-l_8xb2-12e_coco.py (mmdet '
                              "ships no DINO Swin-T; also InLine-Swin-T's ImageNet rate)")},
 }
-#: The ImageNet recipes' rates (the InLine repository's cfgs/inline_*.yaml), one
-#: ``--cfg-options model.backbone.drop_path_rate=...`` away (docs/detection.md).
-IMAGENET_DROP_PATH = {'swin-t': 0.2, 'swin-s': 0.3, 'swin-b': 0.5, 'pvt-t': 0.1, 'pvt-s': 0.1,
-                      'pvt-m': 0.3, 'pvt-l': 0.3, 'cswin-t': 0.2, 'cswin-s': 0.4,
-                      'cswin-b': 0.5, 'deit-t': 0.1, 'deit-s': 0.1, 'deit-b': 0.1}
+#: The ImageNet recipes' rates, one ``--cfg-options model.backbone.drop_path_rate=...`` away
+#: (docs/detection.md, docs/segmentation.md).
+_IN1K = ('LeapLabTHU/InLine@e463a6f4dbb95893726b294ff83f61a58644bf6e cfgs/inline_{}.yaml '
+         '(PVT-L is its pvt_b; DeiT: config.py, the default 0.1)')
+IMAGENET_DROP_PATH = {
+    v: Value(r, _IN1K.format(v.replace('-', '_')))
+    for v, r in (('swin-t', 0.2), ('swin-s', 0.3), ('swin-b', 0.5), ('pvt-t', 0.1),
+                 ('pvt-s', 0.1), ('pvt-m', 0.3), ('pvt-l', 0.3), ('cswin-t', 0.2),
+                 ('cswin-s', 0.4), ('cswin-b', 0.5), ('deit-t', 0.1), ('deit-s', 0.1),
+                 ('deit-b', 0.1))}
 
 # --- COCO: Mask R-CNN and Cascade Mask R-CNN ------------------------------------------------
 #: The schedule-independent fields of every two-stage COCO recipe.
@@ -192,8 +197,9 @@ ONE_STAGE = {
 }
 
 # --- ADE20K and Cityscapes: UperNet and Semantic FPN -----------------------------------------
-_POLY_ONE = ours("mmengine's LinearLR and PolyLR both from iteration 0 (they multiply), as "
-                 "mmcv's poly policy with linear warm-up of " + A_UPERNET)
+_POLY_ONE = ours("mmengine's LinearLR and PolyLR both from iteration 0 (they multiply): "
+                 "mmcv's poly policy with linear warm-up of " + A_UPERNET + ', but for '
+                 "mmengine's one-iteration offsets (warm-up full at 1499, poly 0 at the last)")
 #: ADE20K recipes, by decode head. ``warmup``: (iterations, start factor) or None;
 #: ``poly_begin``: the iteration PolyLR starts at.
 SEGMENTATION = {
@@ -261,7 +267,8 @@ OTHER_RECIPES = {
 def sources():
     """Every (where, source) pair of the tables, for the test that each names one."""
     for name, table in (('DETECTION', DETECTION), ('ONE_STAGE', ONE_STAGE),
-                        ('SEGMENTATION', SEGMENTATION), ('DROP_PATH', DROP_PATH)):
+                        ('SEGMENTATION', SEGMENTATION), ('DROP_PATH', DROP_PATH),
+                        ('IMAGENET_DROP_PATH', {'in1k': IMAGENET_DROP_PATH})):
         for key, fields in table.items():
             for field, v in fields.items():
                 yield f'{name}[{key!r}][{field!r}]', v.source

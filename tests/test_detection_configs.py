@@ -213,7 +213,7 @@ def test_cascade_config_trains_as_its_mask_rcnn_sibling(path):
 def test_every_recipe_value_names_its_source():
     """Each value of tests/config_spec.py says where it comes from: a sister repository at
     the commit read and its file, an mmdet/mmseg config, or ours and what it extrapolates."""
-    lab = re.compile(r'LeapLabTHU/(Agent-Attention|MLLA|ViTTT)@[0-9a-f]{40} \S+\.py')
+    lab = re.compile(r'LeapLabTHU/(Agent-Attention|MLLA|ViTTT|InLine)@[0-9a-f]{40} \S+\.(py|yaml)')
     for where, source in spec.sources():
         assert lab.search(source) or source.startswith(('ours: ', 'mmdet 3.', 'mmseg 1.')), \
             (where, source)
