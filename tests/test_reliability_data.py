@@ -64,7 +64,9 @@ def test_grayscale_and_rgba_images_become_rgb(coco, det_cfg, tmp_path):
         ann['images'][1]['file_name'] = 'rgba.png'
     ann_file = _edit_coco(coco, tmp_path, use_them)
     ds_cfg = _coco_dataset_cfg(det_cfg, tmp_path, ann_file)
-    ds_cfg.pipeline[2]['scale'] = (128, 96)         # the shipped Resize, smaller
+    # the shipped pipeline, its multi-scale + crop step replaced by one small resize
+    at = [t['type'] for t in ds_cfg.pipeline].index('RandomChoice')
+    ds_cfg.pipeline[at] = dict(type='Resize', scale=(128, 96), keep_ratio=True)
     dataset = DATASETS.build(ds_cfg)
     batch = [dataset[i] for i in range(2)]
     assert {b['data_samples'].img_path.rsplit('/', 1)[1] for b in batch} == {'gray.jpg', 'rgba.png'}

@@ -74,14 +74,32 @@ def run(cmd, timeout=TIMEOUT):
     return log
 
 
+def _resize_options(pipeline, loader: str, key: str = '') -> list:
+    """The --cfg-options that make every resize of a loader's pipeline 128 px, in the
+    branches of a RandomChoice (the multi-scale + crop augmentation) too."""
+    key = key or f'{loader}.dataset.pipeline'
+    opts = []
+    for i, step in enumerate(pipeline):
+        if step['type'] == 'Resize':
+            opts.append(f'{key}.{i}.scale=(128,128)')
+        elif step['type'] == 'RandomChoiceResize':
+            opts.append(f'{key}.{i}.scales=[(128,128)]')
+        elif step['type'] == 'RandomChoice':
+            for j, branch in enumerate(step['transforms']):
+                opts += _resize_options(branch, loader, f'{key}.{i}.transforms.{j}')
+    if key.endswith('.pipeline'):
+        assert opts, f'no resize step in the {loader} pipeline'
+    return opts
+
+
 @pytest.fixture(scope='module')
 def toy(tmp_path_factory):
     """Toy COCO data and the --cfg-options that point the README config at it, small."""
     from mmengine.config import Config
     cfg = Config.fromfile(str(ROOT / CONFIG))
-    # Which pipeline step resizes (fail here, clearly, if the bases change).
-    train_resize = [p['type'] for p in cfg.train_dataloader.dataset.pipeline].index('Resize')
-    test_resize = [p['type'] for p in cfg.test_dataloader.dataset.pipeline].index('Resize')
+    # Which pipeline steps resize (fail here, clearly, if the bases change).
+    resize = (_resize_options(cfg.train_dataloader.dataset.pipeline, 'train_dataloader')
+              + _resize_options(cfg.test_dataloader.dataset.pipeline, 'test_dataloader'))
     base = tmp_path_factory.mktemp('stock_tools')
     data = base / 'toy_coco'
     make_coco_toy(str(data), num_train=4, num_val=2, size=64, max_objects=2, seed=3)
@@ -93,12 +111,11 @@ def toy(tmp_path_factory):
              for key in ('num_workers=0', 'persistent_workers=False', 'batch_size=2',
                          f'dataset.data_root={root}',
                          'dataset.metainfo.classes=(circle,triangle,rectangle)')]
-    opts += [f'train_dataloader.dataset.pipeline.{train_resize}.scale=(128,128)',
-             f'test_dataloader.dataset.pipeline.{test_resize}.scale=(128,128)',
-             f'test_evaluator.ann_file={ann}',
-             'model.roi_head.bbox_head.num_classes=3', 'model.roi_head.mask_head.num_classes=3',
-             'model.backbone.init_cfg=None', 'train_cfg.max_epochs=1',
-             'default_hooks.logger.interval=1', 'log_processor.window_size=1']
+    opts += resize + [
+        f'test_evaluator.ann_file={ann}',
+        'model.roi_head.bbox_head.num_classes=3', 'model.roi_head.mask_head.num_classes=3',
+        'model.backbone.init_cfg=None', 'train_cfg.max_epochs=1',
+        'default_hooks.logger.interval=1', 'log_processor.window_size=1']
     return dict(base=base, opts=opts)
 
 
