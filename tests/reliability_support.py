@@ -32,8 +32,9 @@ SHIPPED = {
 BODIES = {
     'upernet': TESTS / 'configs/tiny_upernet_inline-swin.py',
     'mask_rcnn': TESTS / 'configs/tiny_mask-rcnn_inline-swin.py',
-    'mask_rcnn_draws': TESTS / 'configs/tiny_mask-rcnn_inline-swin_draws.py',
 }
+#: a child of the tiny Mask R-CNN config with every random draw on (``tiny_config``'s ``extra``)
+DRAWS = TESTS / 'configs/tiny_mask-rcnn_inline-swin_draws.py'
 #: a training subprocess that takes longer than this is stuck
 TIMEOUT = 300
 

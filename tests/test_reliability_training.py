@@ -11,7 +11,7 @@ the uninterrupted run.
 """
 import pytest
 
-from reliability_support import (assert_same_run, load_checkpoint, max_state_diff, pipe_opts,
+from reliability_support import (DRAWS, assert_same_run, load_checkpoint, max_state_diff, pipe_opts,
                                  run, run_until_then_kill, scalars, tiny_config, toy_ade, toy_coco,
                                  train_cmd)
 
@@ -100,11 +100,12 @@ def test_mask_rcnn_killed_between_checkpoints_resumes_bit_equal(coco, tmp_path, 
     4-6."""
     opts = _draws_opts(coco) + ['randomness.diff_rank_seed=True']
     whole = tmp_path / 'whole'
-    cfg = tiny_config(tmp_path, 'mask_rcnn', body='mask_rcnn_draws', name='draws')
+    draws = DRAWS.read_text()
+    cfg = tiny_config(tmp_path, 'mask_rcnn', body='mask_rcnn', extra=draws, name='draws')
     run(train_cmd(cfg, whole, opts, nproc=nproc), tmp_path / 'whole.txt')
 
-    killing = tiny_config(tmp_path, 'mask_rcnn', body='mask_rcnn_draws', name='draws_kill',
-                          extra="custom_hooks = [dict(type='KillBeforeIter', at=5)]\n",
+    killing = tiny_config(tmp_path, 'mask_rcnn', body='mask_rcnn', name='draws_kill',
+                          extra=draws + "custom_hooks = [dict(type='KillBeforeIter', at=5)]\n",
                           probes=True)
     cut = tmp_path / 'cut'
     run(train_cmd(killing, cut, opts, nproc=nproc), tmp_path / 'killed.txt', expect_ok=False)
