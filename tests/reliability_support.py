@@ -33,6 +33,8 @@ BODIES = {
     'upernet': TESTS / 'configs/tiny_upernet_inline-swin.py',
     'mask_rcnn': TESTS / 'configs/tiny_mask-rcnn_inline-swin.py',
 }
+#: a child of the tiny Mask R-CNN config with every random draw on (``tiny_config``'s ``extra``)
+DRAWS = TESTS / 'configs/tiny_mask-rcnn_inline-swin_draws.py'
 #: a training subprocess that takes longer than this is stuck
 TIMEOUT = 300
 
@@ -131,6 +133,23 @@ def run_until_then_kill(cmd: List[str], log: Path, marker: Path) -> str:
 
 
 # ------------------------------------------------------------------ results
+def assert_same_run(a: dict, b: dict):
+    """Two checkpoints hold bit-equal weights and optimizer state."""
+    assert a['meta']['iter'] == b['meta']['iter']
+    assert a['state_dict'].keys() == b['state_dict'].keys()
+    differ = [k for k in a['state_dict'] if not torch_equal(a['state_dict'][k], b['state_dict'][k])]
+    assert not differ, f'{len(differ)} of {len(a["state_dict"])} tensors differ: {differ[:5]}'
+    sa, sb = a['optimizer']['state'], b['optimizer']['state']
+    assert sa.keys() == sb.keys()
+    differ = [(i, n) for i in sa for n in sa[i] if not torch_equal(sa[i][n], sb[i][n])]
+    assert not differ, f'optimizer state differs: {differ[:5]}'
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+
 def scalars(work_dir: Path) -> Dict[int, dict]:
     """Training scalars logged per iteration, over all runs in ``work_dir`` (later
     runs, e.g. a resumed one, override earlier entries of the same iteration)."""
@@ -157,30 +176,18 @@ def max_state_diff(a: dict, b: dict) -> float:
                for k in a if a[k].is_floating_point())
 
 
-def optimizer_diff(a: dict, b: dict) -> float:
-    """Largest absolute difference between two optimizer states (same param order)."""
-    sa, sb = a['state'], b['state']
-    assert sa.keys() == sb.keys()
-    diff = 0.
-    for k in sa:
-        for name, t in sa[k].items():
-            diff = max(diff, float((t.double() - sb[k][name].double()).abs().max()))
-    return diff
-
-
 # ------------------------------------------------------------------ probes (child side)
 @HOOKS.register_module()
-class PauseBeforeIter(Hook):
-    """Before iteration ``at`` (1-based, as logged) write ``marker`` and sleep, so that a
-    test can kill the process mid-training, between checkpoints."""
+class KillBeforeIter(Hook):
+    """Before iteration ``at`` (1-based, as logged) the process kills itself with SIGKILL:
+    a kill at a fixed point between checkpoints, in every process of a distributed run."""
 
-    def __init__(self, at: int, marker: str, seconds: float = TIMEOUT):
-        self.at, self.marker, self.seconds = at, marker, seconds
+    def __init__(self, at: int):
+        self.at = at
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         if runner.iter + 1 == self.at:
-            Path(self.marker).touch()
-            time.sleep(self.seconds)
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 @HOOKS.register_module()

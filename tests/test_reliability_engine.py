@@ -99,8 +99,11 @@ def test_find_resumable(tmp_path):
     assert is_complete_checkpoint(good4) and not is_complete_checkpoint(partial)
     warnings = []
     assert find_resumable(str(tmp_path), None) is None          # a fresh run
-    assert find_resumable(str(tmp_path), good2, warnings.append) == good2
+    assert find_resumable(str(tmp_path), good4, warnings.append) == good4
     assert not warnings
+    # a complete one beside it with a larger step, written no earlier, is taken instead
+    assert find_resumable(str(tmp_path), good2, warnings.append) == good4
+    assert 'is newer and complete' in warnings.pop()
     assert find_resumable(str(tmp_path), partial, warnings.append) == good4
     assert 'is incomplete' in warnings[-1] and good4 in warnings[-1]
     assert find_resumable(str(tmp_path), '', warnings.append) == good4

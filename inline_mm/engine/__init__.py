@@ -14,7 +14,10 @@ unless a config asks for them.
 its feature check says the installed mmengine needs it and each acting only where mmengine
 fails, so that nothing
 changes for runs that work: CPU DDP (:mod:`.distributed`), checkpoint pruning after the save
-and the ``--resume`` fallback (:mod:`.checkpointing`), files that are no checkpoint named for
+and the ``--resume`` fallback (:mod:`.checkpointing`), the random state in checkpoints, restored
+at ``--resume``, and validation on a copy of it (:mod:`.random_state`; this one changes the
+numbers a run draws after each validation), data workers that end with their parent
+(:mod:`.workers`), files that are no checkpoint named for
 what they are and onedl-mmengine's ``weights_only=False`` retry removed (:mod:`.loading`),
 reasons for empty datasets (:mod:`.data_checks`), plain parameter groups for ``compile=True``
 (:mod:`.compiling`). ``python -m inline_mm.env`` lists them, on or off.
@@ -28,7 +31,8 @@ and the stock mmdet/mmseg tools get them too::
 
 Nothing here imports mmdet/mmseg models or mmcv's compiled ops.
 """
-from . import checkpointing, compiling, data_checks, distributed, fsdp, loading  # noqa: F401
+from . import (checkpointing, compiling, data_checks, distributed, fsdp, loading,  # noqa: F401
+               random_state, workers)
 from .overlays import PredictionOverlayHook
 from .data_checks import DatasetCheckHook, check_coco
 from .nonfinite import NonFiniteCheckHook, NonFiniteLossError
@@ -40,8 +44,8 @@ __all__ = ['NonFiniteCheckHook', 'NonFiniteLossError', 'DatasetCheckHook', 'Pred
 
 #: the rows of the patch table the engine switches on, each defined beside the code it
 #: patches (``python -m inline_mm.env`` lists them with the others)
-PATCHES = (distributed.PATCHES + checkpointing.PATCHES + loading.PATCHES
-           + data_checks.PATCHES + compiling.PATCHES)
+PATCHES = (distributed.PATCHES + checkpointing.PATCHES + random_state.PATCHES + loading.PATCHES
+           + data_checks.PATCHES + workers.PATCHES + compiling.PATCHES)
 
 
 def install():
