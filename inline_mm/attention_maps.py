@@ -61,7 +61,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from .models.attention import InLineAttention
+from .models.attention import InLineAttention, record_calls
 from .models.inline_function import LINEAR_EPS, guard_denominator
 from .models.padding import ValidMap
 
@@ -247,12 +247,12 @@ def capture_attention(backbone: nn.Module, x: torch.Tensor, stage: int, block: i
     """Run ``backbone`` on ``x`` and read the call of the InLine attention of block
     ``block`` of stage ``stage`` (branch ``branch`` of an InLine-CSwin block).
 
-    The attention's ``record`` switch (its public seam,
-    :class:`~inline_mm.models.attention.AttentionCall`) is on for the forward pass and off
-    after it; the call is the same whichever ``impl`` runs. Runs under
-    ``torch.no_grad()`` in the model's current mode (``eval()`` it first: dropout).
-    ``valid_sizes`` goes to the backbone (each image's ``(h, w)`` in a padded batch; by
-    default the backbone reads the padding from the input).
+    The call is read through :func:`~inline_mm.models.attention.record_calls`, whose record
+    is this call's own: other threads running the same backbone at the same time (a
+    server's other requests) neither see it nor change it. The call is the same whichever
+    ``impl`` runs. Runs under ``torch.no_grad()`` in the model's current mode (``eval()`` it
+    first: dropout). ``valid_sizes`` goes to the backbone (each image's ``(h, w)`` in a
+    padded batch; by default the backbone reads the padding from the input).
     """
     path, attn = find_attention(backbone, stage, block, branch)
     window = getattr(attn, 'window_size', None)
@@ -260,13 +260,9 @@ def capture_attention(backbone: nn.Module, x: torch.Tensor, stage: int, block: i
         raise AttentionSiteError(f'{path} attends within {window}x{window} windows '
                                  "(inline_cfg window_size): its maps are per window; use a "
                                  'global InLine block (window_size=None)')
-    attn.record, attn.last_call = True, None
-    try:
-        with torch.no_grad():
-            backbone(x) if valid_sizes is None else backbone(x, valid_sizes=valid_sizes)
-        call = attn.last_call
-    finally:
-        attn.record, attn.last_call = False, None
+    with torch.no_grad(), record_calls(attn) as record:
+        backbone(x) if valid_sizes is None else backbone(x, valid_sizes=valid_sizes)
+    call = record.last(attn)
     if call is None:
         raise AttentionSiteError(f'{path} was not called by the forward pass: the backbone '
                                  'stops after its last output (out_indices); build it with '

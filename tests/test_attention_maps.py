@@ -89,7 +89,6 @@ def test_inline_weights_sum_to_one_and_give_the_block_output(name):
     whole = mine.transpose(0, 1).reshape(len(tokens.index), -1)    # (n, C)
     whole[p:] += local_term(cap, tokens)
     assert rel_err(whole, cap.output[0].double()) < TOL
-    assert not cap.module.record and cap.module.last_call is None  # the seam is off again
 
 
 @pytest.mark.parametrize('name', NAMES)
@@ -150,7 +149,6 @@ def test_a_windowed_block_is_refused():
     model = family.cls(**family.smoke, inline_cfg=dict(window_size=4)).eval()
     with pytest.raises(AttentionSiteError, match='4x4 windows'):
         capture_attention(model, torch.randn(1, 3, 64, 64), 0, 0)
-    assert not find_attention(model, 0, 0)[1].record
 
 
 def test_linear_rows_sum_to_one_and_cannot_tell_q_from_2q():
