@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -181,6 +182,75 @@ def test_a_detection_session_without_a_browser(tmp_path, handlers, detector):
     assert again['x'] == 20 and again['message'].startswith('stage 0 block 0 (InLine): captured')
     assert h.again(block, ui.MEAN_OVER_HEADS, 0.0, state, progress=None)['message'].startswith(
         'the capture of this image and block was reused')
+
+
+# ------------------------------------------------------------------ users at once
+def _held_in_the_backbone(viewer, request):
+    """Run ``request`` in a thread that stops inside the backbone, at the entry of stage 1
+    (after stage 0's attention ran), until released: ``(thread, result, reached, release)``."""
+    reached, release, result = threading.Event(), threading.Event(), {}
+
+    def run():
+        try:
+            result['value'] = request()
+        except Exception as e:          # (the check below reports it)
+            result['error'] = e
+
+    worker = threading.Thread(target=run)
+
+    def hold(module, args):
+        if threading.current_thread() is worker and not reached.is_set():
+            reached.set()
+            assert release.wait(60)
+    handle = viewer.backbone.layers[1].register_forward_pre_hook(hold)
+    worker.start()
+    assert reached.wait(120), 'the held request never reached stage 1'
+    return worker, result, release, handle
+
+
+def test_users_at_once_each_get_their_own_maps_and_predictions(tmp_path, detector):
+    """The forced interleaving: user A's request is held inside the backbone, after the
+    captured block ran, while user B's request (maps of another image at the same block, or
+    that image's predictions) runs whole on the same model; then A goes on. Every answer
+    equals the same request alone: weights within 1e-9 (float64), predictions equal."""
+    viewer = detector
+    choice = viewer.default_choice
+    a = viewer.read(str(photo(tmp_path / 'a.png', seed=1)), 'a.png')
+    b = viewer.read(str(photo(tmp_path / 'b.png', seed=2)), 'b.png')
+    b.pixels = np.ascontiguousarray(255 - b.pixels)       # (another picture, same size)
+    maps = lambda image, point: lambda: viewer.attention(image, point, choice)[0].maps.weights
+    predict = lambda image: lambda: viewer.predict(image)
+    requests = {'A maps': maps(a, (40, 50)), 'B maps': maps(b, (100, 20)),
+                'B predictions': predict(b)}
+    alone = {name: request() for name, request in requests.items()}
+    assert not np.allclose(alone['A maps']['inline'], alone['B maps']['inline'], atol=1e-9)
+
+    def same(name, got):
+        want = alone[name]
+        if isinstance(want, dict):
+            for m in want:
+                np.testing.assert_allclose(got[m].numpy(), want[m].numpy(), rtol=0, atol=1e-9,
+                                           err_msg=f'{name}: {m}')
+        else:
+            for key in ('boxes', 'scores', 'labels', 'masks'):
+                np.testing.assert_array_equal(getattr(got, key), getattr(want, key),
+                                              err_msg=f'{name}: {key}')
+
+    wrong = []
+    for held, meanwhile in [('A maps', 'B maps'), ('A maps', 'B predictions')]:
+        worker, result, release, handle = _held_in_the_backbone(viewer, requests[held])
+        try:
+            same(meanwhile, requests[meanwhile]())       # B, whole, while A waits inside
+        finally:
+            release.set()
+            worker.join(120)
+            handle.remove()
+        try:
+            assert 'error' not in result, result.get('error')
+            same(held, result['value'])
+        except AssertionError as e:
+            wrong.append(f'{held} while {meanwhile} ran: {str(e).strip()[:300]}')
+    assert not wrong, '\n'.join(wrong)
 
 
 def test_bad_input_leaves_a_message(tmp_path, handlers):

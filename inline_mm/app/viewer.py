@@ -496,7 +496,12 @@ class Viewer:
         where = f'{choice.stage}-{choice.block}-{choice.branch}'
         path = os.path.join(self.out_dir, f'attention_{image.key[:8]}_{where}_{int(x)}_{int(y)}'
                             f'_{"mean" if head is None else head}.npz')
-        save_maps(path, maps, [(x, y)], (h, w), resized, cap.path)
+        # Written aside, then moved into place: two users asking for the same query at once
+        # each write whole files, and the page only ever links a complete one.
+        fd, part = tempfile.mkstemp(suffix='.npz', dir=self.out_dir)
+        os.close(fd)
+        save_maps(part, maps, [(x, y)], (h, w), resized, cap.path)
+        os.replace(part, path)
         what = 'mean over heads' if head is None else f'head {head}'
         summary = (f'query ({x:g}, {y:g}): token (row {cell[0]}, column {cell[1]}) of the '
                    f'{maps.grid[0]}x{maps.grid[1]} tokens ({stride} pixels each on the '
