@@ -69,7 +69,7 @@ __all__ = ['AttentionSite', 'AttentionSiteError', 'Capture', 'ImageTokens', 'Att
            'attention_sites', 'find_attention', 'capture_attention', 'inline_weights',
            'linear_weights', 'guard_denominator', 'softmax_weights', 'block_weights',
            'local_kernels', 'head_kernel', 'attention_maps', 'map_stride', 'METHODS',
-           'LINEAR_EPS', 'Preprocess', 'load_image', 'prepare_image', 'grid_points',
+           'LINEAR_EPS', 'Preprocess', 'to_rgb', 'load_image', 'prepare_image', 'grid_points',
            'point_to_cell', 'build_backbone']
 
 #: the weight functions of a map, in the order of the figure's columns
@@ -561,15 +561,28 @@ class Preprocess:
         return cls(**kw)
 
 
+def to_rgb(im):
+    """A PIL image as RGB, transparent pixels composited over white (how a browser shows
+    them on a white page), not read as the colour they happen to store."""
+    from PIL import Image
+    if im.mode == 'P' and 'transparency' in im.info:
+        im = im.convert('RGBA')
+    if im.mode in ('RGBA', 'LA', 'PA', 'RGBa', 'La'):
+        rgba = im.convert('RGBA')
+        white = Image.new('RGBA', rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert('RGB')
+    return im.convert('RGB')
+
+
 def load_image(path: str):
-    """An image file as an ``(H, W, 3)`` uint8 RGB array."""
+    """An image file as an ``(H, W, 3)`` uint8 RGB array (:func:`to_rgb`)."""
     import numpy as np
     from PIL import Image, UnidentifiedImageError
     if not os.path.isfile(path):
         raise FileNotFoundError(f'image not found: {path!r}')
     try:
         with Image.open(path) as im:
-            return np.asarray(im.convert('RGB'))
+            return np.asarray(to_rgb(im))
     except (UnidentifiedImageError, OSError) as e:
         raise ValueError(f'{path!r} is not an image PIL can read ({e})') from None
 
