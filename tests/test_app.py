@@ -444,6 +444,11 @@ def _wait_for_page(url: str, proc, log: Path, timeout: float = 180):
     pytest.fail(f'the app did not answer within {timeout}s:\n{log.read_text()[-3000:]}')
 
 
+def _wait_for_message(page, text: str):
+    page.wait_for_function('text => document.querySelector("#message").innerText.includes(text)',
+                           arg=text, timeout=60_000)
+
+
 def _fetch(page, url: str) -> bytes:
     response = page.request.get(url)
     assert response.ok, url
@@ -530,6 +535,19 @@ def test_the_app_in_a_real_browser(tmp_path, detector):
             page.wait_for_function('() => { const i = document.querySelector("#predictions img");'
                                    ' return i && i.complete && i.naturalWidth === 150 && '
                                    'i.naturalHeight === 110 }', timeout=30_000)
+            # the threshold redraws however it is set: a typed value, then the arrow keys
+            drawn = page.locator('#predictions img').get_attribute('src')
+            number = page.locator('#score input[type=number]')
+            number.fill('0.5')
+            number.press('Enter')
+            _wait_for_message(page, 'detections at score >= 0.50')
+            page.wait_for_function('src => document.querySelector("#predictions img").src '
+                                   '!== src', arg=drawn, timeout=30_000)
+            page.locator('#score input[type=range]').press('ArrowRight')
+            _wait_for_message(page, 'detections at score >= 0.51')
+            number.fill('0')
+            number.press('Enter')
+            _wait_for_message(page, '100 of 100 detections at score >= 0.00')
             results = [_click_and_read(page, pt, base) for pt in [(23, 31), (121, 84)]]
             points = [pt for pt, _, _ in results]
             for _, views, _ in results:
@@ -539,6 +557,21 @@ def test_the_app_in_a_real_browser(tmp_path, detector):
                     with PILImage.open(io.BytesIO(views[m])) as im:
                         assert im.size == (150, 110)
             (_, a_views, a), (_, b_views, b) = results
+            # each map's colour bar, white at the uniform weight 1/n, which the page explains
+            assert 'white is the uniform weight 1/n' in page.locator('#scale-note').inner_text()
+            for m in ('inline', 'linear', 'softmax'):
+                bar = page.locator(f'#bar-{m} .colour-bar')
+                assert bar.is_visible()
+                uniform = float(bar.get_attribute('data-uniform'))
+                assert uniform == pytest.approx(1 / (47 * 64), rel=1e-9)
+                assert '1/n = ' in bar.inner_text()
+                lo, hi = (float(bar.get_attribute(f'data-{k}')) for k in ('lo', 'hi'))
+                assert hi - uniform == pytest.approx(uniform - lo, rel=1e-9)
+                assert hi - uniform == pytest.approx(
+                    np.abs(b[m][0] - uniform).max(), rel=1e-6)        # the last click's map
+                mark = page.locator(f'#bar-{m} .uniform').bounding_box()
+                box = page.locator(f'#bar-{m} .bar').bounding_box()
+                assert abs(mark['x'] + mark['width'] / 2 - (box['x'] + box['width'] / 2)) <= 2
             assert a_views['inline'] != b_views['inline']
             assert not np.array_equal(a['inline'], b['inline'])
             assert [tuple(r['points'][0]) for _, _, r in results] == points
@@ -550,14 +583,18 @@ def test_the_app_in_a_real_browser(tmp_path, detector):
             SCREENSHOT.parent.mkdir(exist_ok=True)
             page.locator('#block input').click()
             page.get_by_role('option', name='stage 0 block 0 (InLine)').click()
-            page.wait_for_function(
-                '() => document.querySelector("#message").innerText.includes("reused")',
-                timeout=60_000)
+            _wait_for_message(page, 'used again')
             page.screenshot(path=str(SCREENSHOT), full_page=True)
             browser.close()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    # a quiet start: one line naming the model, its weights and the address; no warnings
+    lines = log.read_text().splitlines()
+    assert lines[0] == (f'inline_mm.app: {NANO.name}: detection with InLineSwin, a size of its '
+                        'own (the config sets its widths and depths: not a released model), on '
+                        f'cpu; weights nano.pth (the whole model); open {base}'), lines
+    assert not [line for line in lines if 'arning' in line or 'share' in line], lines
     # the page loaded nothing from outside, and the server reached nothing outside
     hosts = {r.split('/')[2] for r in requests if r.startswith('http')}
     assert hosts == {f'127.0.0.1:{port}'}, hosts

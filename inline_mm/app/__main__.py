@@ -5,7 +5,7 @@ import socket
 import sys
 import warnings
 
-from .viewer import DEFAULT_MAX_SIDE, DEFAULT_SCORE_THR
+from .viewer import DEFAULT_CONCURRENCY, DEFAULT_MAX_SIDE, DEFAULT_SCORE_THR
 
 
 def parse_args(argv=None):
@@ -25,6 +25,9 @@ def parse_args(argv=None):
     p.add_argument('--seed', type=int, default=0, help='seed of random weights (default: 0)')
     p.add_argument('--score-thr', type=float, default=DEFAULT_SCORE_THR,
                    help=f"the score slider's start (default: {DEFAULT_SCORE_THR})")
+    p.add_argument('--concurrency', type=int, default=DEFAULT_CONCURRENCY,
+                   help='model requests (predictions, maps) run at once over all users; the '
+                   f'rest wait in one queue (default: {DEFAULT_CONCURRENCY})')
     p.add_argument('--max-side', type=int, default=DEFAULT_MAX_SIDE,
                    help='larger images are downscaled to this many pixels on their longer side '
                    f'(default: {DEFAULT_MAX_SIDE})')
@@ -60,6 +63,8 @@ def main(argv=None):
     if _port_taken(args.host, args.port):
         fail(f'port {args.port} on {args.host} is in use (another app, or this one running '
              'already?): start with --port N for another port')
+    if args.concurrency < 1:
+        fail(f'--concurrency {args.concurrency}: give 1 or more')
     _quiet()
     # Nothing leaves this machine: gradio's statistics and version check off before it loads.
     os.environ['GRADIO_ANALYTICS_ENABLED'] = 'False'
@@ -79,7 +84,7 @@ def main(argv=None):
         fail(e)
     line = (f'{os.path.basename(args.config)}: {viewer.model_line()}; {viewer.weights_line}')
     try:
-        serve(viewer, args.host, args.port, args.score_thr,
+        serve(viewer, args.host, args.port, args.score_thr, model_requests=args.concurrency,
               on_start=lambda url: print(f'inline_mm.app: {line}; open {url}', flush=True))
     except OSError as e:         # the port, taken while the model loaded
         if str(args.port) not in str(e):

@@ -18,7 +18,7 @@ import gradio as gr
 
 from ..attention_maps import METHODS, AttentionSiteError
 from ..attention_views import colour_stops
-from .viewer import DEFAULT_SCORE_THR, AppError, Image, Prediction, Viewer
+from .viewer import DEFAULT_CONCURRENCY, DEFAULT_SCORE_THR, AppError, Image, Prediction, Viewer
 
 __all__ = ['Handlers', 'Session', 'build', 'serve', 'SAMPLES', 'MEAN_OVER_HEADS']
 
@@ -202,7 +202,7 @@ CSS = """
 
 
 def build(viewer: Viewer, score_thr: float = DEFAULT_SCORE_THR,
-          model_requests: int = 1) -> gr.Blocks:
+          model_requests: int = DEFAULT_CONCURRENCY) -> gr.Blocks:
     """The page for ``viewer``; ``model_requests``: how many requests that run the model
     (an image's predictions, a click's maps) run at once, over all users (the rest wait in
     one first-come queue)."""
@@ -287,13 +287,13 @@ def build(viewer: Viewer, score_thr: float = DEFAULT_SCORE_THR,
 
 def serve(viewer: Viewer, host: str = '127.0.0.1', port: int = 7860,
           score_thr: float = DEFAULT_SCORE_THR, block: bool = True, on_start=None,
-          model_requests: int = 1):
+          model_requests: int = DEFAULT_CONCURRENCY):
     """Start the page on ``host:port`` (this machine only unless told otherwise), quietly;
     ``on_start(url)`` is called once it serves; then, with ``block``, serve until stopped.
     Nothing is fetched from the web: no analytics, no share link, the page's fonts and
-    scripts are gradio's own files. Model requests of every user share one queue (one at a
-    time, first come first served: on a CPU or one GPU, running them side by side only
-    splits the device; each request's attention capture is its own either way)."""
+    scripts are gradio's own files. Model requests of every user share one queue,
+    ``model_requests`` of them running at once (each request's attention capture is its
+    own, :func:`~inline_mm.models.attention.record_calls`)."""
     # (gradio reads it when it sends statistics or checks its version; the page's Blocks
     # say so too, but a page gradio builds itself, as its API page, reads the variable)
     os.environ['GRADIO_ANALYTICS_ENABLED'] = 'False'

@@ -23,7 +23,7 @@ from ..attention_views import (colour_over, kernel_picture, map_at_image_size, m
                                mark_point, method_label, save_maps)
 
 __all__ = ['AppError', 'Image', 'BlockChoice', 'Prediction', 'AttentionViews', 'Viewer',
-           'read_image', 'DEFAULT_MAX_SIDE', 'MIN_SIDE', 'DEFAULT_SCORE_THR']
+           'read_image', 'DEFAULT_MAX_SIDE', 'MIN_SIDE', 'DEFAULT_SCORE_THR', 'DEFAULT_CONCURRENCY']
 
 #: the longest side the app keeps; larger images are downscaled to it (``--max-side``)
 DEFAULT_MAX_SIDE = 2048
@@ -31,6 +31,10 @@ DEFAULT_MAX_SIDE = 2048
 MIN_SIDE = 32
 #: the score slider's start (mmdet's ``DetInferencer`` draws from 0.3 too)
 DEFAULT_SCORE_THR = 0.3
+#: model requests the page runs at once over all users (``--concurrency``): each records
+#: its own attention (``record_calls``), so they may overlap; 4 users on 2 CPU cores wait
+#: least in ratio to one user alone so (``benchmarks/app_users.py``)
+DEFAULT_CONCURRENCY = 4
 
 
 class AppError(ValueError):
@@ -311,8 +315,8 @@ class Viewer:
         load_pretrained(model.backbone, path)
         self.weights_line = (f'backbone weights {_shown(self.checkpoint)}, the rest random '
                              f'(seed {self.seed})')
-        return (f'backbone weights: `{_shown(self.checkpoint)}`; the rest of the model is **random** '
-                '(an ImageNet backbone, no trained head): the predictions mean nothing, the '
+        return (f'backbone weights: `{_shown(self.checkpoint)}`; the rest of the model is '
+                '**random** (an ImageNet backbone, no trained head): the predictions mean nothing, the '
                 "maps are the backbone's"), False
 
     def _load_whole(self, model, state):
