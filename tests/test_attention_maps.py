@@ -315,7 +315,7 @@ def test_attention_map_tool_writes_the_grid(tmp_path):
     assert summary['module'] == 'layers.2.blocks.0.attn' and summary['queries'] == 4
     assert summary['linear_kernel'] == 'relu' and summary['grid'] == [14, 21]
     with Image.open(out) as im:
-        assert im.size == figure_size(4) == (1200, 4 * 240 + 60)
+        assert im.size == figure_size(4) == (1200, 4 * 240 + 76)
     # an error: the exit status and the message
     res = _tool('--model', 'InLineSwin', '--arch', 'smoke', '--random-weights', '--image', image,
                 '--grid', '2', '--stage', '1', '--out', tmp_path / 'softmax.png')
