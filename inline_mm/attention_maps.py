@@ -61,7 +61,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from .models.attention import InLineAttention
+from .models.attention import InLineAttention, record_calls
 from .models.inline_function import LINEAR_EPS, guard_denominator
 from .models.padding import ValidMap
 
@@ -69,7 +69,7 @@ __all__ = ['AttentionSite', 'AttentionSiteError', 'Capture', 'ImageTokens', 'Att
            'attention_sites', 'find_attention', 'capture_attention', 'inline_weights',
            'linear_weights', 'guard_denominator', 'softmax_weights', 'block_weights',
            'local_kernels', 'head_kernel', 'attention_maps', 'map_stride', 'METHODS',
-           'LINEAR_EPS', 'Preprocess', 'load_image', 'prepare_image', 'grid_points',
+           'LINEAR_EPS', 'Preprocess', 'to_rgb', 'load_image', 'prepare_image', 'grid_points',
            'point_to_cell', 'build_backbone']
 
 #: the weight functions of a map, in the order of the figure's columns
@@ -247,12 +247,12 @@ def capture_attention(backbone: nn.Module, x: torch.Tensor, stage: int, block: i
     """Run ``backbone`` on ``x`` and read the call of the InLine attention of block
     ``block`` of stage ``stage`` (branch ``branch`` of an InLine-CSwin block).
 
-    The attention's ``record`` switch (its public seam,
-    :class:`~inline_mm.models.attention.AttentionCall`) is on for the forward pass and off
-    after it; the call is the same whichever ``impl`` runs. Runs under
-    ``torch.no_grad()`` in the model's current mode (``eval()`` it first: dropout).
-    ``valid_sizes`` goes to the backbone (each image's ``(h, w)`` in a padded batch; by
-    default the backbone reads the padding from the input).
+    The call is read through :func:`~inline_mm.models.attention.record_calls`, whose record
+    is this call's own: other threads running the same backbone at the same time (a
+    server's other requests) neither see it nor change it. The call is the same whichever
+    ``impl`` runs. Runs under ``torch.no_grad()`` in the model's current mode (``eval()`` it
+    first: dropout). ``valid_sizes`` goes to the backbone (each image's ``(h, w)`` in a
+    padded batch; by default the backbone reads the padding from the input).
     """
     path, attn = find_attention(backbone, stage, block, branch)
     window = getattr(attn, 'window_size', None)
@@ -260,13 +260,9 @@ def capture_attention(backbone: nn.Module, x: torch.Tensor, stage: int, block: i
         raise AttentionSiteError(f'{path} attends within {window}x{window} windows '
                                  "(inline_cfg window_size): its maps are per window; use a "
                                  'global InLine block (window_size=None)')
-    attn.record, attn.last_call = True, None
-    try:
-        with torch.no_grad():
-            backbone(x) if valid_sizes is None else backbone(x, valid_sizes=valid_sizes)
-        call = attn.last_call
-    finally:
-        attn.record, attn.last_call = False, None
+    with torch.no_grad(), record_calls(attn) as record:
+        backbone(x) if valid_sizes is None else backbone(x, valid_sizes=valid_sizes)
+    call = record.last(attn)
     if call is None:
         raise AttentionSiteError(f'{path} was not called by the forward pass: the backbone '
                                  'stops after its last output (out_indices); build it with '
@@ -565,15 +561,28 @@ class Preprocess:
         return cls(**kw)
 
 
+def to_rgb(im):
+    """A PIL image as RGB, transparent pixels composited over white (how a browser shows
+    them on a white page), not read as the colour they happen to store."""
+    from PIL import Image
+    if im.mode == 'P' and 'transparency' in im.info:
+        im = im.convert('RGBA')
+    if im.mode in ('RGBA', 'LA', 'PA', 'RGBa', 'La'):
+        rgba = im.convert('RGBA')
+        white = Image.new('RGBA', rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert('RGB')
+    return im.convert('RGB')
+
+
 def load_image(path: str):
-    """An image file as an ``(H, W, 3)`` uint8 RGB array."""
+    """An image file as an ``(H, W, 3)`` uint8 RGB array (:func:`to_rgb`)."""
     import numpy as np
     from PIL import Image, UnidentifiedImageError
     if not os.path.isfile(path):
         raise FileNotFoundError(f'image not found: {path!r}')
     try:
         with Image.open(path) as im:
-            return np.asarray(im.convert('RGB'))
+            return np.asarray(to_rgb(im))
     except (UnidentifiedImageError, OSError) as e:
         raise ValueError(f'{path!r} is not an image PIL can read ({e})') from None
 

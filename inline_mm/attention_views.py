@@ -14,13 +14,15 @@ import numpy as np
 
 from .attention_maps import METHODS, AttentionMaps
 
-__all__ = ['pixel_cells', 'map_at_image_size', 'colour_over', 'mark_point', 'kernel_taps',
+__all__ = ['pixel_cells', 'map_at_image_size', 'map_scale', 'colour_stops', 'colour_over',
+           'mark_point', 'kernel_taps',
            'kernel_picture', 'method_label', 'save_maps', 'load_maps', 'figure_size',
            'draw_figure']
 
 #: how a map is coloured: matplotlib's colour map and its opacity over a grey copy of the
-#: image (the figure of tools/attention_map.py uses the same)
-COLOUR_MAP, OPACITY = 'jet', 0.6
+#: image (the figure of tools/attention_map.py uses the same); a diverging map, white in the
+#: middle, where :func:`map_scale` puts the uniform weight 1/n
+COLOUR_MAP, OPACITY = 'RdBu_r', 0.6
 
 
 def pixel_cells(image_hw: Tuple[int, int], resized_hw: Tuple[int, int], stride: int,
@@ -45,14 +47,33 @@ def map_at_image_size(grid_map, image_hw: Tuple[int, int], resized_hw: Tuple[int
     return grid_map[rows[:, None], cols[None, :]]
 
 
-def colour_over(image: np.ndarray, values: np.ndarray,
+def map_scale(values, uniform: float) -> Tuple[float, float]:
+    """A map's colour scale ``(lo, hi)``: centred on the uniform weight ``uniform`` (1/n,
+    white), out to the map's largest distance from it (blue below, red above), so that a
+    colour says how far a key is from getting the uniform weight, and the ends are the
+    map's extreme. A map with every weight uniform gets ``uniform +- uniform``."""
+    bound = float(np.max(np.abs(np.asarray(values, dtype=np.float64) - uniform)))
+    if not bound > 0:
+        bound = abs(uniform) or 1.0
+    return uniform - bound, uniform + bound
+
+
+def colour_stops(n: int = 11) -> list:
+    """``n`` evenly spaced ``(r, g, b)`` colours of :data:`COLOUR_MAP` (0-255 ints), from
+    ``lo`` to ``hi`` of :func:`map_scale`: a colour bar."""
+    from matplotlib import colormaps
+    return [tuple(int(round(255 * c)) for c in colormaps[COLOUR_MAP](i / (n - 1))[:3])
+            for i in range(n)]
+
+
+def colour_over(image: np.ndarray, values: np.ndarray, scale: Tuple[float, float],
                 point: Optional[Tuple[float, float]] = None) -> np.ndarray:
-    """``values`` (the image's size) coloured from their minimum (blue) to their maximum
-    (red) over a grey copy of the ``(H, W, 3)`` uint8 ``image``; the query ``point`` marked.
+    """``values`` (the image's size) coloured on ``scale`` (``(lo, hi)``, :func:`map_scale`)
+    over a grey copy of the ``(H, W, 3)`` uint8 ``image``; the query ``point`` marked.
     Returns an ``(H, W, 3)`` uint8 image."""
     from matplotlib import colormaps
-    lo, hi = float(np.min(values)), float(np.max(values))
-    scaled = (values - lo) / (hi - lo) if hi > lo else np.zeros_like(values, dtype=np.float64)
+    lo, hi = scale
+    scaled = np.clip((np.asarray(values, dtype=np.float64) - lo) / (hi - lo), 0, 1)
     colours = colormaps[COLOUR_MAP](scaled)[..., :3] * 255
     grey = image.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
     out = OPACITY * colours + (1 - OPACITY) * grey[..., None]
@@ -181,7 +202,7 @@ def load_maps(path: str) -> Dict[str, np.ndarray]:
 
 # --------------------------------------------------------------------------- the figure
 #: pixels of one cell of the figure, and of the title band above the cells
-CELL_PX, TITLE_PX, DPI = 240, 60, 100
+CELL_PX, TITLE_PX, DPI = 240, 76, 100
 #: the figure's columns
 COLUMNS = ('image',) + METHODS + ('local',)
 
@@ -214,6 +235,9 @@ def draw_figure(maps: AttentionMaps, image, points: Sequence[Optional[Tuple[floa
     h, w = maps.grid
     # The grid covers stride-sized cells of the resized image; back in the image's pixels:
     extent = (0, w * maps.stride * iw / resized_hw[1], h * maps.stride * ih / resized_hw[0], 0)
+    uniform = 1.0 / maps.weights[METHODS[0]].shape[-1]      # 1/n: n keys, the prefix too
+    title = (title + '\n' if title else '') + (f'each map: white = the uniform weight 1/n = '
+                                                f'{uniform:.2g}, red above, blue below')
     fig.suptitle(title, fontsize=9, y=1 - 0.12 * TITLE_PX / height)
     for r, point in enumerate(points[:rows]):
         for c, column in enumerate(COLUMNS):
@@ -227,7 +251,8 @@ def draw_figure(maps: AttentionMaps, image, points: Sequence[Optional[Tuple[floa
             ax.imshow(image if column == 'image' else grey, cmap='gray', vmin=0, vmax=255)
             if column != 'image':
                 m = maps.grid_map(column, r).numpy()
-                ax.imshow(m, extent=extent, cmap=COLOUR_MAP, alpha=OPACITY,
+                lo, hi = map_scale(m, uniform)
+                ax.imshow(m, extent=extent, cmap=COLOUR_MAP, alpha=OPACITY, vmin=lo, vmax=hi,
                           interpolation='nearest')
                 text = f'{method_label(maps, column)}\n[{m.min():.2g}, {m.max():.2g}]'
                 if maps.prefix_tokens:

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -23,8 +24,8 @@ import pytest
 import torch
 from PIL import Image as PILImage
 
-from inline_mm.attention_maps import (Preprocess, attention_maps, capture_attention, map_stride,
-                                      point_to_cell, prepare_image)
+from inline_mm.attention_maps import (Preprocess, attention_maps, capture_attention, load_image,
+                                      map_stride, point_to_cell, prepare_image)
 from inline_mm.attention_views import (kernel_taps, load_maps, map_at_image_size, pixel_cells,
                                        save_maps)
 from support import ROOT, free_port, subprocess_env, write_tiny_config
@@ -40,6 +41,7 @@ NANO = ROOT / 'configs' / 'inline_swin' / 'mask-rcnn_inline-swin-nano_fpn_1xb4-5
 SEG = ROOT / 'configs' / 'inline_pvt' / 'fpn_inline-pvt-t_4xb4-40k_ade20k-512x512.py'
 SCREENSHOT = ROOT / 'work_dirs' / 'app_browser_test.png'
 CHROMIUM = shutil.which('chromium') or '/usr/bin/chromium'
+REUSED = 'same image and block as before: its attention from the last click was used again'
 
 
 def photo(path: Path, hw=(110, 150), seed=0) -> Path:
@@ -86,13 +88,28 @@ def test_images_that_are_not_images_or_too_large_or_too_small(tmp_path, detector
     with pytest.raises(AppError, match='too many pixels to decode safely'):
         read_image(str(tmp_path / 'big.png'))
     monkeypatch.undo()
-    # the nano config resizes to fit 256x256: 600x2 becomes 256x1
-    with pytest.raises(AppError, match=r'thin.png \(600x2 pixels\) is too small for the backbone'
-                       r".*makes it 256x1.*at least 32 pixels"):
-        detector.read(str(photo(tmp_path / 'thin.png', (2, 600))))
+    # a side below the minimum, as the file is (not after the test resize scales it up)
+    for hw in [(1, 1), (31, 400)]:
+        with pytest.raises(AppError, match=rf'small.png is {hw[1]}x{hw[0]} pixels: too small; '
+                           'the backbone needs at least 32 pixels a side'):
+            read_image(str(photo(tmp_path / 'small.png', hw)))
+    # the nano config resizes to fit 256x256: 1000x40 becomes 256x10
+    with pytest.raises(AppError, match=r'thin.png \(1000x40 pixels\) is too small for the '
+                       r"backbone.*makes it 256x10.*at least 32 pixels"):
+        detector.read(str(photo(tmp_path / 'thin.png', (40, 1000))))
     image = detector.read(str(photo(tmp_path / 'ok.png')))
     # the pixels the maps tool reads (load_image: PIL, RGB)
     assert np.array_equal(image.pixels, np.asarray(PILImage.open(tmp_path / 'ok.png')))
+    # transparent pixels are white (as the page shows them), for the app and the maps tool
+    rgba = np.asarray(PILImage.open(tmp_path / 'ok.png').convert('RGBA')).copy()
+    rgba[:, :40, 3] = 0
+    rgba[:, 40:80, 3] = 128
+    PILImage.fromarray(rgba).save(tmp_path / 'clear.png')
+    clear = detector.read(str(tmp_path / 'clear.png')).pixels
+    assert (clear[:, :40] == 255).all()
+    half = rgba[:, 40:80, :3].astype(np.float64) * 128 / 255 + 255 * 127 / 255
+    assert np.abs(clear[:, 40:80] - half).max() <= 1
+    np.testing.assert_array_equal(clear, load_image(str(tmp_path / 'clear.png')))
 
 
 def test_pixels_fall_in_the_tokens_point_to_cell_names():
@@ -139,14 +156,16 @@ def test_a_detection_session_without_a_browser(tmp_path, handlers, detector):
     assert 'photo.png, 150x110: 100 of 100 detections at score >= 0.00' in out['message']
     assert 'rectangle' in out['legend'] or 'circle' in out['legend']
     # the slider filters without predicting again: above every score nothing is drawn
-    assert np.array_equal(h.rethreshold(1.0, state)['predictions'], state.image.pixels)
+    above = h.rethreshold(1.0, state)
+    assert np.array_equal(above['predictions'], state.image.pixels)
+    assert 'photo.png, 150x110: 0 of 100 detections at score >= 1.00' in above['message']
     assert '0 of 100 detections' in detector.draw(state.image, state.prediction, 1.0)[2]
 
     block = detector.default_choice.label
     first = h.attend(20, 30, block, ui.MEAN_OVER_HEADS, 0.0, state, progress=None)
-    assert first['message'].startswith('stage 0 block 0 (InLine): captured')
+    assert first['message'].startswith('stage 0 block 0 (InLine): the backbone ran on the image')
     second = h.attend(120, 90, block, 'head 0', 0.0, state, progress=None)
-    assert second['message'].startswith('the capture of this image and block was reused')
+    assert second['message'].startswith(REUSED)
     assert (second['x'], second['y']) == (120, 90) and state.point == (120, 90)
     for result in (first, second):
         for m in ('inline', 'linear', 'softmax'):
@@ -154,6 +173,23 @@ def test_a_detection_session_without_a_browser(tmp_path, handlers, detector):
         assert result['view-kernel'].shape[2] == 3
     a, b = load_maps(first['weights']), load_maps(second['weights'])
     assert not np.array_equal(a['inline'], b['inline'])
+    # each map's colour bar: white at the uniform weight 1/n (n = 47 x 64 tokens), its ends
+    # the map's largest distance from 1/n; red above 1/n, blue below
+    for m in ('inline', 'linear', 'softmax'):
+        bar = first[f'bar-{m}']
+        lo, uniform, hi = (float(bar.split(f'data-{k}="')[1].split('"')[0])
+                           for k in ('lo', 'uniform', 'hi'))
+        assert uniform == pytest.approx(1 / (47 * 64), rel=1e-5) and '1/n = ' in bar
+        assert max(hi - uniform, uniform - lo) == pytest.approx(
+            np.abs(a[m][0] - 1 / (47 * 64)).max(), rel=1e-5)
+        picture = first[f'view-{m}']['value'].astype(int)
+        cells = pixel_cells((110, 150), (188, 256), 4, (47, 64))
+        values = a[m][0][cells[0][:, None], cells[1][None, :]]
+        red = picture[values == values.max()][0]
+        assert red[0] > red[2], (m, red)
+        if values.min() < uniform:
+            blue = picture[values == values.min()][0]
+            assert blue[2] > blue[0], (m, blue)
     assert int(b['head']) == 0 and int(a['head']) == -1
     # the same numbers from the library, computed here
     x, resized = prepare_image(state.image.pixels, Preprocess.from_config(detector.cfg))
@@ -167,7 +203,7 @@ def test_a_detection_session_without_a_browser(tmp_path, handlers, detector):
 
     # another block: a new capture; a Softmax block says why it has no map
     other = h.attend(20, 30, 'stage 2 block 0 (InLine)', 'head 3', 0.0, state, progress=None)
-    assert other['message'].startswith('stage 2 block 0 (InLine): captured')
+    assert other['message'].startswith('stage 2 block 0 (InLine): the backbone ran')
     assert load_maps(other['weights'])['inline'].shape == (1, 12, 16)   # 188x256 / 16
     changed = h.block_changed('stage 3 block 0 (Softmax)')
     assert 'is a Softmax block' in changed['message'] and changed['view-inline'] is None
@@ -178,9 +214,79 @@ def test_a_detection_session_without_a_browser(tmp_path, handlers, detector):
     # the same query again, as the page does after a change of block or head (one capture
     # is kept: stage 2's replaced stage 0's)
     again = h.again(block, 'head 0', 0.0, state, progress=None)
-    assert again['x'] == 20 and again['message'].startswith('stage 0 block 0 (InLine): captured')
+    assert again['x'] == 20 and again['message'].startswith('stage 0 block 0 (InLine): the '
+                                                            'backbone ran')
     assert h.again(block, ui.MEAN_OVER_HEADS, 0.0, state, progress=None)['message'].startswith(
-        'the capture of this image and block was reused')
+        REUSED)
+
+
+# ------------------------------------------------------------------ users at once
+def _held_in_the_backbone(viewer, request):
+    """Run ``request`` in a thread that stops inside the backbone, at the entry of stage 1
+    (after stage 0's attention ran), until released: ``(thread, result, reached, release)``."""
+    reached, release, result = threading.Event(), threading.Event(), {}
+
+    def run():
+        try:
+            result['value'] = request()
+        except Exception as e:          # (the check below reports it)
+            result['error'] = e
+
+    worker = threading.Thread(target=run)
+
+    def hold(module, args):
+        if threading.current_thread() is worker and not reached.is_set():
+            reached.set()
+            assert release.wait(60)
+    handle = viewer.backbone.layers[1].register_forward_pre_hook(hold)
+    worker.start()
+    assert reached.wait(120), 'the held request never reached stage 1'
+    return worker, result, release, handle
+
+
+def test_users_at_once_each_get_their_own_maps_and_predictions(tmp_path, detector):
+    """The forced interleaving: user A's request is held inside the backbone, after the
+    captured block ran, while user B's request (maps of another image at the same block, or
+    that image's predictions) runs whole on the same model; then A goes on. Every answer
+    equals the same request alone: weights within 1e-9 (float64), predictions equal."""
+    viewer = detector
+    choice = viewer.default_choice
+    a = viewer.read(str(photo(tmp_path / 'a.png', seed=1)), 'a.png')
+    b = viewer.read(str(photo(tmp_path / 'b.png', seed=2)), 'b.png')
+    b.pixels = np.ascontiguousarray(255 - b.pixels)       # (another picture, same size)
+    maps = lambda image, point: lambda: viewer.attention(image, point, choice)[0].maps.weights
+    predict = lambda image: lambda: viewer.predict(image)
+    requests = {'A maps': maps(a, (40, 50)), 'B maps': maps(b, (100, 20)),
+                'B predictions': predict(b)}
+    alone = {name: request() for name, request in requests.items()}
+    assert not np.allclose(alone['A maps']['inline'], alone['B maps']['inline'], atol=1e-9)
+
+    def same(name, got):
+        want = alone[name]
+        if isinstance(want, dict):
+            for m in want:
+                np.testing.assert_allclose(got[m].numpy(), want[m].numpy(), rtol=0, atol=1e-9,
+                                           err_msg=f'{name}: {m}')
+        else:
+            for key in ('boxes', 'scores', 'labels', 'masks'):
+                np.testing.assert_array_equal(getattr(got, key), getattr(want, key),
+                                              err_msg=f'{name}: {key}')
+
+    wrong = []
+    for held, meanwhile in [('A maps', 'B maps'), ('A maps', 'B predictions')]:
+        worker, result, release, handle = _held_in_the_backbone(viewer, requests[held])
+        try:
+            same(meanwhile, requests[meanwhile]())       # B, whole, while A waits inside
+        finally:
+            release.set()
+            worker.join(120)
+            handle.remove()
+        try:
+            assert 'error' not in result, result.get('error')
+            same(held, result['value'])
+        except AssertionError as e:
+            wrong.append(f'{held} while {meanwhile} ran: {str(e).strip()[:300]}')
+    assert not wrong, '\n'.join(wrong)
 
 
 def test_bad_input_leaves_a_message(tmp_path, handlers):
@@ -189,6 +295,9 @@ def test_bad_input_leaves_a_message(tmp_path, handlers):
     text.write_text('a,b\n1,2\n')
     out = h.load(payload(text), 0.3, None, progress=None)
     assert out['message'].startswith('**Error:** table.csv is not an image that can be read')
+    assert str(tmp_path) not in out['message']                   # no server paths
+    odd = h.load(payload(text, 'mine.png'), 0.3, None, progress=None)['message']
+    assert 'mine.png' in odd and str(tmp_path) not in odd and 'table.csv' not in odd
     assert out['predictions'] is None and out['state'] is None
     assert h.load(None, 0.3, None)['message'] == 'Upload an image or pick a sample.'
     assert 'no image yet' in h.attend(1, 1, 'stage 0 block 0 (InLine)', None, 0.3, None)['message']
@@ -269,10 +378,24 @@ def test_weights_file_and_the_kernel_at_the_border(tmp_path, detector):
     np.testing.assert_array_equal(got['softmax'][0], maps.grid_map('softmax', 0).numpy())
 
 
-def test_the_command_line_says_what_is_wrong(tmp_path, capsys):
+def test_the_command_line_says_what_is_wrong(tmp_path, monkeypatch):
+    import socket
     from inline_mm.app.__main__ import main
-    with pytest.raises(SystemExit, match='config not found'):
+    # a wrong path and a busy port are said before gradio loads (here: it cannot)
+    monkeypatch.setitem(sys.modules, 'inline_mm.app.ui', None)
+    with pytest.raises(SystemExit, match="^inline_mm.app: error: config not found: '"):
         main([str(tmp_path / 'none.py')])
+    with socket.socket() as busy:
+        busy.bind(('127.0.0.1', 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(SystemExit, match=rf'port {port} on 127.0.0.1 is in use.*--port N'):
+            main([str(NANO), '--port', str(port)])
+    monkeypatch.undo()
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match=r'^inline_mm.app: error: --device cuda: this '
+                           'machine has no CUDA GPU.*--device cpu'):
+            main([str(NANO), '--device', 'cuda', '--port', str(free_port())])
     cfg = tmp_path / 'resnet.py'
     cfg.write_text("default_scope = 'mmdet'\nmodel = dict(backbone=dict(type='ResNet'))\n")
     with pytest.raises(SystemExit, match="its backbone 'ResNet' is not an InLine backbone"):
@@ -319,6 +442,11 @@ def _wait_for_page(url: str, proc, log: Path, timeout: float = 180):
         except OSError:
             time.sleep(0.5)
     pytest.fail(f'the app did not answer within {timeout}s:\n{log.read_text()[-3000:]}')
+
+
+def _wait_for_message(page, text: str):
+    page.wait_for_function('text => document.querySelector("#message").innerText.includes(text)',
+                           arg=text, timeout=60_000)
 
 
 def _fetch(page, url: str) -> bytes:
@@ -407,6 +535,19 @@ def test_the_app_in_a_real_browser(tmp_path, detector):
             page.wait_for_function('() => { const i = document.querySelector("#predictions img");'
                                    ' return i && i.complete && i.naturalWidth === 150 && '
                                    'i.naturalHeight === 110 }', timeout=30_000)
+            # the threshold redraws however it is set: a typed value, then the arrow keys
+            drawn = page.locator('#predictions img').get_attribute('src')
+            number = page.locator('#score input[type=number]')
+            number.fill('0.5')
+            number.press('Enter')
+            _wait_for_message(page, 'detections at score >= 0.50')
+            page.wait_for_function('src => document.querySelector("#predictions img").src '
+                                   '!== src', arg=drawn, timeout=30_000)
+            page.locator('#score input[type=range]').press('ArrowRight')
+            _wait_for_message(page, 'detections at score >= 0.51')
+            number.fill('0')
+            number.press('Enter')
+            _wait_for_message(page, '100 of 100 detections at score >= 0.00')
             results = [_click_and_read(page, pt, base) for pt in [(23, 31), (121, 84)]]
             points = [pt for pt, _, _ in results]
             for _, views, _ in results:
@@ -416,6 +557,21 @@ def test_the_app_in_a_real_browser(tmp_path, detector):
                     with PILImage.open(io.BytesIO(views[m])) as im:
                         assert im.size == (150, 110)
             (_, a_views, a), (_, b_views, b) = results
+            # each map's colour bar, white at the uniform weight 1/n, which the page explains
+            assert 'white is the uniform weight 1/n' in page.locator('#scale-note').inner_text()
+            for m in ('inline', 'linear', 'softmax'):
+                bar = page.locator(f'#bar-{m} .colour-bar')
+                assert bar.is_visible()
+                uniform = float(bar.get_attribute('data-uniform'))
+                assert uniform == pytest.approx(1 / (47 * 64), rel=1e-9)
+                assert '1/n = ' in bar.inner_text()
+                lo, hi = (float(bar.get_attribute(f'data-{k}')) for k in ('lo', 'hi'))
+                assert hi - uniform == pytest.approx(uniform - lo, rel=1e-9)
+                assert hi - uniform == pytest.approx(
+                    np.abs(b[m][0] - uniform).max(), rel=1e-6)        # the last click's map
+                mark = page.locator(f'#bar-{m} .uniform').bounding_box()
+                box = page.locator(f'#bar-{m} .bar').bounding_box()
+                assert abs(mark['x'] + mark['width'] / 2 - (box['x'] + box['width'] / 2)) <= 2
             assert a_views['inline'] != b_views['inline']
             assert not np.array_equal(a['inline'], b['inline'])
             assert [tuple(r['points'][0]) for _, _, r in results] == points
@@ -427,14 +583,18 @@ def test_the_app_in_a_real_browser(tmp_path, detector):
             SCREENSHOT.parent.mkdir(exist_ok=True)
             page.locator('#block input').click()
             page.get_by_role('option', name='stage 0 block 0 (InLine)').click()
-            page.wait_for_function(
-                '() => document.querySelector("#message").innerText.includes("reused")',
-                timeout=60_000)
+            _wait_for_message(page, 'used again')
             page.screenshot(path=str(SCREENSHOT), full_page=True)
             browser.close()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    # a quiet start: one line naming the model, its weights and the address; no warnings
+    lines = log.read_text().splitlines()
+    assert lines[0] == (f'inline_mm.app: {NANO.name}: detection with InLineSwin, a size of its '
+                        'own (the config sets its widths and depths: not a released model), on '
+                        f'cpu; weights nano.pth (the whole model); open {base}'), lines
+    assert not [line for line in lines if 'arning' in line or 'share' in line], lines
     # the page loaded nothing from outside, and the server reached nothing outside
     hosts = {r.split('/')[2] for r in requests if r.startswith('http')}
     assert hosts == {f'127.0.0.1:{port}'}, hosts

@@ -6,6 +6,8 @@ Reconsidering Softmax and Linear Attention" (NeurIPS 2024, arXiv 2412.06590, eq.
 the ``s / n`` scale of the official code), term by term, with autograd doing the backward;
 ``python -m benchmarks --attention`` times the package against it.
 """
+import threading
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,6 +16,7 @@ from conftest import rel_err
 
 from benchmarks import reference
 from inline_mm.models import InLineAttention, InLineSwin, inline_attention, local_residual
+from inline_mm.models.attention import record_calls
 from inline_mm.models.inline_function import _own, depthwise3x3, inline_kernel, plain_qkv
 from inline_mm.models.padding import NO_PADDING, ValidMap
 from support import stir
@@ -154,6 +157,39 @@ def test_the_path_is_configuration_only():
         assert attn.uses_kernel(x)
     with pytest.raises(ValueError, match="impl='fast'; allowed: 'auto', 'plain', 'kernel'"):
         InLineAttention(32, 2, impl='fast')
+
+
+def test_a_record_is_the_callers_not_the_modules():
+    """record_calls keeps the calls of its own thread only: another thread's forward on the
+    same module, run while this one's block is open (forced: it runs between this thread's
+    two calls), is neither kept here nor kept anywhere else; outside a block nothing is
+    kept; blocks nest."""
+    attn = InLineAttention(32, 2)
+    mine, theirs = torch.randn(1, 20, 32), torch.randn(1, 20, 32)
+    other_calls = []
+
+    def other_user():
+        with record_calls(attn) as other:
+            attn(theirs, (4, 5))
+        other_calls.extend(other.calls(attn))
+
+    with record_calls(attn) as record:
+        attn(mine, (4, 5))
+        worker = threading.Thread(target=other_user)
+        worker.start()
+        worker.join()
+        with record_calls(attn) as inner:
+            attn(mine, (5, 4))
+    assert [c.x is mine for c in record.calls(attn)] == [True, True]
+    assert [c.hw for c in record.calls(attn)] == [(4, 5), (5, 4)]
+    assert [c.hw for c in inner.calls(attn)] == [(5, 4)]
+    assert len(other_calls) == 1 and other_calls[0].x is theirs
+    assert record.last(attn).hw == (5, 4)
+    with record_calls() as empty:
+        attn(mine, (4, 5))
+    with pytest.raises(KeyError, match='pass it to record_calls'):
+        empty.calls(attn)
+    assert not hasattr(attn, 'last_call')
 
 
 def test_the_environment_sets_the_default(monkeypatch):

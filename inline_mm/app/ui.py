@@ -5,8 +5,10 @@ tested without a browser); :func:`build` lays the page out and wires the handler
 :func:`serve` starts it.
 """
 import functools
+import html
 import logging
 import os
+import re
 import traceback
 import warnings
 from dataclasses import dataclass
@@ -15,7 +17,8 @@ from typing import Dict, Optional, Tuple
 import gradio as gr
 
 from ..attention_maps import METHODS, AttentionSiteError
-from .viewer import DEFAULT_SCORE_THR, AppError, Image, Prediction, Viewer
+from ..attention_views import colour_stops
+from .viewer import DEFAULT_CONCURRENCY, DEFAULT_SCORE_THR, AppError, Image, Prediction, Viewer
 
 __all__ = ['Handlers', 'Session', 'build', 'serve', 'SAMPLES', 'MEAN_OVER_HEADS']
 
@@ -25,8 +28,14 @@ SAMPLES = [os.path.join(os.path.dirname(__file__), 'samples', name)
 MEAN_OVER_HEADS = 'mean over heads'
 #: the names of the page's outputs, in the order the handlers' results are wired
 VIEWS = tuple(f'view-{m}' for m in METHODS) + ('view-kernel',)
+BARS = tuple(f'bar-{m}' for m in METHODS)
 CLEARED = {name: None for name in VIEWS + ('weights', 'x', 'y')}
-CLEARED['summary'] = ''
+CLEARED.update({name: '' for name in BARS + ('summary',)})
+#: what the page says about the maps' colours
+SCALE_NOTE = ('Each map has its own colour scale, drawn under it: **white is the uniform weight '
+              '1/n** (every one of the n tokens weighted alike), red above it, blue below, out '
+              "to the map's largest distance from 1/n (the bar's ends). Compare maps by their "
+              'bars\' numbers, not by their colours.')
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +60,33 @@ def _head(label) -> Optional[int]:
     return int(str(label).split()[-1])
 
 
+#: an absolute path (of a file on the server: a message names a file by its name only)
+_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s'\"/]+/)+([^\s'\"/]+)")
+
+
 def _error(e) -> str:
-    return f'**Error:** {e}'
+    return '**Error:** ' + _PATH.sub(r'\1', str(e))
+
+
+def colour_bar(scale: Tuple[float, float], uniform: float) -> str:
+    """A map's colour bar (HTML): the colours from ``scale``'s low end to its high end, the
+    uniform weight 1/n marked in the middle, the three values printed under it."""
+    lo, hi = scale
+    stops = ', '.join(f'rgb{c}' for c in colour_stops())
+    mark = 100 * (uniform - lo) / (hi - lo)
+    return (f'<div class="colour-bar" data-lo="{lo:.12g}" data-uniform="{uniform:.12g}" '
+            f'data-hi="{hi:.12g}"><div class="bar" style="background:linear-gradient(to right, '
+            f'{stops})"><span class="uniform" style="left:{mark:.2f}%"></span></div>'
+            f'<div class="ticks"><span>{lo:.3g}</span>'
+            f'<span>1/n = {html.escape(f"{uniform:.3g}")}</span><span>{hi:.3g}</span></div>'
+            '</div>')
+
+
+def _loaded(image: Image, summary: str) -> str:
+    """The message of an image: its notes, name, size and what was predicted."""
+    notes = ''.join(f'- {n}\n' for n in image.notes)
+    return (f'{notes}{image.name}, {image.hw[1]}x{image.hw[0]}: {summary}. Click a point on the '
+            'predictions to see its attention.')
 
 
 def _no_progress(*args, **kwargs):
@@ -85,18 +119,16 @@ class Handlers:
             logger.error('%s', traceback.format_exc())
             return dict(cleared, message=_error(f'unexpected {type(e).__name__}: {e} '
                                                 '(the traceback is in the terminal)'))
-        notes = ''.join(f'- {n}\n' for n in image.notes)
-        message = (f'{notes}{image.name}, {image.hw[1]}x{image.hw[0]}: {summary}. Click a point '
-                   'on the predictions to see its attention.')
-        return dict(cleared, predictions=drawn, legend=legend, message=message,
+        return dict(cleared, predictions=drawn, legend=legend, message=_loaded(image, summary),
                     state=Session(image, prediction))
 
     def rethreshold(self, score_thr, state: Optional[Session]) -> Dict:
         """The slider moved: redraw (no new prediction)."""
         if state is None:
             return {}
-        drawn, legend, _ = self.viewer.draw(state.image, state.prediction, score_thr, state.point)
-        return dict(predictions=drawn, legend=legend)
+        drawn, legend, summary = self.viewer.draw(state.image, state.prediction, score_thr,
+                                                  state.point)
+        return dict(predictions=drawn, legend=legend, message=_loaded(state.image, summary))
 
     # ------------------------------------------------------------------ attention
     def click(self, block, head, score_thr, state, evt: gr.SelectData,
@@ -136,8 +168,10 @@ class Handlers:
         out = {f'view-{m}': gr.update(value=views.images[m], label=views.labels[m])
                for m in METHODS}
         ranges = ''.join(f'\n- {views.captions[m]}' for m in METHODS)
-        done = ('the capture of this image and block was reused' if views.reused
-                else f'{choice.label}: captured')
+        done = ('same image and block as before: its attention from the last click was used '
+                'again (the backbone did not run again)' if views.reused
+                else f'{choice.label}: the backbone ran on the image')
+        out.update({f'bar-{m}': colour_bar(views.scales[m], views.uniform) for m in METHODS})
         out.update({'view-kernel': views.kernel, 'weights': views.weights_file,
                     'summary': views.summary + ranges, 'x': views.point[0], 'y': views.point[1],
                     'predictions': drawn, 'state': state,
@@ -159,11 +193,19 @@ class Handlers:
 CSS = """
 .legend td, .legend th {padding: 2px 8px; text-align: left}
 #message {min-height: 2em}
+#image img {background: white}
+.colour-bar .bar {position: relative; height: 12px; border: 1px solid #888}
+.colour-bar .uniform {position: absolute; top: -3px; bottom: -3px; width: 2px;
+                      margin-left: -1px; background: black}
+.colour-bar .ticks {display: flex; justify-content: space-between; font-size: 12px}
 """
 
 
-def build(viewer: Viewer, score_thr: float = DEFAULT_SCORE_THR) -> gr.Blocks:
-    """The page for ``viewer``."""
+def build(viewer: Viewer, score_thr: float = DEFAULT_SCORE_THR,
+          model_requests: int = DEFAULT_CONCURRENCY) -> gr.Blocks:
+    """The page for ``viewer``; ``model_requests``: how many requests that run the model
+    (an image's predictions, a click's maps) run at once, over all users (the rest wait in
+    one first-come queue)."""
     h = Handlers(viewer)
     c: Dict[str, gr.components.Component] = {}
     default = viewer.default_choice or (viewer.choices[0] if viewer.choices else None)
@@ -198,10 +240,14 @@ def build(viewer: Viewer, score_thr: float = DEFAULT_SCORE_THR) -> gr.Blocks:
             c['y'] = gr.Number(label='y (pixels)', precision=0, elem_id='y')
             show = gr.Button('show the attention of (x, y)', elem_id='show')
         c['summary'] = gr.Markdown(elem_id='summary')
+        gr.Markdown(SCALE_NOTE, elem_id='scale-note')
         with gr.Row():
             for m in METHODS:
-                c[f'view-{m}'] = gr.Image(label=m, interactive=False, format='png',
-                                          elem_id=f'view-{m}', buttons=['download', 'fullscreen'])
+                with gr.Column(min_width=160):
+                    c[f'view-{m}'] = gr.Image(label=m, interactive=False, format='png',
+                                              elem_id=f'view-{m}',
+                                              buttons=['download', 'fullscreen'])
+                    c[f'bar-{m}'] = gr.HTML(elem_id=f'bar-{m}')
             c['view-kernel'] = gr.Image(label='local 3x3 kernel', interactive=False, format='png',
                                         elem_id='view-kernel', buttons=['download', 'fullscreen'])
         c['weights'] = gr.File(label='the exact weights of this query (.npz, float64)',
@@ -217,38 +263,51 @@ def build(viewer: Viewer, score_thr: float = DEFAULT_SCORE_THR) -> gr.Blocks:
                 return tuple(result.get(n, gr.skip()) for n in names)
             return run, [c[n] for n in names]
 
+        model = dict(concurrency_id='model', concurrency_limit=model_requests)
         loaded = ('predictions', 'legend', 'message', 'state') + tuple(CLEARED)
         fn, out = wire(h.load, loaded)
-        c['image'].change(fn, [c['image'], c['score'], c['state']], out, preprocess=False)
-        fn, out = wire(h.rethreshold, ('predictions', 'legend'))
-        c['score'].release(fn, [c['score'], c['state']], out, show_progress='hidden')
+        c['image'].change(fn, [c['image'], c['score'], c['state']], out, preprocess=False,
+                          **model)
+        # .change: a typed value, the arrow keys and a drag's release all redraw
+        fn, out = wire(h.rethreshold, ('predictions', 'legend', 'message'))
+        c['score'].change(fn, [c['score'], c['state']], out, show_progress='hidden',
+                          trigger_mode='always_last')
         attended = tuple(CLEARED) + ('predictions', 'message', 'state')
         inputs = [c['block'], c['head'], c['score'], c['state']]
         fn, out = wire(h.click, attended)
-        c['predictions'].select(fn, inputs, out)
+        c['predictions'].select(fn, inputs, out, **model)
         fn, out = wire(h.attend, attended)
-        show.click(fn, [c['x'], c['y']] + inputs, out)
+        show.click(fn, [c['x'], c['y']] + inputs, out, **model)
         fn, out = wire(h.block_changed, ('head', 'message') + tuple(CLEARED))
         again, again_out = wire(h.again, attended)
-        c['block'].input(fn, [c['block']], out).then(again, inputs, again_out)
-        c['head'].input(again, inputs, again_out)
+        c['block'].input(fn, [c['block']], out).then(again, inputs, again_out, **model)
+        c['head'].input(again, inputs, again_out, **model)
     return page
 
 
 def serve(viewer: Viewer, host: str = '127.0.0.1', port: int = 7860,
-          score_thr: float = DEFAULT_SCORE_THR, block: bool = True):
-    """Start the page on ``host:port`` (this machine only unless told otherwise). Nothing is
-    fetched from the web: no analytics, no share link, the page's fonts and scripts are
-    gradio's own files."""
+          score_thr: float = DEFAULT_SCORE_THR, block: bool = True, on_start=None,
+          model_requests: int = DEFAULT_CONCURRENCY):
+    """Start the page on ``host:port`` (this machine only unless told otherwise), quietly;
+    ``on_start(url)`` is called once it serves; then, with ``block``, serve until stopped.
+    Nothing is fetched from the web: no analytics, no share link, the page's fonts and
+    scripts are gradio's own files. Model requests of every user share one queue,
+    ``model_requests`` of them running at once (each request's attention capture is its
+    own, :func:`~inline_mm.models.attention.record_calls`)."""
     # (gradio reads it when it sends statistics or checks its version; the page's Blocks
     # say so too, but a page gradio builds itself, as its API page, reads the variable)
     os.environ['GRADIO_ANALYTICS_ENABLED'] = 'False'
     # gradio's queue calls a pandas option that pandas 3 deprecates, on every event
     warnings.filterwarnings('ignore', module='gradio.queueing')
-    page = build(viewer, score_thr)
+    page = build(viewer, score_thr, model_requests)
     page.queue(default_concurrency_limit=1)
-    return page.launch(server_name=host, server_port=port, share=False, inbrowser=False,
-                       show_error=True, prevent_thread_lock=not block, quiet=False,
-                       footer_links=[], run_history=False, enable_monitoring=False,
-                       pwa=False, mcp_server=False, ssr_mode=False,
-                       max_file_size='200mb', css=CSS)
+    page.launch(server_name=host, server_port=port, share=False, inbrowser=False,
+                show_error=True, prevent_thread_lock=True, quiet=True,
+                footer_links=[], run_history=False, enable_monitoring=False,
+                pwa=False, mcp_server=False, ssr_mode=False,
+                max_file_size='200mb', css=CSS)
+    if on_start is not None:
+        on_start(f'http://{host}:{port}')
+    if block:
+        page.block_thread()
+    return page

@@ -9,6 +9,7 @@ import html
 import logging
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -17,12 +18,12 @@ import torch
 
 from ..attention_maps import (METHODS, AttentionSiteError, Capture, Preprocess, attention_maps,
                               attention_sites, capture_attention, find_attention, map_stride,
-                              point_to_cell, prepare_image)
-from ..attention_views import (colour_over, kernel_picture, map_at_image_size, mark_point,
-                               method_label, save_maps)
+                              point_to_cell, prepare_image, to_rgb)
+from ..attention_views import (colour_over, kernel_picture, map_at_image_size, map_scale,
+                               mark_point, method_label, save_maps)
 
 __all__ = ['AppError', 'Image', 'BlockChoice', 'Prediction', 'AttentionViews', 'Viewer',
-           'read_image', 'DEFAULT_MAX_SIDE', 'MIN_SIDE', 'DEFAULT_SCORE_THR']
+           'read_image', 'DEFAULT_MAX_SIDE', 'MIN_SIDE', 'DEFAULT_SCORE_THR', 'DEFAULT_CONCURRENCY']
 
 #: the longest side the app keeps; larger images are downscaled to it (``--max-side``)
 DEFAULT_MAX_SIDE = 2048
@@ -30,6 +31,10 @@ DEFAULT_MAX_SIDE = 2048
 MIN_SIDE = 32
 #: the score slider's start (mmdet's ``DetInferencer`` draws from 0.3 too)
 DEFAULT_SCORE_THR = 0.3
+#: model requests the page runs at once over all users (``--concurrency``): each records
+#: its own attention (``record_calls``), so they may overlap; 4 users on 2 CPU cores wait
+#: least in ratio to one user alone so (``benchmarks/app_users.py``)
+DEFAULT_CONCURRENCY = 4
 
 
 class AppError(ValueError):
@@ -62,11 +67,13 @@ class Image:
 
 def read_image(path: str, name: Optional[str] = None,
                max_side: int = DEFAULT_MAX_SIDE) -> Image:
-    """Read an image file as RGB (as ``tools/attention_map.py`` reads it), downscaled so that
-    its longer side is at most ``max_side`` (with a note saying so).
+    """Read an image file as RGB (as ``tools/attention_map.py`` reads it: transparent
+    pixels over white, :func:`~inline_mm.attention_maps.to_rgb`), downscaled so that its
+    longer side is at most ``max_side`` (with a note saying so).
 
     Raises:
-        AppError: not a file, not an image, or too many pixels to decode.
+        AppError: not a file, not an image, too many pixels to decode, or a side shorter
+            than :data:`MIN_SIDE`. Messages name the file by ``name``, never by its path.
     """
     from PIL import Image as PILImage
     from PIL import UnidentifiedImageError
@@ -76,22 +83,29 @@ def read_image(path: str, name: Optional[str] = None,
     try:
         with PILImage.open(path) as im:
             w, h = im.size
+            if min(w, h) < MIN_SIDE:
+                raise AppError(f'{name} is {w}x{h} pixels: too small; the backbone needs at '
+                               f'least {MIN_SIDE} pixels a side (its last stage has stride '
+                               '32); use a larger image')
             notes = []
             if max(w, h) > max_side:
                 f = max_side / max(w, h)
                 size = (max(1, round(w * f)), max(1, round(h * f)))
                 im.draft('RGB', size)               # JPEG: decode at a reduced scale
-                im = im.convert('RGB').resize(size, PILImage.BILINEAR)
+                im = to_rgb(im).resize(size, PILImage.BILINEAR)
                 notes.append(f'{name} is {w}x{h} pixels: downscaled to {size[0]}x{size[1]} '
                              f'(the app keeps at most {max_side} pixels a side; start it '
                              'with --max-side to change that)')
-            pixels = np.asarray(im.convert('RGB'))
+            pixels = np.asarray(to_rgb(im))
+    except AppError:
+        raise
     except PILImage.DecompressionBombError as e:
-        raise AppError(f'{name} has too many pixels to decode safely ({e}); downscale it '
-                       'first') from None
+        raise AppError(f'{name} has too many pixels to decode safely '
+                       f'({str(e).replace(str(path), name)}); downscale it first') from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise AppError(f'{name} is not an image that can be read ({type(e).__name__}: {e}); '
-                       'upload a PNG, JPEG, BMP, TIFF or WebP file') from None
+        raise AppError(f'{name} is not an image that can be read ({type(e).__name__}: '
+                       f'{str(e).replace(str(path), name)}); upload a PNG, JPEG, BMP, TIFF or '
+                       'WebP file') from None
     key = hashlib.sha1(pixels.tobytes() + repr(pixels.shape).encode()).hexdigest()
     return Image(pixels, name, key, notes, (h, w))
 
@@ -183,7 +197,11 @@ class AttentionViews:
         point (tuple[int, int]): The query's pixel.
         cell (tuple[int, int]): Its token.
         maps: The :class:`~inline_mm.attention_maps.AttentionMaps`.
-        reused (bool): Whether the capture of an earlier click was reused.
+        reused (bool): Whether the backbone's attention from an earlier click (same image,
+            same block) was used again instead of running the backbone.
+        scales (dict[str, tuple[float, float]]): Per method, its colour scale ``(lo, hi)``
+            (``attention_views.map_scale``: the uniform weight in the middle, white).
+        uniform (float): The uniform weight 1/n over the image's ``n`` tokens.
     """
 
     images: Dict[str, np.ndarray]
@@ -196,6 +214,8 @@ class AttentionViews:
     cell: Tuple[int, int]
     maps: object
     reused: bool
+    scales: Dict[str, Tuple[float, float]] = field(default_factory=dict)
+    uniform: float = 0.0
 
 
 @dataclass
@@ -239,7 +259,7 @@ class Viewer:
             raise ValueError(f'{config}: its backbone {backbone!r} is not an InLine backbone '
                              f'({", ".join(FAMILIES)})')
         self.config, self.checkpoint, self.seed, self.max_side = config, checkpoint, seed, max_side
-        self.device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+        self.device = _check_device(device)
         self.cfg = cfg
         self.model = self._build(copy.deepcopy(cfg))
         self.model_score_thr = self._keep_every_score() if self.kind == 'detection' else None
@@ -260,7 +280,14 @@ class Viewer:
         # No weights file in the build: the config's init_cfg would fetch ImageNet weights.
         cfg.model.backbone.init_cfg = None
         torch.manual_seed(self.seed)        # (the build draws weights too)
-        model = init(cfg, None, device='cpu')
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            model = init(cfg, None, device='cpu')
+        for w in caught:
+            # (not mmdet's note that it falls back to COCO's class names: the names are set
+            # below, from the checkpoint or the config's dataset)
+            if 'checkpoint is None' not in str(w.message):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         self.weights_note, self.random = self._weights(model)
         self._set_dataset_meta(model, cfg)
         return model.to(self.device).eval()
@@ -271,6 +298,7 @@ class Viewer:
         with _quiet_mmengine():     # (it logs every tensor it initialises)
             model.init_weights()    # (also what no checkpoint entry overwrites: no stale memory)
         if self.checkpoint is None:
+            self.weights_line = f'random weights (seed {self.seed})'
             return (f'**random weights** (seed {self.seed}; no checkpoint given): the '
                     'predictions and maps show the mechanics only, not what a trained model '
                     'sees'), True
@@ -281,11 +309,14 @@ class Viewer:
                 and any(not k.startswith('backbone.') for k in state):
             self._load_whole(model, state)
             self._checkpoint_meta = (ckpt.get('meta') or {}).get('dataset_meta')
-            return f'weights: `{self.checkpoint}` (the whole model)', False
+            self.weights_line = f'weights {_shown(self.checkpoint)} (the whole model)'
+            return f'weights: `{_shown(self.checkpoint)}` (the whole model)', False
         from ..models.checkpoint import load_pretrained
         load_pretrained(model.backbone, path)
-        return (f'backbone weights: `{self.checkpoint}`; the rest of the model is **random** '
-                '(an ImageNet backbone, no trained head): the predictions mean nothing, the '
+        self.weights_line = (f'backbone weights {_shown(self.checkpoint)}, the rest random '
+                             f'(seed {self.seed})')
+        return (f'backbone weights: `{_shown(self.checkpoint)}`; the rest of the model is '
+                '**random** (an ImageNet backbone, no trained head): the predictions mean nothing, the '
                 "maps are the backbone's"), False
 
     def _load_whole(self, model, state):
@@ -481,14 +512,15 @@ class Viewer:
         stride = map_stride(cap.input_hw, cap.hw)
         cell = point_to_cell((x, y), (h, w), resized, stride, cap.grid_of(0))
         maps = attention_maps(cap, [cell], head=head)
-        images, captions, labels = {}, {}, {}
+        images, captions, labels, scales = {}, {}, {}, {}
+        uniform = 1.0 / maps.weights[METHODS[0]].shape[-1]          # 1/n over the n keys
         for method in METHODS:
             labels[method] = method_label(maps, method)
             grid = maps.grid_map(method, 0).detach().cpu().numpy()
             values = map_at_image_size(grid, (h, w), resized, stride)
-            images[method] = colour_over(image.pixels, values, (x, y))
-            text = f'{labels[method]}: weights from {grid.min():.3g} (blue) to ' \
-                   f'{grid.max():.3g} (red)'
+            scales[method] = map_scale(grid, uniform)
+            images[method] = colour_over(image.pixels, values, scales[method], (x, y))
+            text = f'{labels[method]}: weights from {grid.min():.3g} to {grid.max():.3g}'
             if maps.prefix_tokens:
                 text += f'; class token {float(maps.prefix(method, 0).sum()):.3g}'
             captions[method] = text
@@ -496,13 +528,18 @@ class Viewer:
         where = f'{choice.stage}-{choice.block}-{choice.branch}'
         path = os.path.join(self.out_dir, f'attention_{image.key[:8]}_{where}_{int(x)}_{int(y)}'
                             f'_{"mean" if head is None else head}.npz')
-        save_maps(path, maps, [(x, y)], (h, w), resized, cap.path)
+        # Written aside, then moved into place: two users asking for the same query at once
+        # each write whole files, and the page only ever links a complete one.
+        fd, part = tempfile.mkstemp(suffix='.npz', dir=self.out_dir)
+        os.close(fd)
+        save_maps(part, maps, [(x, y)], (h, w), resized, cap.path)
+        os.replace(part, path)
         what = 'mean over heads' if head is None else f'head {head}'
         summary = (f'query ({x:g}, {y:g}): token (row {cell[0]}, column {cell[1]}) of the '
                    f'{maps.grid[0]}x{maps.grid[1]} tokens ({stride} pixels each on the '
                    f'{resized[1]}x{resized[0]} resized image) of `{cap.path}`, {what}')
         return AttentionViews(images, labels, captions, kernel, path, summary, (x, y), cell,
-                              maps, reused), cache
+                              maps, reused, scales, uniform), cache
 
     @staticmethod
     def reuses(cache: Optional[_Captured], image: Image, choice: BlockChoice) -> bool:
@@ -510,11 +547,37 @@ class Viewer:
         return cache is not None and cache.key == _capture_key(image, choice)
 
     def describe(self) -> str:
-        """The model in one paragraph (Markdown)."""
+        """The model in one paragraph (Markdown; files by their names, not their paths)."""
+        return f'`{os.path.basename(self.config)}`: {self.model_line()}; {self.weights_note}'
+
+    def model_line(self) -> str:
+        """What runs, in words: ``detection with InLineSwin-T on cpu``."""
         fam = type(self.backbone).__name__
         arch = getattr(self.backbone, 'arch_name', '')
-        return (f'`{os.path.basename(self.config)}`: {self.kind} with {fam} ({arch}) on '
-                f'{self.device}; {self.weights_note}')
+        size = (f'a size of its own (the config sets its widths and depths: not a released '
+                'model)') if arch == 'custom' else f'the {arch} size'
+        return f'{self.kind} with {fam}, {size}, on {self.device}'
+
+
+def _shown(checkpoint: str) -> str:
+    """A checkpoint as the page names it: its file name, or an ``inline://`` name."""
+    return checkpoint if '://' in checkpoint else os.path.basename(checkpoint)
+
+
+def _check_device(device: Optional[str]) -> str:
+    """``device`` checked (``ValueError`` in one line if this machine has no such device);
+    None: CUDA where there is a GPU, else the CPU."""
+    if device is None:
+        return 'cuda' if torch.cuda.is_available() else 'cpu'
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise ValueError(f'--device {device!r} is not a device (cpu, cuda, cuda:1, ...)') \
+            from None
+    if kind == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f'--device {device}: this machine has no CUDA GPU that torch can use; '
+                         'start with --device cpu (or leave --device out)')
+    return device
 
 
 def _capture_key(image: Image, choice: BlockChoice) -> tuple:

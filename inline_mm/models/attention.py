@@ -27,9 +27,13 @@ InLine attentions carry the paper's switches (:data:`INLINE_OPTIONS`: ``attentio
 Which form of the formula runs is the ``impl`` option (:func:`.padding.resolve_impl`):
 the same code runs whether or not a hook, a profiler or a dispatch mode watches. The
 formula itself is :mod:`.inline_function`. Attention maps read a call through
-:attr:`InLineAttention.record` (:class:`AttentionCall`).
+:func:`record_calls` (:class:`AttentionCall`): the record belongs to the caller's thread
+(or asyncio task), never to the module, so requests that share one model in a server
+never see each other's calls.
 """
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+import contextlib
+import contextvars
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -39,8 +43,8 @@ from .inline_function import KERNELS, apply_kernel, inline_kernel, plain_qkv
 from .layers import crop, round_up, symbolic, window_merge, window_partition
 from .padding import NO_PADDING, ValidMap, check_impl, runs_plain
 
-__all__ = ['INLINE', 'SOFTMAX', 'InLineAttention', 'AttentionCall', 'INLINE_OPTIONS',
-           'check_inline_options']
+__all__ = ['INLINE', 'SOFTMAX', 'InLineAttention', 'AttentionCall', 'CallRecord',
+           'record_calls', 'INLINE_OPTIONS', 'check_inline_options']
 
 #: the two block types of ``stage_types``
 INLINE, SOFTMAX = 'inline', 'softmax'
@@ -90,9 +94,9 @@ def check_inline_options(options: Optional[dict], where: str = 'inline_cfg',
 
 
 class AttentionCall(NamedTuple):
-    """One call of an :class:`InLineAttention`, kept in ``last_call`` while its
-    ``record`` is on: what :mod:`inline_mm.attention_maps` reads (the same on either
-    ``impl``; nothing is copied)."""
+    """One call of an :class:`InLineAttention`, kept by :func:`record_calls`: what
+    :mod:`inline_mm.attention_maps` reads (the same on either ``impl``; nothing is
+    copied)."""
 
     #: ``(B, N, C)`` the attention's input
     x: torch.Tensor
@@ -111,6 +115,61 @@ class AttentionCall(NamedTuple):
         """``(B, N, 3C)`` the raw projection output (before any kernel phi)."""
         with torch.no_grad():
             return self.projection(self.x)
+
+
+class CallRecord:
+    """The calls of some :class:`InLineAttention` modules made inside one
+    :func:`record_calls` block, in call order per module."""
+
+    def __init__(self, modules, parent: Optional['CallRecord'] = None):
+        self._calls: Dict[int, List[AttentionCall]] = {id(m): [] for m in modules}
+        self._parent = parent
+
+    def add(self, module: 'InLineAttention', call: AttentionCall) -> None:
+        """Keep ``call`` if ``module`` is watched here (and in any enclosing record)."""
+        calls = self._calls.get(id(module))
+        if calls is not None:
+            calls.append(call)
+        if self._parent is not None:
+            self._parent.add(module, call)
+
+    def calls(self, module: 'InLineAttention') -> List[AttentionCall]:
+        """``module``'s calls so far (empty if it was not called)."""
+        if id(module) not in self._calls:
+            raise KeyError(f'{type(module).__name__} at {id(module):#x} is not recorded here: '
+                           'pass it to record_calls')
+        return self._calls[id(module)]
+
+    def last(self, module: 'InLineAttention') -> Optional[AttentionCall]:
+        """``module``'s last call, or None if it was not called."""
+        calls = self.calls(module)
+        return calls[-1] if calls else None
+
+
+#: the record of the running :func:`record_calls` block of this thread / asyncio task (a
+#: context variable: another thread's forward on the same modules never reaches it)
+_RECORD: contextvars.ContextVar[Optional[CallRecord]] = contextvars.ContextVar(
+    'inline_mm_attention_record', default=None)
+
+
+@contextlib.contextmanager
+def record_calls(*modules: 'InLineAttention') -> Iterator[CallRecord]:
+    """Keep every call of ``modules`` that forward passes make in this thread (or asyncio
+    task) inside the ``with`` block::
+
+        with record_calls(attn) as record:
+            backbone(x)
+        call = record.last(attn)        # AttentionCall, or None if attn was not called
+
+    The record is the caller's, not the modules': other threads running the same model at
+    the same time are neither recorded nor disturbed, and the forward runs as always
+    (outside a block, one context-variable read per call). Blocks nest (each keeps its own
+    modules' calls)."""
+    token = _RECORD.set(CallRecord(modules, _RECORD.get()))
+    try:
+        yield _RECORD.get()
+    finally:
+        _RECORD.reset(token)
 
 
 class InLineAttention(nn.Module):
@@ -159,7 +218,7 @@ class InLineAttention(nn.Module):
     runs the released blocks (InLine attention, identity kernel, global, no autocast) where
     ``impl`` resolves to ``'kernel'``; every other setting and ``impl`` run the plain form
     (:func:`.inline_function.plain_qkv`). So a forward hook on ``qkv`` fires on the plain
-    form only (the kernel reads its weights); :attr:`record` works on both.
+    form only (the kernel reads its weights); :func:`record_calls` works on both.
     """
 
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, proj: bool = True,
@@ -186,9 +245,6 @@ class InLineAttention(nn.Module):
         self.local_residual = options['local_residual']
         self.window_size = options['window_size']
         self.impl = check_impl(impl)
-        #: when True, each call is kept in :attr:`last_call` (:class:`AttentionCall`)
-        self.record = False
-        self.last_call: Optional[AttentionCall] = None
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias) if proj else None
         # Predicts a 3x3 depthwise kernel per channel from the token mean.
         self.residual = nn.Sequential(
@@ -367,7 +423,8 @@ class InLineAttention(nn.Module):
                                 self.scale, kernels, bias, self.num_prefix_tokens, valid)
         else:
             out = self._plain(projection(x), hw, token_mean, valid)
-        if self.record:
-            self.last_call = AttentionCall(x, projection, tuple(hw), token_mean, valid, out)
+        record = _RECORD.get()
+        if record is not None:
+            record.add(self, AttentionCall(x, projection, tuple(hw), token_mean, valid, out))
         out = self.attn_drop(out)
         return out if self.proj is None else self.proj_drop(self.proj(out))
