@@ -165,8 +165,9 @@ def _openvino(path: str, threads: int):
     return run
 
 
-def prepare(names: List[str], threads: List[int], tmp: Path, checkpoint=None):
-    """Build, export and check every model; the callables to time."""
+def prepare(names: List[str], threads: List[int], tmp: Path, checkpoint=None, onnx_dir=None):
+    """Build, export (into ``onnx_dir``, reusing a file of the case already there) and
+    check every model; the callables to time."""
     from mmengine.registry import DefaultScope
 
     from inline_mm.deploy import OnnxModel, build_graph, export_graph, load_model
@@ -185,8 +186,11 @@ def prepare(names: List[str], threads: List[int], tmp: Path, checkpoint=None):
             data = _data(model, size)
         model.eval()
         start = time.perf_counter()
-        path = export_graph(build_graph(model, size), str(tmp / f'{name}.onnx'))
-        export_s[name] = time.perf_counter() - start
+        path = Path(onnx_dir or tmp) / f'{name}.onnx'
+        if onnx_dir is None or not path.is_file():
+            export_graph(build_graph(model, size), str(path))
+            export_s[name] = time.perf_counter() - start
+        path = str(path)
         image = data['inputs'][0]
         meta = data['data_samples'][0].metainfo
         # the results as test_step gives them: in the original image, masks pasted there
@@ -217,7 +221,8 @@ def prepare(names: List[str], threads: List[int], tmp: Path, checkpoint=None):
             checks[name] = {rt: _compare(model, data, raw[threads[0], rt](), task,
                                          session.mask_thr_binary)
                             for rt in ('onnxruntime', 'openvino') if (threads[0], rt) in raw}
-        print(f'{name}: exported in {export_s[name]:.0f} s; against PyTorch: '
+        print(f'{name}: ' + (f'exported in {export_s[name]:.0f} s' if name in export_s
+                             else f'reusing {path}') + '; against PyTorch: '
               f'{json.dumps(checks[name])}', flush=True)
     return runs, checks, export_s
 
@@ -253,6 +258,9 @@ def main(argv=None):
     p.add_argument('--rounds', type=int, default=None, help='interleaved rounds (default 3)')
     p.add_argument('--quick', action='store_true', help='the toy models, 1 round: checks it runs')
     p.add_argument('--out-dir', type=Path, default=ROOT / 'work_dirs' / 'benchmark')
+    p.add_argument('--onnx-dir', type=Path, default=None,
+                   help='keep the exported files here and reuse those already there (export '
+                        'once, time in later runs; default: a temporary folder)')
     args = p.parse_args(argv)
     names = list(QUICK) if args.quick else (args.models or list(DEFAULT))
     checkpoint = demo_checkpoint(args.demo_checkpoint)
@@ -278,7 +286,9 @@ def main(argv=None):
         meta['openvino'] = None
     torch_threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as tmp:
-        runs, checks, export_s = prepare(names, threads, Path(tmp), checkpoint)
+        if args.onnx_dir:
+            args.onnx_dir.mkdir(parents=True, exist_ok=True)
+        runs, checks, export_s = prepare(names, threads, Path(tmp), checkpoint, args.onnx_dir)
         for fn in runs.values():                   # warm-up
             fn()
         times = {k: [] for k in runs}
