@@ -25,8 +25,9 @@ default on CPUs with bf16 units is bf16, which changes the results). Before timi
 runtimes' results are compared with PyTorch's (detections matched, or the share of equal
 pixels).
 
-Then ``--rounds`` rounds run every (model, thread count, runtime) once, interleaved, so
-that load from other processes hits them alike; the table gives medians and each
+Then ``--rounds`` rounds run every (model, thread count, runtime) once (a case shorter
+than half a second several times, the mean), interleaved, so that load from other processes
+hits them alike; the table gives medians and each
 runtime's time over PyTorch's (and its range over the rounds). Outputs in ``--out-dir``:
 ``deploy_whole.csv``, ``deploy_whole_meta.json`` (machine, versions, load averages, the
 comparisons, export times).
@@ -66,6 +67,8 @@ DEFAULT = ['mask_rcnn_800x1344', 'mask_rcnn_demo_256x256', 'retinanet_512x512',
            'upernet_512x512']
 #: the cases that load a trained checkpoint (--demo-checkpoint) and take a test image
 TRAINED = {'mask_rcnn_demo_256x256'}
+#: a round runs a short case several times (up to 20), about this long, and takes the mean
+MIN_ROUND_S = 0.5
 #: --quick: the toy models of inline_mm.deploy.toy (random weights) at small sizes
 QUICK = {'mask_rcnn_toy': ('mask_rcnn', (96, 128)), 'upernet_toy': ('upernet', (64, 96))}
 
@@ -289,14 +292,23 @@ def main(argv=None):
         if args.onnx_dir:
             args.onnx_dir.mkdir(parents=True, exist_ok=True)
         runs, checks, export_s = prepare(names, threads, Path(tmp), checkpoint, args.onnx_dir)
-        for fn in runs.values():                   # warm-up
+        reps = {}
+        for key, fn in runs.items():               # warm-up; short runs repeat in a round
+            start = time.perf_counter()
             fn()
+            reps[key] = max(1, min(20, int(MIN_ROUND_S / max(time.perf_counter() - start,
+                                                              1e-3))))
+        for name in names:                         # the same count for a case's runtimes
+            for t in threads:
+                n = max(v for k, v in reps.items() if k[:2] == (name, t))
+                reps.update({k: n for k in reps if k[:2] == (name, t)})
         times = {k: [] for k in runs}
         for r in range(rounds):
             for key, fn in runs.items():
                 start = time.perf_counter()
-                fn()
-                times[key].append(time.perf_counter() - start)
+                for _ in range(reps[key]):
+                    fn()
+                times[key].append((time.perf_counter() - start) / reps[key])
             print(f'round {r + 1}/{rounds} done' + (
                 f' (load average {os.getloadavg()[0]:.1f})' if hasattr(os, 'getloadavg')
                 else ''), flush=True)
