@@ -168,32 +168,45 @@ def _openvino(path: str, threads: int):
     return run
 
 
+def build_case(name: str, tmp: Path, checkpoint=None, onnx_dir=None):
+    """A case's model (eval, on the CPU), its config's scope, its one-image batch and its
+    exported file (in ``onnx_dir``, reused if there; else in ``tmp``): ``(model, scope,
+    data, path, export seconds or None)``."""
+    from mmengine.registry import DefaultScope
+
+    from inline_mm.deploy import build_graph, export_graph, load_model
+    cfg, size = _config(name, tmp)
+    torch.manual_seed(0)
+    if name in TRAINED:
+        model, cfg = load_model(cfg, checkpoint)
+        data = _test_image(cfg)
+    else:
+        model, cfg = load_model(cfg)
+        with DefaultScope.overwrite_default_scope(cfg.default_scope):
+            model.init_weights()
+        _like_trained(model)
+        data = _data(model, size)
+    model.eval()
+    start = time.perf_counter()
+    path = Path(onnx_dir or tmp) / f'{name}.onnx'
+    export_s = None
+    if onnx_dir is None or not path.is_file():
+        export_graph(build_graph(model, size), str(path))
+        export_s = time.perf_counter() - start
+    return model, cfg.default_scope, data, str(path), export_s
+
+
 def prepare(names: List[str], threads: List[int], tmp: Path, checkpoint=None, onnx_dir=None):
     """Build, export (into ``onnx_dir``, reusing a file of the case already there) and
     check every model; the callables to time."""
     from mmengine.registry import DefaultScope
 
-    from inline_mm.deploy import OnnxModel, build_graph, export_graph, load_model
+    from inline_mm.deploy import OnnxModel
     runs, checks, export_s = {}, {}, {}
     for name in names:
-        cfg, size = _config(name, tmp)
-        torch.manual_seed(0)
-        if name in TRAINED:
-            model, cfg = load_model(cfg, checkpoint)
-            data = _test_image(cfg)
-        else:
-            model, cfg = load_model(cfg)
-            with DefaultScope.overwrite_default_scope(cfg.default_scope):
-                model.init_weights()
-            _like_trained(model)
-            data = _data(model, size)
-        model.eval()
-        start = time.perf_counter()
-        path = Path(onnx_dir or tmp) / f'{name}.onnx'
-        if onnx_dir is None or not path.is_file():
-            export_graph(build_graph(model, size), str(path))
-            export_s[name] = time.perf_counter() - start
-        path = str(path)
+        model, scope, data, path, seconds = build_case(name, tmp, checkpoint, onnx_dir)
+        if seconds is not None:
+            export_s[name] = seconds
         image = data['inputs'][0]
         meta = data['data_samples'][0].metainfo
         # the results as test_step gives them: in the original image, masks pasted there
@@ -220,7 +233,7 @@ def prepare(names: List[str], threads: List[int], tmp: Path, checkpoint=None, on
                     return m.test_step(d)
             runs[name, t, 'pytorch'] = eager
         task = session.task
-        with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        with DefaultScope.overwrite_default_scope(scope):
             checks[name] = {rt: _compare(model, data, raw[threads[0], rt](), task,
                                          session.mask_thr_binary)
                             for rt in ('onnxruntime', 'openvino') if (threads[0], rt) in raw}
