@@ -143,7 +143,8 @@ PARTS = {
                   '1024x2048, 2048x4096 (sizes default to those; inference only)',
     'launches': 'ops per forward and host reads per family and path, batch 1, 2, 8, padded '
                 'and not, beside mmdet Swin-T and PVT-T (counted on the CPU)',
-    'deploy': 'whole Mask R-CNN and UperNet exported (inline_mm.deploy): ONNX Runtime and '
+    'deploy': 'whole Mask R-CNN, RetinaNet and UperNet exported (inline_mm.deploy), and the '
+              "demo's trained Mask R-CNN: ONNX Runtime and "
               'OpenVINO against PyTorch eager, 1 thread and all cores (benchmarks.deploy_whole; '
               '--threads sets one count)',
     'memory-check': "the memory count against the CPU allocator on a real step of InLine-Swin-T "

@@ -1,26 +1,33 @@
 #!/usr/bin/env python
 """Deployment of whole models: ONNX Runtime (and OpenVINO, when installed) against PyTorch
-eager, for the detector and the segmentor with their pre- and post-processing (a
-benchmark, not a test).
+eager, for detectors and segmentors with their pre- and post-processing (a benchmark, not a
+test).
 
-    python -m benchmarks.deploy_whole                 # Mask R-CNN 800x1344, UperNet 512x512
-                                                      # and 1024x2048; 1 thread and all cores
-    python -m benchmarks.deploy_whole --models upernet_512 --rounds 5 --threads 1
+    python -m benchmarks.deploy_whole                 # the cases of DEFAULT; 1 thread and all cores
+    python -m benchmarks.deploy_whole --models upernet_512x512 --rounds 5 --threads 1
     python -m benchmarks.deploy_whole --quick         # CI-sized: the toy models, 1 round
 
-Each model (InLine-Swin-T as the shipped config builds it, random weights,
-``model.init_weights()``) is exported with ``inline_mm.deploy`` for its input size. Mask
-R-CNN's box classifier is biased so that each RoI scores two classes above the 0.05
-threshold, as a trained COCO model leaves about 2,000 candidates for the NMS and 100
-detections with masks per image (random weights alone leave none). One image, filling
-the input, batch 1; PyTorch runs ``model.test_step`` (mmdet's / mmseg's data
-preprocessor, ``predict`` and post-processing, ``no_grad``), ONNX Runtime and OpenVINO the
-file (OpenVINO with ``INFERENCE_PRECISION_HINT=f32``: its default on CPUs with bf16 units
-is bf16, which changes the results). Before timing, the runtimes' results are compared
-with PyTorch's (detections matched, or the share of equal pixels).
+Models: InLine-Swin-T as the shipped configs build it with random weights
+(``model.init_weights()``), and the demo's Mask R-CNN
+(``mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py``) with the checkpoint ``make demo``
+trained (``--demo-checkpoint``; default ``work_dirs/demo/last_checkpoint``; the case is left
+out, saying so, when there is none) on a validation image of its toy set. Each is exported
+with ``inline_mm.deploy`` for its input size. The random detectors are biased so that they
+find what trained ones find: each RoI of Mask R-CNN scores two classes above the 0.05
+threshold (as a trained COCO model leaves about 2,000 candidates for the NMS and 100
+detections with masks per image), and each RetinaNet anchor two classes (``nms_pre``
+candidates per level). One image filling the input (the demo: its own image), batch 1;
+PyTorch runs ``model.test_step`` (mmdet's / mmseg's data preprocessor, ``predict`` and
+post-processing, masks pasted to the image, ``no_grad``), ONNX Runtime and OpenVINO the file
+and :meth:`OnnxModel.results <inline_mm.deploy.OnnxModel.results>` (the masks pasted to the
+image as ``test_step`` pastes them), OpenVINO with ``INFERENCE_PRECISION_HINT=f32`` (its
+default on CPUs with bf16 units is bf16, which changes the results). Before timing, the
+runtimes' results are compared with PyTorch's (detections matched, or the share of equal
+pixels).
 
-Then ``--rounds`` rounds run every (model, thread count, runtime) once, interleaved, so
-that load from other processes hits them alike; the table gives medians and each
+Then ``--rounds`` rounds run every (model, thread count, runtime) once (a case shorter
+than half a second several times, the mean), interleaved, so that load from other processes
+hits them alike; the table gives medians and each
 runtime's time over PyTorch's (and its range over the rounds). Outputs in ``--out-dir``:
 ``deploy_whole.csv``, ``deploy_whole_meta.json`` (machine, versions, load averages, the
 comparisons, export times).
@@ -41,18 +48,41 @@ import torch
 from benchmarks.measure import machine_info
 
 ROOT = Path(__file__).resolve().parents[1]
+DEMO_CONFIG = 'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py'
 #: name -> (config, input size)
 CASES = {
     'mask_rcnn_800x1344': ('configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py',
                            (800, 1344)),
+    'mask_rcnn_demo_256x256': (DEMO_CONFIG, (256, 256)),
+    'retinanet_512x512': ('configs/inline_swin/retinanet_inline-swin-t_fpn_1x_coco.py',
+                          (512, 512)),
     'upernet_512x512': ('configs/inline_swin/'
                         'inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py', (512, 512)),
     'upernet_1024x2048': ('configs/inline_swin/'
                           'inline-swin-t-in1k-pre_upernet_4xb2-80k_cityscapes-512x1024.py',
                           (1024, 2048)),
 }
+#: the cases run without --models (UperNet at 1024x2048 needs more than 16 GB to export)
+DEFAULT = ['mask_rcnn_800x1344', 'mask_rcnn_demo_256x256', 'retinanet_512x512',
+           'upernet_512x512']
+#: the cases that load a trained checkpoint (--demo-checkpoint) and take a test image
+TRAINED = {'mask_rcnn_demo_256x256'}
+#: a round runs a short case several times (up to 20), about this long, and takes the mean
+MIN_ROUND_S = 0.5
 #: --quick: the toy models of inline_mm.deploy.toy (random weights) at small sizes
 QUICK = {'mask_rcnn_toy': ('mask_rcnn', (96, 128)), 'upernet_toy': ('upernet', (64, 96))}
+
+
+def demo_checkpoint(given=None):
+    """The demo's checkpoint: ``given``, or the last one ``make demo`` wrote (None if none)."""
+    if given:
+        return str(given)
+    last = ROOT / 'work_dirs' / 'demo' / 'last_checkpoint'
+    if last.is_file():
+        path = Path(last.read_text().strip())
+        path = path if path.is_absolute() else ROOT / path
+        return str(path) if path.is_file() else None
+    return None
 
 
 def _config(name: str, tmp: Path):
@@ -67,12 +97,18 @@ def _config(name: str, tmp: Path):
 
 
 def _like_trained(model):
-    """A random Mask R-CNN whose RoIs each score two classes above the 0.05 threshold."""
+    """A random Mask R-CNN whose RoIs each score two classes above the 0.05 threshold; a
+    random RetinaNet whose anchors each score two classes above it."""
     head = getattr(getattr(model, 'roi_head', None), 'bbox_head', None)
-    if head is not None:
-        with torch.no_grad():
+    with torch.no_grad():
+        if head is not None:
             head.fc_cls.bias.zero_()
             head.fc_cls.bias[:2] = 3.
+        cls = getattr(getattr(model, 'bbox_head', None), 'retina_cls', None)
+        if cls is not None:
+            a = model.bbox_head.num_base_priors
+            bias = cls.bias.view(a, -1)
+            bias[:, :2] = 0.
 
 
 def _data(model, size, seed=0):
@@ -91,13 +127,24 @@ def _data(model, size, seed=0):
     return dict(inputs=[image], data_samples=[DetDataSample(metainfo=meta)])
 
 
-def _compare(model, data, outputs, task) -> dict:
+def _test_image(cfg):
+    """The first image of the config's test set, as its test dataloader gives it."""
+    from mmengine.registry import DefaultScope
+    from mmengine.runner import Runner
+    loader_cfg = dict(cfg.test_dataloader, batch_size=1, num_workers=0,
+                      persistent_workers=False)
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        batch = next(iter(Runner.build_dataloader(loader_cfg)))
+    return dict(inputs=batch['inputs'][:1], data_samples=batch['data_samples'][:1])
+
+
+def _compare(model, data, outputs, task, threshold) -> dict:
     from inline_mm.deploy.evaluate import DetectionParity, SegmentationParity
     from inline_mm.deploy.runtime import to_data_samples
     sizes = np.array([list(data['inputs'][0].shape[1:])])
     with torch.no_grad():
         ref = model.test_step(data)
-    got = to_data_samples(outputs, sizes, data['data_samples'], task)
+    got = to_data_samples(outputs, sizes, data['data_samples'], task, threshold)
     parity = SegmentationParity() if task == 'segmentation' else DetectionParity()
     parity.add(ref, got)
     summary = parity.summary()
@@ -121,45 +168,77 @@ def _openvino(path: str, threads: int):
     return run
 
 
-def prepare(names: List[str], threads: List[int], tmp: Path):
-    """Build, export and check every model; the callables to time."""
+def build_case(name: str, tmp: Path, checkpoint=None, onnx_dir=None):
+    """A case's model (eval, on the CPU), its config's scope, its one-image batch and its
+    exported file (in ``onnx_dir``, reused if there; else in ``tmp``): ``(model, scope,
+    data, path, export seconds or None)``."""
     from mmengine.registry import DefaultScope
 
-    from inline_mm.deploy import OnnxModel, build_graph, export_graph, load_model
-    runs, checks, export_s = {}, {}, {}
-    for name in names:
-        cfg, size = _config(name, tmp)
-        torch.manual_seed(0)
+    from inline_mm.deploy import build_graph, export_graph, load_model
+    cfg, size = _config(name, tmp)
+    torch.manual_seed(0)
+    if name in TRAINED:
+        model, cfg = load_model(cfg, checkpoint)
+        data = _test_image(cfg)
+    else:
         model, cfg = load_model(cfg)
         with DefaultScope.overwrite_default_scope(cfg.default_scope):
             model.init_weights()
-        model.eval()
         _like_trained(model)
-        start = time.perf_counter()
-        path = export_graph(build_graph(model, size), str(tmp / f'{name}.onnx'))
-        export_s[name] = time.perf_counter() - start
         data = _data(model, size)
-        canvas = np.zeros((1, 3, *size), np.float32)
-        canvas[0] = data['inputs'][0].numpy()
-        sizes = np.array([list(size)], np.int64)
-        feed = {'input': canvas, 'sizes': sizes}
+    model.eval()
+    start = time.perf_counter()
+    path = Path(onnx_dir or tmp) / f'{name}.onnx'
+    export_s = None
+    if onnx_dir is None or not path.is_file():
+        export_graph(build_graph(model, size), str(path))
+        export_s = time.perf_counter() - start
+    return model, cfg.default_scope, data, str(path), export_s
+
+
+def prepare(names: List[str], threads: List[int], tmp: Path, checkpoint=None, onnx_dir=None):
+    """Build, export (into ``onnx_dir``, reusing a file of the case already there) and
+    check every model; the callables to time."""
+    from mmengine.registry import DefaultScope
+
+    from inline_mm.deploy import OnnxModel
+    runs, checks, export_s = {}, {}, {}
+    for name in names:
+        model, scope, data, path, seconds = build_case(name, tmp, checkpoint, onnx_dir)
+        if seconds is not None:
+            export_s[name] = seconds
+        image = data['inputs'][0]
+        meta = data['data_samples'][0].metainfo
+        # the results as test_step gives them: in the original image, masks pasted there
+        where = dict(scale_factors=[meta.get('scale_factor', (1., 1.))],
+                     shapes=[meta.get('ori_shape', tuple(image.shape[1:]))])
+        raw = {}
         for t in threads:
             session = OnnxModel(path, threads=t)
-            task = session.task
-            runs[name, t, 'onnxruntime'] = (lambda s=session, c=canvas, z=sizes: s(c, z))
+            canvas, sizes = session.pad([image])
+            feed = {'input': canvas, 'sizes': sizes}
+            # each runtime's outputs, and its results as test_step's (the paste included)
+            raw[t, 'onnxruntime'] = lambda s=session, c=canvas, z=sizes: s(c, z)
             ov_run = _openvino(path, t)
             if ov_run is not None:
-                runs[name, t, 'openvino'] = (lambda r=ov_run, f=feed: r(f))
+                raw[t, 'openvino'] = lambda r=ov_run, f=feed: r(f)
+            for rt in ('onnxruntime', 'openvino'):
+                if (t, rt) in raw:
+                    runs[name, t, rt] = (lambda s=session, fn=raw[t, rt], z=sizes, w=where:
+                                         s.results(fn(), z, **w))
 
             def eager(m=model, d=data, n=t):
                 torch.set_num_threads(n)
                 with torch.no_grad():
                     return m.test_step(d)
             runs[name, t, 'pytorch'] = eager
-        with DefaultScope.overwrite_default_scope(cfg.default_scope):
-            checks[name] = {rt: _compare(model, data, runs[name, threads[0], rt](), task)
-                            for rt in ('onnxruntime', 'openvino') if (name, threads[0], rt) in runs}
-        print(f'{name}: exported in {export_s[name]:.0f} s; against PyTorch: '
+        task = session.task
+        with DefaultScope.overwrite_default_scope(scope):
+            checks[name] = {rt: _compare(model, data, raw[threads[0], rt](), task,
+                                         session.mask_thr_binary)
+                            for rt in ('onnxruntime', 'openvino') if (threads[0], rt) in raw}
+        print(f'{name}: ' + (f'exported in {export_s[name]:.0f} s' if name in export_s
+                             else f'reusing {path}') + '; against PyTorch: '
               f'{json.dumps(checks[name])}', flush=True)
     return runs, checks, export_s
 
@@ -185,20 +264,36 @@ def table(times: Dict[Tuple[str, int, str], List[float]], names, threads, rounds
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('--models', nargs='+', choices=list(CASES), default=None)
+    p.add_argument('--models', nargs='+', choices=list(CASES), default=None,
+                   help=f'cases (default: {" ".join(DEFAULT)})')
+    p.add_argument('--demo-checkpoint', default=None,
+                   help="the demo's trained checkpoint for mask_rcnn_demo_256x256 (default: "
+                        "the one of work_dirs/demo/last_checkpoint, which `make demo` writes)")
     p.add_argument('--threads', type=int, nargs='+', default=None,
                    help='thread counts (default: 1 and all cores)')
     p.add_argument('--rounds', type=int, default=None, help='interleaved rounds (default 3)')
     p.add_argument('--quick', action='store_true', help='the toy models, 1 round: checks it runs')
     p.add_argument('--out-dir', type=Path, default=ROOT / 'work_dirs' / 'benchmark')
+    p.add_argument('--onnx-dir', type=Path, default=None,
+                   help='keep the exported files here and reuse those already there (export '
+                        'once, time in later runs; default: a temporary folder)')
     args = p.parse_args(argv)
-    names = list(QUICK) if args.quick else (args.models or list(CASES))
+    names = list(QUICK) if args.quick else (args.models or list(DEFAULT))
+    checkpoint = demo_checkpoint(args.demo_checkpoint)
+    if checkpoint is None and TRAINED & set(names):
+        if args.models:
+            p.error(f"{', '.join(sorted(TRAINED & set(names)))} needs the demo's trained "
+                    'checkpoint: run `make demo` first, or give --demo-checkpoint')
+        print(f"(no demo checkpoint: {', '.join(sorted(TRAINED))} left out; `make demo` "
+              'trains one)', flush=True)
+        names = [n for n in names if n not in TRAINED]
     threads = args.threads or sorted({1, os.cpu_count() or 1})
     rounds = args.rounds or (1 if args.quick else 3)
     if rounds < 1 or min(threads) < 1:
         p.error('--rounds and --threads must be >= 1')
     import onnxruntime
     meta = dict(machine_info(), models=names, threads=threads, rounds=rounds,
+                demo_checkpoint=checkpoint if TRAINED & set(names) else None,
                 onnxruntime=onnxruntime.__version__)
     try:
         import openvino
@@ -207,15 +302,26 @@ def main(argv=None):
         meta['openvino'] = None
     torch_threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as tmp:
-        runs, checks, export_s = prepare(names, threads, Path(tmp))
-        for fn in runs.values():                   # warm-up
+        if args.onnx_dir:
+            args.onnx_dir.mkdir(parents=True, exist_ok=True)
+        runs, checks, export_s = prepare(names, threads, Path(tmp), checkpoint, args.onnx_dir)
+        reps = {}
+        for key, fn in runs.items():               # warm-up; short runs repeat in a round
+            start = time.perf_counter()
             fn()
+            reps[key] = max(1, min(20, int(MIN_ROUND_S / max(time.perf_counter() - start,
+                                                              1e-3))))
+        for name in names:                         # the same count for a case's runtimes
+            for t in threads:
+                n = max(v for k, v in reps.items() if k[:2] == (name, t))
+                reps.update({k: n for k in reps if k[:2] == (name, t)})
         times = {k: [] for k in runs}
         for r in range(rounds):
             for key, fn in runs.items():
                 start = time.perf_counter()
-                fn()
-                times[key].append(time.perf_counter() - start)
+                for _ in range(reps[key]):
+                    fn()
+                times[key].append((time.perf_counter() - start) / reps[key])
             print(f'round {r + 1}/{rounds} done' + (
                 f' (load average {os.getloadavg()[0]:.1f})' if hasattr(os, 'getloadavg')
                 else ''), flush=True)

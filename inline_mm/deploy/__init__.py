@@ -5,7 +5,8 @@ custom-op library (docs/deploy.md).
   preprocessing and post-processing for one input size), :func:`export_graph` (the
   ``.onnx`` file);
 * :class:`OnnxModel` (an ONNX Runtime session of such a file: padding, running,
-  per-image results), :func:`to_data_samples` (its outputs as mmdet / mmseg results);
+  per-image results), :func:`paste_masks` (each detection's mask into its image, as
+  mmdet pastes it), :func:`to_data_samples` (its outputs as mmdet / mmseg results);
 * :func:`evaluate` (``tools/test.py`` for a file, with the comparison against PyTorch).
 
 Supported: Faster / Mask R-CNN and RetinaNet (mmdet) and UperNet (mmseg) on InLine
@@ -14,7 +15,7 @@ backbones; anything else is refused with :class:`NotExportable`, naming the part
 from .build import build_graph, export_graph, load_model, read_metadata
 from .common import NotExportable
 from .evaluate import evaluate
-from .runtime import OnnxModel, to_data_samples
+from .runtime import OnnxModel, paste_masks, to_data_samples
 
 __all__ = ['load_model', 'build_graph', 'export_graph', 'read_metadata', 'NotExportable',
-           'OnnxModel', 'to_data_samples', 'evaluate']
+           'OnnxModel', 'paste_masks', 'to_data_samples', 'evaluate']

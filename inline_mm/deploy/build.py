@@ -122,7 +122,8 @@ def export_graph(graph: nn.Module, path: str, opset: int = 17,
     """Export a graph module of :func:`build_graph` to ``path`` with the TorchScript-based
     ``torch.onnx.export`` (``dynamo=False``; docs/deploy.md says why): inputs ``input``
     and ``sizes`` with a free batch, outputs ``graph.output_names()``, and the runtime's
-    metadata (task, size, output names, classes) under :data:`METADATA_KEY`."""
+    metadata (task, size, output names, classes, the graph's own ``metadata()``, e.g. the
+    mask threshold) under :data:`METADATA_KEY`."""
     import onnx
     if opset < 16:
         raise ValueError(f'opset {opset}: the graph needs RoiAlign with half_pixel and '
@@ -141,8 +142,9 @@ def export_graph(graph: nn.Module, path: str, opset: int = 17,
                           output_names=names, dynamic_axes=axes, opset_version=opset,
                           dynamo=False, do_constant_folding=True)
     proto = onnx.load(path)
+    own = graph.metadata() if hasattr(graph, 'metadata') else {}
     meta = dict(task=graph.task, size=list(graph.hw), outputs=names, opset=opset,
-                classes=list(classes) if classes else None, **(extra or {}))
+                classes=list(classes) if classes else None, **own, **(extra or {}))
     entry = proto.metadata_props.add()
     entry.key, entry.value = METADATA_KEY, json.dumps(meta)
     onnx.save(proto, path)

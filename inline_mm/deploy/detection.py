@@ -1,5 +1,5 @@
 """mmdet detectors as one graph each: preprocessing, backbone, neck, heads and mmdet's
-test-time post-processing (box decoding, NMS, RoIAlign, masks pasted to the image).
+test-time post-processing (box decoding, NMS, RoIAlign, each detection's mask).
 
 Inputs: ``input`` ``(B, 3, H, W)`` float pixel values in the test pipeline's channel order
 (what ``LoadImageFromFile`` + ``Resize`` give, before the data preprocessor), each image at
@@ -9,7 +9,16 @@ last with score 0 and label -1:
 
 * ``dets`` ``(B, K, 5)``: ``x1, y1, x2, y2, score`` in input pixels;
 * ``labels`` ``(B, K)`` int64;
-* ``masks`` ``(B, K, H, W)`` bool (Mask R-CNN): each detection's mask on the input canvas.
+* ``masks`` ``(N, M, M)`` float32 (Mask R-CNN): the mask head's probabilities (sigmoid,
+  ``M = 28``) of the ``N`` detections of the batch, one row per detection in the order of
+  ``dets[labels >= 0]`` (image by image, highest score first; image ``b`` has
+  ``(labels[b] >= 0).sum()`` rows). :func:`.runtime.paste_masks` pastes them into the image
+  as mmdet's ``test_step`` does (at the original size, from the scale factor).
+
+Only what is kept is computed: each RoI is aligned on its own FPN level (the RoIs of a level
+gathered, aligned and scattered back, as torchvision's ``MultiScaleRoIAlign`` exports), the
+box head runs on the real proposals and the mask head on the detections (their count
+dynamic), never on empty rows.
 
 Each image gets what mmdet's ``test_step`` gives it alone (with ``rescale`` and no resize:
 boxes in input pixels; :mod:`.runtime` maps them to the original image), whatever the
@@ -25,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .common import NotExportable, Preprocess, RegionConvs, check_type, region_of
-from .ops import cells_at, extend_edges, masked_max, nms_keep, paste_masks, roi_align
+from .ops import cells_at, extend_edges, masked_max, nms_keep, roi_align
 
 __all__ = ['DetectorGraph', 'TwoStageGraph', 'OneStageGraph', 'detector_graph']
 
@@ -152,7 +161,7 @@ class DetectorGraph(nn.Module):
 
 class TwoStageGraph(DetectorGraph):
     """Faster / Mask R-CNN: ``RPNHead`` (or ``PadAwareRPNHead``) proposals, ``StandardRoIHead``
-    boxes and (with a mask head) masks pasted on the canvas."""
+    boxes and (with a mask head) each detection's mask probabilities."""
 
     def __init__(self, detector: nn.Module, hw: Tuple[int, int]):
         super().__init__(detector, hw)
@@ -197,6 +206,12 @@ class TwoStageGraph(DetectorGraph):
     def output_names(self) -> List[str]:
         return ['dets', 'labels'] + (['masks'] if self.with_mask else [])
 
+    def metadata(self) -> dict:
+        """What the runtime needs to paste the masks (``export_graph`` stores it)."""
+        if not self.with_mask:
+            return {}
+        return dict(mask_thr_binary=float(self.detector.roi_head.test_cfg.mask_thr_binary))
+
     def forward(self, images: Tensor, sizes: Tensor):
         rpn, roi = self.detector.rpn_head, self.detector.roi_head
         feats, sizes, region, ((cls_scores, bbox_preds),) = self.features(images, sizes, [rpn])
@@ -208,7 +223,7 @@ class TwoStageGraph(DetectorGraph):
         dets, labels_out = self.outputs(boxes, scores, labels, valid)
         if not self.with_mask:
             return dets, labels_out
-        return dets, labels_out, self.masks(maps, boxes, labels, valid, sizes)
+        return dets, labels_out, self.masks(maps, boxes, labels, valid)
 
     # ------------------------------------------------------------------ RPN
     def proposals(self, cls_scores, bbox_preds, sizes, region):
@@ -245,24 +260,33 @@ class TwoStageGraph(DetectorGraph):
     # ------------------------------------------------------------------ RoI heads
     @staticmethod
     def roi_features(extractor, maps: List[Tensor], rois: Tensor) -> Tensor:
-        """``SingleRoIExtractor``: each RoI from the level its scale maps to (every level
-        computed, the RoI's own selected)."""
+        """``SingleRoIExtractor``: each RoI aligned on the level its scale maps to only (the
+        RoIs of each level gathered, aligned, and scattered back to their rows)."""
         maps = maps[:extractor.num_inputs]
         rois = rois.type_as(maps[0])
-        out = None
-        levels = extractor.map_roi_levels(rois, len(maps)) if len(maps) > 1 else None
-        for i, (feat, layer) in enumerate(zip(maps, extractor.roi_layers)):
-            r = roi_align(feat, rois, layer.output_size, layer.spatial_scale,
+        layers = extractor.roi_layers
+        if len(maps) == 1:
+            layer = layers[0]
+            return roi_align(maps[0], rois, layer.output_size, layer.spatial_scale,
+                             layer.sampling_ratio, True)
+        levels = extractor.map_roi_levels(rois, len(maps))
+        out = rois.new_zeros((rois.shape[0], maps[0].shape[1]) + tuple(layers[0].output_size))
+        for i, (feat, layer) in enumerate(zip(maps, layers)):
+            index = torch.nonzero(levels == i)[:, 0]
+            r = roi_align(feat, rois[index], layer.output_size, layer.spatial_scale,
                           layer.sampling_ratio, True)
-            out = r if out is None else torch.where((levels == i)[:, None, None, None], r, out)
+            out = out.index_put((index,), r)
         return out
 
     @staticmethod
-    def rois(boxes: Tensor) -> Tensor:
-        """``(B, N, 4)`` -> ``(B * N, 5)`` with the image index first (``bbox2roi``)."""
+    def rois(boxes: Tensor, valid: Tensor) -> Tuple[Tensor, Tensor]:
+        """``(B, N, 4)`` boxes and ``(B, N)`` which are real -> the real ones' rows in the
+        flattened ``(B * N)`` and their ``(R, 5)`` RoIs, the image index first
+        (``bbox2roi``)."""
         b, n = boxes.shape[:2]
-        index = torch.arange(b, device=boxes.device, dtype=boxes.dtype)[:, None, None]
-        return torch.cat([index.expand(b, n, 1), boxes], dim=-1).reshape(-1, 5)
+        index = torch.nonzero(valid.reshape(-1))[:, 0]
+        image = torch.div(index, n, rounding_mode='floor').to(boxes.dtype)
+        return index, torch.cat([image[:, None], boxes.reshape(-1, 4)[index]], dim=1)
 
     def boxes(self, maps, proposals, p_valid, sizes):
         """``StandardRoIHead.predict_bbox`` + ``multiclass_nms``: ``(B, K, 4)`` boxes,
@@ -270,8 +294,13 @@ class TwoStageGraph(DetectorGraph):
         roi = self.detector.roi_head
         head, cfg = roi.bbox_head, roi.test_cfg
         b, p = proposals.shape[:2]
-        cls_score, bbox_pred = head(self.roi_features(roi.bbox_roi_extractor, maps,
-                                                      self.rois(proposals)))
+        index, rois = self.rois(proposals, p_valid)
+        cls_score, bbox_pred = head(self.roi_features(roi.bbox_roi_extractor, maps, rois))
+        # back to every proposal's row (those of no proposal stay 0, and are not valid)
+        cls_score = cls_score.new_zeros((b * p, cls_score.shape[1])).index_put((index,),
+                                                                                cls_score)
+        bbox_pred = bbox_pred.new_zeros((b * p, bbox_pred.shape[1])).index_put((index,),
+                                                                                bbox_pred)
         scores = F.softmax(cls_score, dim=-1)[:, :-1].reshape(b, p, -1)
         c = scores.shape[-1]
         boxes = _decode(head.bbox_coder, proposals, bbox_pred.reshape(b, p, -1), sizes)
@@ -284,20 +313,18 @@ class TwoStageGraph(DetectorGraph):
         top, index, d_valid = _top(keep, scores, cfg.max_per_img)
         return _take(boxes, index), top, _take(labels.expand(b, -1), index), d_valid
 
-    def masks(self, maps, boxes, labels, valid, sizes):
-        """``StandardRoIHead.predict_mask``: ``(B, K, H, W)`` bool masks on the canvas."""
+    def masks(self, maps, boxes, labels, valid):
+        """``StandardRoIHead.predict_mask`` up to the paste: ``(N, M, M)`` probabilities of
+        the ``N`` detections (``valid`` rows, in order), their class's channel."""
         roi = self.detector.roi_head
-        b, k = boxes.shape[:2]
-        preds = roi.mask_head(self.roi_features(roi.mask_roi_extractor, maps, self.rois(boxes)))
+        index, rois = self.rois(boxes, valid)
+        preds = roi.mask_head(self.roi_features(roi.mask_roi_extractor, maps, rois))
         if roi.mask_head.class_agnostic:
             preds = preds[:, 0]
         else:
-            index = labels.reshape(-1).clamp_min(0)[:, None, None, None]
-            preds = preds.gather(1, index.expand(-1, 1, *preds.shape[-2:]))[:, 0]
-        image_hw = sizes.repeat_interleave(k, dim=0)
-        pasted = paste_masks(preds.sigmoid(), boxes.reshape(-1, 4), self.hw, image_hw)
-        masks = pasted.reshape(b, k, *self.hw) >= roi.test_cfg.mask_thr_binary
-        return masks & valid[:, :, None, None]
+            label = labels.reshape(-1)[index][:, None, None, None]
+            preds = preds.gather(1, label.expand(-1, 1, *preds.shape[-2:]))[:, 0]
+        return preds.sigmoid()
 
 
 class OneStageGraph(DetectorGraph):

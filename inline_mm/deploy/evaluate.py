@@ -128,7 +128,7 @@ def evaluate(config, onnx_path: str, checkpoint: Optional[str] = None, model=Non
         for data in loader:
             canvas, sizes = runtime.pad(data['inputs'])
             got = to_data_samples(runtime(canvas, sizes), sizes, data['data_samples'],
-                                  runtime.task)
+                                  runtime.task, runtime.mask_thr_binary)
             evaluators['onnxruntime'].process(data_samples=got, data_batch=data)
             if model is not None:
                 with torch.no_grad():
@@ -142,10 +142,11 @@ def evaluate(config, onnx_path: str, checkpoint: Optional[str] = None, model=Non
 
 
 def compare_outputs(reference: Dict[str, np.ndarray], other: Dict[str, np.ndarray],
-                    sizes: np.ndarray, task: str, names=('pytorch', 'onnxruntime')) -> dict:
+                    sizes: np.ndarray, task: str, names=('pytorch', 'onnxruntime'),
+                    mask_thr_binary: float = 0.5) -> dict:
     """Two runs' raw outputs of one batch (the graph's output names -> arrays; ``sizes``
-    ``(B, 2)``), compared as :class:`DetectionParity` or :class:`SegmentationParity`:
-    the summary."""
+    ``(B, 2)``), compared as :class:`DetectionParity` or :class:`SegmentationParity` (masks
+    pasted with ``mask_thr_binary``): the summary."""
     if task == 'segmentation':
         from mmseg.structures import SegDataSample
         samples = [SegDataSample(metainfo=dict(img_shape=tuple(s), ori_shape=tuple(s)))
@@ -158,8 +159,8 @@ def compare_outputs(reference: Dict[str, np.ndarray], other: Dict[str, np.ndarra
                    for s in sizes.tolist()]
         parity = DetectionParity(names)
     from .runtime import to_data_samples
-    parity.add(to_data_samples(reference, sizes, samples, task),
-               to_data_samples(other, sizes, samples, task))
+    parity.add(to_data_samples(reference, sizes, samples, task, mask_thr_binary),
+               to_data_samples(other, sizes, samples, task, mask_thr_binary))
     return parity.summary()
 
 
@@ -191,4 +192,4 @@ def check_export(graph, onnx_path: str, batch: int = 2, seed: int = 0,
     runtime = OnnxModel(onnx_path, threads=threads)
     canvas, sizes = runtime.pad(random_batch(runtime.size, batch, seed))
     return compare_outputs(run_graph(graph, canvas, sizes), runtime(canvas, sizes), sizes,
-                           runtime.task)
+                           runtime.task, mask_thr_binary=runtime.mask_thr_binary)

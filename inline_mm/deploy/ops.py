@@ -13,8 +13,6 @@ opset 17: no custom-op library is needed to run the file.
   to a region of another size per image (the sizes are tensors), by row and column
   gathers: what the image alone gets from ``F.interpolate`` at its own sizes;
 * :func:`region_adaptive_avg_pool`: ``nn.AdaptiveAvgPool2d`` over each image's own region;
-* :func:`paste_masks`: mmdet's ``_do_paste_mask`` (``grid_sample``, bilinear, zero
-  padding) in its separable form, two small matrix products per detection;
 * :func:`zero_outside` / :func:`extend_edges`: what lies outside each image's region set
   to zero (a convolution's zero padding) or to the region's edge (RoIAlign's border clamp).
 
@@ -27,7 +25,7 @@ import torch
 from torch import Tensor
 
 __all__ = ['nms_keep', 'roi_align', 'cells_at', 'zero_outside', 'extend_edges',
-           'resize_bilinear', 'region_adaptive_avg_pool', 'paste_masks', 'masked_max']
+           'resize_bilinear', 'region_adaptive_avg_pool', 'masked_max']
 
 
 # ------------------------------------------------------------------------ NMS
@@ -189,35 +187,3 @@ def region_adaptive_avg_pool(x: Tensor, cells: Tensor, out: int) -> Tensor:
     rows = _pool_matrix(cells[:, 0], x.shape[2], out).to(x.dtype)          # (B, out, H)
     cols = _pool_matrix(cells[:, 1], x.shape[3], out).to(x.dtype)          # (B, out, W)
     return rows[:, None] @ x @ cols[:, None].transpose(-1, -2)
-
-
-# ------------------------------------------------------------------------ masks
-def _paste_weights(lo: Tensor, hi: Tensor, n_img: int, limit: Tensor, n_mask: int) -> Tensor:
-    """``(N, n_img, n_mask)`` bilinear weights (zero padding) of ``grid_sample``'s
-    sampling of an ``n_mask`` mask row at the image pixels ``0..n_img-1`` for boxes
-    spanning ``[lo, hi]``; zero outside mmdet's pasting window (``floor(lo) - 1`` to
-    ``ceil(hi) + 1``, within ``0..limit``: the pixels it computes on CPU)."""
-    px = torch.arange(n_img, device=lo.device, dtype=torch.float32)[None, :]
-    lo, hi = lo[:, None], hi[:, None]
-    g = (px + 0.5 - lo) / (hi - lo) * 2 - 1
-    g = torch.where(torch.isinf(g), torch.zeros_like(g), g)
-    src = ((g + 1) * n_mask - 1) / 2                     # grid_sample, align_corners=False
-    i0 = src.floor()
-    l1 = src - i0
-    j = torch.arange(n_mask, device=lo.device, dtype=torch.float32)[None, None, :]
-    w = ((j == i0[..., None]).float() * (1 - l1)[..., None]
-         + (j == i0[..., None] + 1).float() * l1[..., None])
-    start = (lo.floor() - 1).clamp_min(0)
-    stop = torch.minimum((hi.ceil() + 1), limit[:, None].float())
-    window = (px >= start) & (px < stop)
-    return w * window[..., None].float()
-
-
-def paste_masks(masks: Tensor, boxes: Tensor, hw: Tuple[int, int], image_hw: Tensor) -> Tensor:
-    """``(N, m, m)`` mask probabilities pasted into their ``(N, 4)`` boxes on an ``hw``
-    canvas -> ``(N, H, W)``, as mmdet's ``_do_paste_mask`` on CPU (one detection at a time,
-    ``grid_sample`` bilinear with zero padding over the box's window, nothing beyond
-    ``image_hw`` ``(N, 2)``, the detection's image size)."""
-    rows = _paste_weights(boxes[:, 1], boxes[:, 3], hw[0], image_hw[:, 0], masks.shape[1])
-    cols = _paste_weights(boxes[:, 0], boxes[:, 2], hw[1], image_hw[:, 1], masks.shape[2])
-    return rows @ masks.float() @ cols.transpose(1, 2)

@@ -4,22 +4,95 @@
     model = OnnxModel('mask-rcnn_800x1344.onnx', threads=4)
     canvas, sizes = model.pad([img1, img2])        # (3, h, w) images that fit the graph
     outputs = model(canvas, sizes)                 # {'dets': ..., 'labels': ..., 'masks': ...}
-    results = model.predict([img1, img2])          # one dict per image, cropped to it
+    results = model.results(outputs, sizes)        # one dict per image, masks pasted
+    results = model.predict([img1, img2])          # the three steps above
+
+Mask R-CNN files give each detection's ``M x M`` mask probabilities (``masks`` ``(N, M, M)``,
+one row per detection of the batch, in the order of ``dets[labels >= 0]``);
+:func:`paste_masks` (``OnnxModel.paste_masks``) pastes them into an image as mmdet does.
 
 Only ``onnxruntime`` (and numpy) is needed to run a file; the conversion to
 ``DetDataSample`` / ``SegDataSample`` (:func:`to_data_samples`) needs mmdet / mmseg.
 """
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .build import read_metadata
 
-__all__ = ['OnnxModel', 'to_data_samples']
+__all__ = ['OnnxModel', 'to_data_samples', 'paste_masks', 'detections']
 
 
 def _array(x) -> np.ndarray:
     return x.detach().cpu().numpy() if hasattr(x, 'detach') else np.asarray(x)
+
+
+def _paste_weights(lo: np.float32, hi: np.float32, n_img: int, n_mask: int):
+    """The pixels ``start:stop`` of an ``n_img`` image row that mmdet's paste computes for
+    a box spanning ``[lo, hi]`` (``floor(lo) - 1`` to ``ceil(hi) + 1``, within the image)
+    and their ``(stop - start, n_mask)`` bilinear weights on the mask's row (``grid_sample``,
+    ``align_corners=False``, zero padding), in float32 as mmdet computes them."""
+    start = max(int(np.floor(lo)) - 1, 0)
+    stop = max(min(int(np.ceil(hi)) + 1, n_img), start)
+    px = np.arange(start, stop, dtype=np.float32) + np.float32(0.5)
+    with np.errstate(divide='ignore', invalid='ignore'):
+        g = (px - lo) / (hi - lo) * np.float32(2) - np.float32(1)
+    g[np.isinf(g)] = 0
+    src = ((g + np.float32(1)) * np.float32(n_mask) - np.float32(1)) / np.float32(2)
+    i0 = np.floor(src)
+    l1 = src - i0
+    j = np.arange(n_mask, dtype=np.float32)[None, :]
+    w = ((j == i0[:, None]) * (1 - l1)[:, None] + (j == i0[:, None] + 1) * l1[:, None])
+    return start, stop, w.astype(np.float32)
+
+
+def paste_masks(masks, boxes, shape: Tuple[int, int],
+                threshold: Optional[float] = 0.5) -> np.ndarray:
+    """``(n, M, M)`` mask probabilities (the ``masks`` output) pasted into their ``(n, 4)``
+    boxes on an image of ``shape`` ``(h, w)``: ``(n, h, w)``, bool (``>= threshold``, the
+    model's ``mask_thr_binary``) or the float32 probabilities (``threshold=None``).
+
+    mmdet's ``_do_paste_mask`` on CPU: ``grid_sample`` (bilinear, zero padding) of each
+    mask over its box's window of pixels, here in its separable form (two small matrix
+    products). For mmdet's results at the original image size, give the boxes divided by
+    the scale factor and the original shape (:func:`detections` does)."""
+    masks = np.asarray(_array(masks), np.float32)
+    boxes = np.asarray(_array(boxes), np.float32).reshape(-1, 4)
+    h, w = int(shape[0]), int(shape[1])
+    out = np.zeros((len(masks), h, w), np.float32 if threshold is None else bool)
+    for i, (mask, box) in enumerate(zip(masks, boxes)):
+        r0, r1, rows = _paste_weights(box[1], box[3], h, mask.shape[0])
+        c0, c1, cols = _paste_weights(box[0], box[2], w, mask.shape[1])
+        if r1 > r0 and c1 > c0:
+            window = rows @ mask @ cols.T
+            out[i, r0:r1, c0:c1] = window if threshold is None else window >= threshold
+    return out
+
+
+def detections(outputs: Dict[str, np.ndarray], sizes, scale_factors=None, shapes=None,
+               mask_thr_binary: float = 0.5) -> List[Dict[str, np.ndarray]]:
+    """A detector's outputs of a batch, per image: ``boxes (n, 4)``, ``scores``, ``labels``
+    and (Mask R-CNN) ``masks (n, h, w)`` bool pasted at ``shapes[i]`` (default: the
+    image's ``sizes[i]``). With ``scale_factors`` (mmdet's ``(w, h)`` per image) boxes are
+    divided by them first, as mmdet's ``rescale=True``: give the original shapes too, and
+    the masks are what mmdet pastes at the original size."""
+    labels = np.asarray(outputs['labels'])
+    kept = labels >= 0
+    starts = np.concatenate([[0], np.cumsum(kept.sum(1))])
+    results = []
+    for i in range(len(labels)):
+        keep = kept[i]
+        boxes = np.asarray(outputs['dets'][i, keep, :4], np.float32)
+        if scale_factors is not None:
+            boxes = boxes / np.tile(np.asarray(scale_factors[i], np.float32)[:2], 2)
+        r = dict(boxes=boxes, scores=outputs['dets'][i, keep, 4], labels=labels[i, keep])
+        if 'masks' in outputs:
+            shape = (shapes if shapes is not None else sizes)[i]
+            r['masks'] = paste_masks(outputs['masks'][starts[i]:starts[i + 1]], boxes,
+                                     tuple(int(v) for v in shape[:2]), mask_thr_binary)
+        results.append(r)
+    return results
 
 
 class OnnxModel:
@@ -44,6 +117,11 @@ class OnnxModel:
         self.size: Tuple[int, int] = tuple(self.meta['size'])
         self.output_names: List[str] = list(self.meta['outputs'])
         self.classes = self.meta.get('classes')
+        if 'masks' in self.output_names and 'mask_thr_binary' not in self.meta:
+            raise ValueError(f'{path} was exported by an older inline_mm (masks on the canvas): '
+                             'export it again (tools/deployment/export_onnx.py --whole)')
+        #: the threshold of :meth:`paste_masks` (the config's ``mask_thr_binary``)
+        self.mask_thr_binary = float(self.meta.get('mask_thr_binary', 0.5))
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = int(threads)
@@ -61,6 +139,8 @@ class OnnxModel:
         ``(B, 3, H, W)`` float32 canvas with each image at the top left, and ``(B, 2)``
         sizes. An image larger than the graph's input is refused."""
         h, w = self.size
+        if not len(images):
+            raise ValueError(self._empty())
         canvas = np.zeros((len(images), 3, h, w), np.float32)
         sizes = np.zeros((len(images), 2), np.int64)
         for i, img in enumerate(images):
@@ -78,9 +158,14 @@ class OnnxModel:
             sizes[i] = ih, iw
         return canvas, sizes
 
+    def _empty(self) -> str:
+        return (f'an empty batch: this graph ({self.path}) takes input (B, 3, {self.size[0]}, '
+                f'{self.size[1]}) and sizes (B, 2) with B >= 1; give at least one image')
+
     def __call__(self, images, sizes) -> Dict[str, np.ndarray]:
         """Run the graph on a ``(B, 3, H, W)`` canvas and ``(B, 2)`` sizes: its outputs by
-        name. The canvas must have the graph's height and width."""
+        name. The canvas must have the graph's height and width; pixel values within 0-1
+        are warned about (the graph expects 0-255 and normalises them itself)."""
         images = _array(images).astype(np.float32, copy=False)
         sizes = _array(sizes).astype(np.int64, copy=False)
         if images.ndim != 4 or tuple(images.shape[2:]) != self.size or images.shape[1] != 3:
@@ -88,6 +173,8 @@ class OnnxModel:
                              f'takes (B, 3, {self.size[0]}, {self.size[1]}) images; pad smaller '
                              'images with OnnxModel.pad, resize larger ones, or export a graph '
                              'for another size (tools/deployment/export_onnx.py --size H W)')
+        if not images.shape[0]:
+            raise ValueError(self._empty())
         if sizes.shape != (images.shape[0], 2):
             raise ValueError(f'sizes of shape {tuple(sizes.shape)}: give one (h, w) per image, '
                              f'a ({images.shape[0]}, 2) array')
@@ -95,75 +182,79 @@ class OnnxModel:
                if not (1 <= s[0] <= self.size[0] and 1 <= s[1] <= self.size[1])]
         if bad:
             raise ValueError(f'sizes {bad} do not fit the {self.size[0]}x{self.size[1]} input')
+        top = float(images.max())
+        if 0 < top <= 1:
+            warnings.warn(f'the pixel values lie within 0-1 (largest {top:.3g}): this graph takes '
+                          "them as the config's test pipeline loads them (0-255) and normalises "
+                          'them itself; scaled to 0-1, images give no detections (or wrong '
+                          'classes)', stacklevel=2)
         out = self.session.run(self.output_names, {'input': images, 'sizes': sizes})
         return dict(zip(self.output_names, out))
 
+    def paste_masks(self, masks, boxes, shape: Tuple[int, int]) -> np.ndarray:
+        """``(n, M, M)`` rows of the ``masks`` output pasted into their boxes on an image of
+        ``shape``: ``(n, h, w)`` bool, with this model's ``mask_thr_binary``
+        (:func:`paste_masks`)."""
+        return paste_masks(masks, boxes, shape, self.mask_thr_binary)
+
+    def results(self, outputs: Dict[str, np.ndarray], sizes, scale_factors=None,
+                shapes=None) -> List[Dict[str, np.ndarray]]:
+        """The outputs of a batch per image (:func:`detections` for detectors, masks pasted
+        with this model's threshold; segmentors: ``seg (h, w)`` cut to each image)."""
+        if self.task == 'segmentation':
+            return [dict(seg=outputs['seg'][i, :h, :w]) for i, (h, w) in enumerate(sizes)]
+        return detections(outputs, sizes, scale_factors, shapes, self.mask_thr_binary)
+
     def predict(self, images: Sequence) -> List[Dict[str, np.ndarray]]:
-        """Per image, its outputs cut to it: detectors ``boxes (n, 4)``, ``scores``,
-        ``labels`` (and ``masks (n, h, w)``), segmentors ``seg (h, w)``; in the image's
-        pixels (of the images given: map them back if you resized)."""
+        """Per image, its results: detectors ``boxes (n, 4)``, ``scores``, ``labels`` (and
+        ``masks (n, h, w)`` bool, pasted), segmentors ``seg (h, w)``; in the image's pixels
+        (of the images given: for the original image's, use :meth:`results` with the scale
+        factors and original shapes)."""
         canvas, sizes = self.pad(images)
-        out = self(canvas, sizes)
-        results = []
-        for i, (h, w) in enumerate(sizes):
-            if self.task == 'segmentation':
-                results.append(dict(seg=out['seg'][i, :h, :w]))
-                continue
-            keep = out['labels'][i] >= 0
-            r = dict(boxes=out['dets'][i, keep, :4], scores=out['dets'][i, keep, 4],
-                     labels=out['labels'][i, keep])
-            if 'masks' in out:
-                r['masks'] = out['masks'][i, keep, :h, :w]
-            results.append(r)
-        return results
+        return self.results(self(canvas, sizes), sizes)
 
 
-def _resize_to(x, shape, mode: str):
-    """``(N, h, w)`` tensor -> ``(N, *shape)`` (``F.interpolate``)."""
+def _resize_nearest(x, shape):
+    """``(1, h, w)`` class map -> ``(1, *shape)`` (``F.interpolate``, nearest)."""
     import torch.nn.functional as F
     if tuple(x.shape[-2:]) == tuple(shape):
         return x
-    if not x.shape[0]:
-        return x.new_zeros((0,) + tuple(shape))
-    if mode == 'nearest':
-        return F.interpolate(x[None].float(), size=tuple(shape), mode='nearest')[0].to(x.dtype)
-    return F.interpolate(x[None].float(), size=tuple(shape), mode='bilinear',
-                         align_corners=False)[0] >= 0.5
+    return F.interpolate(x[None].float(), size=tuple(shape), mode='nearest')[0].to(x.dtype)
 
 
 def to_data_samples(outputs: Dict[str, np.ndarray], sizes: np.ndarray,
-                    data_samples: Sequence, task: str) -> list:
+                    data_samples: Sequence, task: str, mask_thr_binary: float = 0.5) -> list:
     """The outputs of a batch as mmdet's ``DetDataSample`` (``pred_instances``: boxes in the
-    original image, divided by ``scale_factor``, masks at ``ori_shape``) or mmseg's
-    ``SegDataSample`` (``pred_sem_seg`` at ``ori_shape``), copies of ``data_samples`` with
-    the predictions added: what the model's ``test_step`` returns, for the evaluators. Where
-    the test pipeline resized an image, masks are resized bilinearly and class maps by
-    nearest neighbour (mmdet pastes masks and mmseg resizes logits at the original size:
-    close, not identical)."""
+    original image, divided by ``scale_factor``, masks pasted at ``ori_shape`` with those
+    boxes, as mmdet's ``rescale=True``) or mmseg's ``SegDataSample`` (``pred_sem_seg`` at
+    ``ori_shape``), copies of ``data_samples`` with the predictions added: what the model's
+    ``test_step`` returns, for the evaluators. Where the test pipeline resized an image,
+    class maps are resized by nearest neighbour (mmseg resizes the logits at the original
+    size: close, not identical)."""
     import torch
-    out = []
-    for i, ds in enumerate(data_samples):
-        meta = ds.metainfo
-        h, w = (int(v) for v in sizes[i])
-        ori = tuple(meta.get('ori_shape', (h, w)))[:2]
-        if task == 'segmentation':
-            from mmengine.structures import PixelData
+    metas = [ds.metainfo for ds in data_samples]
+    oris = [tuple(m.get('ori_shape', tuple(int(v) for v in sizes[i])))[:2]
+            for i, m in enumerate(metas)]
+    if task == 'segmentation':
+        from mmengine.structures import PixelData
+        out = []
+        for i, ds in enumerate(data_samples):
+            h, w = (int(v) for v in sizes[i])
             seg = torch.from_numpy(np.ascontiguousarray(outputs['seg'][i, :h, :w]))[None]
             sample = ds.clone()
-            sample.pred_sem_seg = PixelData(data=_resize_to(seg, ori, 'nearest'))
+            sample.pred_sem_seg = PixelData(data=_resize_nearest(seg, oris[i]))
             out.append(sample)
-            continue
-        from mmengine.structures import InstanceData
-        keep = outputs['labels'][i] >= 0
-        dets = torch.from_numpy(outputs['dets'][i][keep])
+        return out
+    from mmengine.structures import InstanceData
+    scales = [m.get('scale_factor', (1., 1.)) for m in metas]
+    out = []
+    for ds, r in zip(data_samples, detections(outputs, sizes, scales, oris, mask_thr_binary)):
         pred = InstanceData()
-        scale = meta.get('scale_factor', (1., 1.))
-        pred.bboxes = dets[:, :4] / dets.new_tensor(scale).repeat(2)
-        pred.scores = dets[:, 4]
-        pred.labels = torch.from_numpy(outputs['labels'][i][keep])
-        if 'masks' in outputs:
-            masks = torch.from_numpy(np.ascontiguousarray(outputs['masks'][i][keep, :h, :w]))
-            pred.masks = _resize_to(masks, ori, 'bilinear')
+        pred.bboxes = torch.from_numpy(r['boxes'])
+        pred.scores = torch.from_numpy(np.ascontiguousarray(r['scores']))
+        pred.labels = torch.from_numpy(np.ascontiguousarray(r['labels']))
+        if 'masks' in r:
+            pred.masks = torch.from_numpy(r['masks'])
         sample = ds.clone()
         sample.pred_instances = pred
         out.append(sample)

@@ -47,6 +47,7 @@ KEY[,KEY...]`` runs some checks (``--list`` names them).  ``--device cpu`` runs 
 on CPU (fp32 steps instead of AMP, smaller inputs) to check the script itself.
 """
 import argparse
+import math
 import os
 import runpy
 import sys
@@ -528,17 +529,16 @@ def _tensorrt_outputs(onnx_path, canvas, sizes, out_dir):
     feeds = {'input': torch.from_numpy(canvas).cuda(), 'sizes': torch.from_numpy(sizes).cuda()}
     dtypes = {trt.float32: torch.float32, trt.float16: torch.float16, trt.int32: torch.int32,
               trt.int64: torch.int64, trt.bool: torch.bool, trt.uint8: torch.uint8}
+    allocator = _output_allocator(trt)
     outputs = {}
     for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)
-        if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
-            context.set_input_shape(name, tuple(feeds[name].shape))
-            context.set_tensor_address(name, feeds[name].data_ptr())
-    for i in range(engine.num_io_tensors):
-        name = engine.get_tensor_name(i)
         if engine.get_tensor_mode(name) == trt.TensorIOMode.OUTPUT:
-            outputs[name] = torch.empty(tuple(context.get_tensor_shape(name)),
-                                        dtype=dtypes[engine.get_tensor_dtype(name)],
+            shape = tuple(context.get_tensor_shape(name))
+            if min(shape) < 0:        # known when it runs: the masks of the detections kept
+                context.set_output_allocator(name, allocator)
+                continue
+            outputs[name] = torch.empty(shape, dtype=dtypes[engine.get_tensor_dtype(name)],
                                         device='cuda')
             context.set_tensor_address(name, outputs[name].data_ptr())
     stream = torch.cuda.current_stream()
@@ -548,12 +548,40 @@ def _tensorrt_outputs(onnx_path, canvas, sizes, out_dir):
 
     run_s = _timed(run, 'cuda')
     stream.synchronize()
+    for name, shape in allocator.shapes.items():
+        dtype = dtypes[engine.get_tensor_dtype(name)]
+        count = math.prod(shape)
+        outputs[name] = allocator.buffers[name].view(dtype)[:count].view(shape)
 
     def host(name, t):
         if name == 'masks':
-            return t.bool().cpu().numpy()
+            return t.float().cpu().numpy()
         return (t.float() if name == 'dets' else t.long()).cpu().numpy()
     return {k: host(k, v) for k, v in outputs.items()}, build_s, run_s
+
+
+def _output_allocator(trt):
+    """A TensorRT output allocator: device buffers for the outputs whose shapes the engine
+    knows only when it runs (``masks``: one row per detection kept), and those shapes."""
+    class Allocator(trt.IOutputAllocator):
+        def __init__(self):
+            trt.IOutputAllocator.__init__(self)
+            self.buffers, self.shapes = {}, {}
+
+        def reallocate_output(self, name, memory, size, alignment):
+            buf = self.buffers.get(name)
+            if buf is None or buf.numel() < size:
+                # (whole elements of 8 bytes, at least one: any dtype's view fits)
+                buf = torch.empty((int(size) // 8 + 1) * 8, dtype=torch.uint8, device='cuda')
+                self.buffers[name] = buf
+            return buf.data_ptr()
+
+        def reallocate_output_async(self, name, memory, size, alignment, stream):
+            return self.reallocate_output(name, memory, size, alignment)
+
+        def notify_shape(self, name, shape):
+            self.shapes[name] = tuple(shape)
+    return Allocator()
 
 
 @check('TensorRT (fp16) engine of an exported Mask R-CNN against ONNX Runtime')
@@ -590,7 +618,8 @@ def check_tensorrt(device, out_dir):
         other, build_s, run_s = _tensorrt_outputs(onnx_path, canvas, sizes, work)
         note = f'engine built in {build_s:.0f} s, {run_s * 1e3:.1f} ms per batch of {len(canvas)}'
     summary = compare_outputs(reference, other, sizes, runtime.task,
-                              names=('onnxruntime', 'tensorrt'))
+                              names=('onnxruntime', 'tensorrt'),
+                              mask_thr_binary=runtime.mask_thr_binary)
     if device != 'cpu':     # (the dry run's 20-iteration model proves nothing about figures)
         found = summary['detections_onnxruntime']
         assert found and summary['matched'] >= 0.9 * found, summary
