@@ -25,7 +25,7 @@ demo: setup
 
 # The local web app (docs/attention_maps.md): `make app APP_CONFIG=... APP_CHECKPOINT=...`; by
 # default the demo's config with the checkpoint `make demo` trained (random weights without one).
-APP_CONFIG ?= configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py
+APP_CONFIG ?= configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-700it_toy-coco.py
 APP_CHECKPOINT ?= $(shell cat work_dirs/demo/last_checkpoint 2>/dev/null)
 APP_ARGS ?=
 app: setup

@@ -9,7 +9,7 @@
    library versions, with its files unchanged (anything else is regenerated: figures
    measured on an older generator's data are not this demo's figures);
 2. trains a narrow InLine-Swin Mask R-CNN from scratch with ``tools/train.py``
-   (config ``configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py``),
+   (config ``configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-700it_toy-coco.py``),
    in one data-parallel process per core while the batch splits evenly (:func:`training_plan`),
    printing mmengine's progress lines;
 3. evaluates the final checkpoint on the val split at the end of that run (mmdet's
@@ -40,7 +40,7 @@ import time
 import numpy as np
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-DEFAULT_CONFIG = 'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py'
+DEFAULT_CONFIG = 'configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-700it_toy-coco.py'
 DEFAULT_DATA = 'data/toy_coco'   # the config's data_root
 
 
@@ -49,7 +49,7 @@ def parse_args(argv=None):
     p.add_argument('--config', default=DEFAULT_CONFIG, help=f'(default: {DEFAULT_CONFIG})')
     p.add_argument('--work-dir', default='work_dirs/demo', help='(default: work_dirs/demo)')
     p.add_argument('--iters', type=int, default=None,
-                   help="training iterations (default: the config's, 550)")
+                   help="training iterations (default: the config's, 700)")
     p.add_argument('--seed', type=int, default=None,
                    help="random seed of the run (default: the config's, 0); the AP range over "
                         'seeds is in docs/dev/get_started.md')
