@@ -1,4 +1,5 @@
-# Every target sets up .venv first (idempotent; nothing is compiled: mmcv-lite + torchvision ops);
+# Every target sets up .venv first (idempotent; nothing is compiled: mmcv-lite + torchvision ops;
+# installed with uv where it can be had, else pip: tools/dev/setup_env.sh, INLINE_MM_INSTALLER);
 # with INLINE_MM_STACK=onedl, .venv-onedl (the onedl forks, onedl-mmcv without ops) instead.
 # INLINE_MM_MMCV=full make setup builds compiled mmcv instead (see docs/get_started.md).
 PY := $(if $(filter onedl,$(INLINE_MM_STACK)),.venv-onedl,.venv)/bin/python
