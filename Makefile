@@ -1,4 +1,5 @@
-# Every target sets up .venv first (idempotent; nothing is compiled: mmcv-lite + torchvision ops);
+# Every target sets up .venv first (idempotent; nothing is compiled: mmcv-lite + torchvision ops;
+# installed with uv where it can be had, else pip: tools/dev/setup_env.sh, INLINE_MM_INSTALLER);
 # with INLINE_MM_STACK=onedl, .venv-onedl (the onedl forks, onedl-mmcv without ops) instead.
 # INLINE_MM_MMCV=full make setup builds compiled mmcv instead (see docs/get_started.md).
 PY := $(if $(filter onedl,$(INLINE_MM_STACK)),.venv-onedl,.venv)/bin/python
@@ -25,7 +26,7 @@ demo: setup
 
 # The local web app (docs/attention_maps.md): `make app APP_CONFIG=... APP_CHECKPOINT=...`; by
 # default the demo's config with the checkpoint `make demo` trained (random weights without one).
-APP_CONFIG ?= configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py
+APP_CONFIG ?= configs/inline_swin/mask-rcnn_inline-swin-nano_fpn_1xb4-700it_toy-coco.py
 APP_CHECKPOINT ?= $(shell cat work_dirs/demo/last_checkpoint 2>/dev/null)
 APP_ARGS ?=
 app: setup

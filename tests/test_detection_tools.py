@@ -197,8 +197,8 @@ def test_demo_data_stamp_detects_other_generators(tmp_path, monkeypatch):
 
     demo = _load_demo()
     calls = []
-    monkeypatch.setattr(demo, 'run', lambda cmd: (calls.append(cmd), make_coco_toy(
-        demo.DEFAULT_DATA, **args)))
+    monkeypatch.setattr(demo, 'generate', lambda out: (calls.append(out), make_coco_toy(
+        out, **args)))
     # The demo asks for the default arguments' stamp; here: the small set's.
     monkeypatch.setattr('inline_mm.toydata.coco.coco_toy_stamp',
                         lambda *a, **k: coco_toy_stamp(*a, **(k or ({} if a else args))))
@@ -247,31 +247,93 @@ def _load_demo():
     return load_script('tools/demo.py')
 
 
-def test_demo_picture_draws_each_label_once_inside_its_box(tmp_path):
+def test_demo_picture_draws_each_label_once_inside_its_box():
     """predictions.png: each detection's label is one text on a filled box, every pixel of it
     inside that box, also at the image's edge. (An outline drawn as a second, thicker
     ``putText`` ran ahead of the text, as Hershey glyphs advance by their stroke: "0.93"
-    showed as "0.933".) Then the whole picture from a predictions file."""
-    import cv2
+    showed as "0.933".) The right / wrong mark sits inside the box too."""
     import numpy as np
-    import pickle
-    from pycocotools import mask as mask_utils
     demo = _load_demo()
-    for x, y in ((10, 30), (150, 2)):                       # inside; past the top-right corner
+    for (x, y), right in zip(((10, 30), (150, 2), (40, 40)), (None, True, False)):
         img = np.full((64, 160, 3), 127, np.uint8)
-        x0, y0, x1, y1 = demo.draw_label(img, 'triangle 0.93', x, y, (230, 60, 60))
+        x0, y0, x1, y1 = demo.draw_label(img, 'triangle 0.93', x, y, (230, 60, 60), right)
         assert 0 <= x0 < x1 <= 160 and 0 <= y0 < y1 <= 64
         rows, cols = np.nonzero((img != 127).any(-1))
         assert (rows.min(), rows.max() + 1, cols.min(), cols.max() + 1) == (y0, y1, x0, x1)
         assert (img[y0:y1, x0:x1] == 255).all(-1).any()   # white ink on the dark red box
-    image = tmp_path / 'a.jpg'
+        if right is not None:                             # the mark's green or red
+            mark = demo.RIGHT if right else demo.WRONG
+            assert (img[y0:y1, x0:x1] == mark).all(-1).sum() > 10
+
+
+def test_demo_labels_of_overlapping_boxes_do_not_cover_each_other():
+    """Several detections of one shape (boxes nearly alike, one at the image's top): each
+    label gets its own place, inside the image."""
+    demo = _load_demo()
+    shape, taken = (384, 384, 3), []
+    for i, box in enumerate([(100, 100, 200, 180), (102, 98, 201, 182), (99, 101, 198, 179),
+                             (101, 100, 200, 180), (0, 0, 60, 40), (2, 1, 61, 42)]):
+        w, h = demo.label_size(f'rectangle 0.9{i} duplicate')
+        x, y = demo.place_label((w, h), box, taken, shape)
+        rect = (x, y - h, x + w, y)
+        assert 0 <= rect[0] and rect[2] <= shape[1] and 0 <= rect[1] and rect[3] <= shape[0]
+        for a in taken:
+            assert rect[2] <= a[0] or a[2] <= rect[0] or rect[3] <= a[1] or a[3] <= rect[1]
+        taken.append(rect)
+
+
+def _rle(mask):
+    import numpy as np
+    from pycocotools import mask as mask_utils
+    return mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+
+
+def test_demo_marks_each_detection_by_the_shape_it_found(tmp_path):
+    """A detection is right when a ground-truth shape of its class overlaps its mask with IoU
+    >= 0.5 and no higher-scored detection took that shape (COCO's one match a shape); else a
+    duplicate, the wrong class, or no shape. The picture puts the ground truth beside and
+    counts the right ones; on an image the val set's ground truth of the demo's generator."""
+    import cv2
+    import numpy as np
+    import pickle
+    demo = _load_demo()
+    rect, circle, far = (np.zeros((96, 128), bool) for _ in range(3))
+    rect[20:60, 30:80] = True                                    # a rectangle (class 1)
+    cv2.circle(circle.view(np.uint8), (100, 70), 15, 1, -1)      # a circle (class 0)
+    far[80:95, 0:15] = True
+    near_rect = rect.copy()
+    near_rect[55:60] = False                                     # IoU 0.875 with rect
+    gt = [_rle(rect), _rle(circle)], [1, 0]
+    found = demo.match_detections([_rle(near_rect), _rle(rect), _rle(circle), _rle(far)],
+                                  [1, 1, 1, 0], *gt)
+    assert found == [('right', 0), ('duplicate', None), ('wrong class', None),
+                     ('no shape', None)]
+    assert demo.match_detections([_rle(rect)], [1], [], []) == [('no shape', None)]
+    assert demo.match_detections([], [], *gt) == []
+
+    # the picture from a predictions file (as DumpDetResults writes it) and a COCO file
+    image = tmp_path / 'val' / '000000.jpg'
+    image.parent.mkdir()
     cv2.imwrite(str(image), np.full((96, 128, 3), 90, np.uint8))
-    mask = np.zeros((96, 128), np.uint8)
-    mask[20:60, 30:80] = 1
+    coco = dict(images=[dict(id=0, file_name='000000.jpg', width=128, height=96)],
+                categories=[dict(id=1, name='circle'), dict(id=2, name='rectangle')],
+                annotations=[dict(id=1, image_id=0, category_id=2, iscrowd=0, area=2000.,
+                                  bbox=[30, 20, 50, 40],
+                                  segmentation=[[30, 20, 80, 20, 80, 60, 30, 60]]),
+                             dict(id=2, image_id=0, category_id=1, iscrowd=0, area=700.,
+                                  bbox=[85, 55, 30, 30], segmentation=_rle(circle) | dict(
+                                      counts=_rle(circle)['counts'].decode()))])
+    (tmp_path / 'val.json').write_text(json.dumps(coco))
     pred = dict(img_id=0, img_path=str(image), pred_instances=dict(
-        scores=np.array([0.93, 0.2]), labels=np.array([0, 1]),
-        bboxes=np.array([[30., 20., 80., 60.], [0., 0., 10., 10.]]),
-        masks=[mask_utils.encode(np.asfortranarray(mask))] * 2))
+        scores=np.array([0.93, 0.8, 0.7, 0.6, 0.2]), labels=np.array([1, 1, 1, 0, 0]),
+        bboxes=np.array([[30., 20., 80., 55.], [30., 20., 80., 60.], [85., 55., 115., 85.],
+                         [0., 80., 15., 95.], [85., 55., 115., 85.]]),
+        masks=[_rle(near_rect), _rle(rect), _rle(circle), _rle(far), _rle(circle)]))
     (tmp_path / 'p.pkl').write_bytes(pickle.dumps([pred]))
-    demo.draw(str(tmp_path / 'p.pkl'), str(tmp_path / 'p.png'), ('circle', 'ring'), 'title', 8)
-    assert cv2.imread(str(tmp_path / 'p.png')).shape == (28 + 96, 128, 3)
+    right, drawn = demo.draw(str(tmp_path / 'p.pkl'), str(tmp_path / 'p.png'),
+                             ('circle', 'rectangle'), 'title', 8, str(tmp_path / 'val.json'))
+    assert (right, drawn) == (1, 4)                 # the 0.2 circle is below the score shown
+    picture = cv2.imread(str(tmp_path / 'p.png'))[..., ::-1]
+    assert picture.shape[0] == 48 + 144 and picture.shape[1] > 2 * 192   # detections | truth
+    marks = [(picture == m).all(-1).sum() for m in (demo.RIGHT, demo.WRONG)]
+    assert marks[0] > 0 and marks[1] > marks[0]     # 1 right; 3 wrong (+ the missed circle)

@@ -22,6 +22,16 @@
 #                      mmcv-lite is not used there: it depends on `mmengine`, which would put
 #                      upstream mmengine's files over onedl-mmengine's.
 #
+# The installer, chosen by INLINE_MM_INSTALLER:
+#   auto  (default) uv where it can be had: a `uv` on PATH, else `pip install uv` into the new
+#                   environment; pip when neither works, and for an environment that reuses the
+#                   interpreter's torch (uv does not see it); the log says which.  uv installs the same
+#                   packages, pins and constraints ~4x faster; it is given the indexes,
+#                   find-links and constraint files pip is configured with (read from pip's
+#                   configuration and PIP_* by tools/dev/uv_index_args.py).  pip stays in the
+#                   environment either way (`python -m pip` works there).
+#   uv / pip        that one (uv: fail if it cannot be had).
+#
 # Other knobs (environment variables):
 #   PYTHON            interpreter used to create .venv         (default: python3.11, else python3)
 #   TORCH_SPEC        pip requirement(s) for torch when .venv has none
@@ -63,7 +73,8 @@ fi
 # same inputs -> nothing to do.  A full build also satisfies a later plain (lite) request: an
 # environment with a compiled mmcv keeps it.
 fingerprint() {
-    cat "$ROOT/setup.cfg" "$ROOT/setup.py" "$ROOT/tools/dev/setup_env.sh" "$ROOT/tools/dev/setup_check.py" 2>/dev/null \
+    cat "$ROOT/setup.cfg" "$ROOT/setup.py" "$ROOT/tools/dev/setup_env.sh" "$ROOT/tools/dev/setup_check.py" \
+        "$ROOT/tools/dev/uv_index_args.py" 2>/dev/null \
         | sha256sum | cut -d' ' -f1
 }
 if [[ -f "$STAMP" ]]; then
@@ -99,7 +110,48 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     fi
 fi
 PY="$VENV/bin/python"
-PIP=("$PY" -m pip install -q --progress-bar off --disable-pip-version-check)
+
+# --- the installer: uv where it can be had, else pip ------------------------------------------------
+INSTALLER="${INLINE_MM_INSTALLER:-auto}"
+case "$INSTALLER" in auto|uv|pip) ;; *) die "INLINE_MM_INSTALLER=$INSTALLER: expected auto, uv or pip";; esac
+UV=""
+if [[ "$INSTALLER" != pip ]] && grep -qiE '^include-system-site-packages *= *true' "$VENV/pyvenv.cfg"; then
+    # uv does not see packages outside the environment: it would install a second torch.
+    [[ "$INSTALLER" == uv ]] && die "INLINE_MM_INSTALLER=uv: $VENV uses the interpreter's" \
+        "packages (its torch), which uv does not see; use pip (INLINE_MM_INSTALLER=auto)"
+    log "$VENV uses the interpreter's torch, which uv does not see: installing with pip"
+    INSTALLER=pip
+fi
+if [[ "$INSTALLER" != pip ]]; then
+    if command -v uv >/dev/null && uv --version >/dev/null 2>&1; then
+        UV="$(command -v uv)"
+    elif [[ -x "$VENV/bin/uv" ]] || "$PY" -m pip install -q --progress-bar off \
+            --disable-pip-version-check 'uv>=0.5,<1' >/dev/null 2>&1; then
+        UV="$VENV/bin/uv"
+    fi
+    if [[ -n "$UV" ]] && ! UV_INDEX="$("$PY" "$ROOT/tools/dev/uv_index_args.py")"; then
+        UV=""
+    fi
+    if [[ -z "$UV" ]]; then
+        [[ "$INSTALLER" == uv ]] && die "INLINE_MM_INSTALLER=uv: no uv on PATH and \`pip install uv\`" \
+            "failed (or pip's settings cannot be handed to it, above)"
+        log "uv not available (no uv on PATH, \`pip install uv\` failed): installing with pip"
+    fi
+fi
+if [[ -n "$UV" ]]; then
+    mapfile -t UV_INDEX_ARGS <<<"$UV_INDEX"
+    # uv trusts its own CA roots; pip's bundle (a proxy's, a company's) is handed over too.
+    PIP_CERT_FILE="$("$PY" "$ROOT/tools/dev/uv_index_args.py" --cert)"
+    if [[ -z "${SSL_CERT_FILE:-}" && -n "$PIP_CERT_FILE" ]]; then export SSL_CERT_FILE="$PIP_CERT_FILE"; fi
+    log "installing with $("$UV" --version) (pip's indexes, find-links and constraints handed over)"
+    # --compile-bytecode: what it installs gets its byte-code now, as pip's installs do (else
+    # every import compiles it again where PYTHONDONTWRITEBYTECODE is set, as it is in CI).
+    PIP=("$UV" pip install -q --compile-bytecode --python "$PY" "${UV_INDEX_ARGS[@]}")
+    UNINSTALL=("$UV" pip uninstall -q --python "$PY")
+else
+    PIP=("$PY" -m pip install -q --progress-bar off --disable-pip-version-check)
+    UNINSTALL=("$PY" -m pip uninstall -y -q)
+fi
 
 # --- torch: keep whatever the venv already has; otherwise install the pinned spec -----------------
 if "$PY" -c "import torch, torchvision" 2>/dev/null; then
@@ -219,7 +271,7 @@ EOF
         log "reusing cached mmcv wheel from $WHEEL_DIR"
     fi
     # mmcv and mmcv-lite both own the `mmcv/` package: never leave both installed.
-    "$PY" -m pip uninstall -y -q mmcv-lite 2>/dev/null || true
+    "${UNINSTALL[@]}" mmcv-lite 2>/dev/null || true
     "${CPIP[@]}" --no-deps --force-reinstall "$WHEEL_DIR"/mmcv-*.whl
     "${CPIP[@]}" addict packaging Pillow pyyaml yapf opencv-python
     compiled_mmcv || die "mmcv installed but its compiled extension does not import"
@@ -241,10 +293,10 @@ fi
 # On the onedl stack its own fork, onedl-mim (openmim looks the codebases up by the upstream
 # distribution names and offers to install upstream mmdet); both own `mim/`.
 if [[ "$STACK" == onedl ]]; then
-    "$PY" -m pip uninstall -y -q openmim 2>/dev/null || true
+    "${UNINSTALL[@]}" openmim 2>/dev/null || true
     "${CPIP[@]}" --no-deps onedl-mim==0.5.1
 else
-    "$PY" -m pip uninstall -y -q onedl-mim 2>/dev/null || true
+    "${UNINSTALL[@]}" onedl-mim 2>/dev/null || true
     "${CPIP[@]}" --no-deps openmim
 fi
 "${CPIP[@]}" click colorama model-index pandas requests rich tabulate
