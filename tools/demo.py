@@ -142,9 +142,9 @@ def ensure_data(regenerate: bool, t0: float) -> str:
 
 def generate(out: str):
     """``tools/misc/make_toy_dataset.py coco <out>``, in this process (its imports are done)."""
-    from inline_mm.cli.make_toy_dataset import main as make_toy_dataset
+    from inline_mm.cli import make_toy_dataset
     print(f'$ python tools/misc/make_toy_dataset.py coco {out}', flush=True)
-    make_toy_dataset(['coco', out])
+    make_toy_dataset.main(['coco', out])
 
 
 def load_average() -> str:

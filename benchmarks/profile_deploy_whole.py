@@ -3,7 +3,7 @@
 "Deployed detectors: the profile"): one case of ``benchmarks.deploy_whole``, 1 thread, one
 profiled run of each after a warm-up.
 
-    python tools/dev/profile_deploy_whole.py mask_rcnn_800x1344 --onnx-dir work_dirs/deploy_onnx
+    python -m benchmarks.profile_deploy_whole mask_rcnn_800x1344 --onnx-dir work_dirs/deploy_onnx
 
 ONNX Runtime: its own profiler (``enable_profiling``) on the file, kernel time summed by the
 graph's top-level module (the node names' first part) and by op; the mask paste after it
@@ -14,15 +14,13 @@ pre- and post-processing, the paste). The file is exported into ``--onnx-dir`` u
 import argparse
 import collections
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks import deploy_whole  # noqa: E402
+from benchmarks import deploy_whole
 
 
 def _ort_profile(path, data, prefix):
