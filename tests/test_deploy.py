@@ -163,16 +163,18 @@ def _train_images(cfg):
 @pytest.mark.xdist_group('deploy')
 def test_mask_rcnn_test_tool_on_resized_images_gives_pytorch_metrics(toy):
     """tools/deployment/test_onnx.py on the toy Mask R-CNN with a test pipeline that resizes
-    its 96 px images to 128 px (a size it was not trained at; a multiple of 32, so that no
-    image is padded: at 80 px mmdet pads to 96 and its NMS among the padding's equal scores is
-    up to its sort, see test_padded_batch_gives_each_image_its_own_detections):
+    its 96x96 images to 96x128 (H x W: a scale factor of 4/3 across, 1 down; the graph's
+    canvas, and sides that are multiples of 32, so that no image is padded: at 80 px mmdet
+    pads to 96 and its NMS among the padding's equal scores is up to its sort, see
+    test_padded_batch_gives_each_image_its_own_detections):
     the masks pasted at the original size from the scale factor, as mmdet pastes them, so
     every metric (AP, AP75, ...) within 0.01 of PyTorch's and the same detections."""
     t = toy('mask_rcnn')
     proc = subprocess.run(
         [sys.executable, 'tools/deployment/test_onnx.py', t['config'], t['onnx'],
          '--checkpoint', t['checkpoint'], '--fail-above', str(AP),
-         '--cfg-options', 'test_dataloader.dataset.pipeline.2.scale=(128,128)'],
+         '--cfg-options', 'test_dataloader.dataset.pipeline.2.scale=(128,96)',
+         'test_dataloader.dataset.pipeline.2.keep_ratio=False'],
         cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
