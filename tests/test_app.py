@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import types
 import time
 import urllib.request
 from pathlib import Path
@@ -289,6 +290,58 @@ def test_users_at_once_each_get_their_own_maps_and_predictions(tmp_path, detecto
     assert not wrong, '\n'.join(wrong)
 
 
+def test_only_a_tabs_newest_request_reaches_its_page(tmp_path, detector):
+    """The forced interleaving of one tab's requests: a request is held inside the backbone
+    while another runs whole, then goes on. A request superseded by a newer one of its tab
+    (another image; a click on the old image) returns nothing to draw, and leaves the tab's
+    session as it was; the second ``change`` Gradio fires for one upload runs nothing;
+    another tab's requests supersede nothing."""
+    h = ui.Handlers(detector)
+    tab = lambda name: types.SimpleNamespace(session_hash=name)
+    a, b = payload(photo(tmp_path / 'a.png', seed=1)), payload(photo(tmp_path / 'b.png', seed=2))
+    load = lambda image, who: lambda: h.load(image, 0.0, None, progress=None, request=tab(who))
+    block = detector.default_choice.label
+
+    def held_while(request, meanwhile):
+        worker, result, release, handle = _held_in_the_backbone(detector, request)
+        try:
+            during = meanwhile()
+        finally:
+            release.set()
+            worker.join(120)
+            handle.remove()
+        assert 'error' not in result, result.get('error')
+        return result['value'], during
+
+    # (each case in a tab of its own: a tab's image again, with nothing between, runs nothing)
+    # another tab's image: both answers reach their pages
+    first, other = held_while(load(a, 'one'), load(b, 'two'))
+    assert first['message'].startswith('a.png') and other['message'].startswith('b.png')
+    # the same tab's next image: the older answer is dropped
+    old, new = held_while(load(a, 'four'), load(b, 'four'))
+    assert old == {} and new['message'].startswith('b.png')
+    # the same upload's second change event: nothing runs, the first answers
+    forward = []
+    counted = detector.backbone.register_forward_hook(lambda *args: forward.append(1))
+    try:
+        first, again = held_while(load(a, 'three'), load(a, 'three'))
+    finally:
+        counted.remove()
+    assert again == {} and len(forward) == 1
+    assert first['message'].startswith('a.png') and first['state'] is not None
+    # a click on the old image, answered after the new image's predictions: dropped, and
+    # the old session keeps its (absent) query
+    state = first['state']
+    click = lambda: h.attend(40, 50, block, None, 0.0, state, progress=None,
+                             request=tab('three'))
+    clicked, new = held_while(click, load(b, 'three'))
+    assert clicked == {} and state.point is None and state.captured is None
+    assert new['message'].startswith('b.png')
+    # and a click that stays the newest answers as ever
+    assert h.attend(40, 50, block, None, 0.0, new['state'], progress=None,
+                    request=tab('three'))['x'] == 40
+
+
 def test_bad_input_leaves_a_message(tmp_path, handlers):
     h = handlers
     text = tmp_path / 'table.csv'
@@ -445,8 +498,14 @@ def _wait_for_page(url: str, proc, log: Path, timeout: float = 180):
 
 
 def _wait_for_message(page, text: str):
-    page.wait_for_function('text => document.querySelector("#message").innerText.includes(text)',
-                           arg=text, timeout=60_000)
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    try:
+        page.wait_for_function(
+            'text => document.querySelector("#message").innerText.includes(text)',
+            arg=text, timeout=60_000)
+    except PlaywrightTimeout:
+        pytest.fail(f'the page did not say {text!r} within 60 s; it says: '
+                    f'{page.locator("#message").inner_text()!r}')
 
 
 def _fetch(page, url: str) -> bytes:

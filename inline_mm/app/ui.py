@@ -9,8 +9,10 @@ import html
 import logging
 import os
 import re
+import threading
 import traceback
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -48,6 +50,47 @@ class Session:
     prediction: Prediction
     captured: object = None
     point: Optional[Tuple[float, float]] = None
+
+
+class Newest:
+    """Which of a tab's model requests is its newest, so that only the newest one's result
+    reaches the page.
+
+    A tab's requests run side by side (``--concurrency``) and may finish out of order: a
+    click on the last image that finishes after a new image's predictions, or the second
+    ``change`` event Gradio fires for one upload, must not draw over what came after them.
+    Each request :meth:`begin` s a ticket; its result is shown only while :meth:`newest`
+    holds. A request that repeats the newest one (``what`` equal and not None: the same
+    file again) gets no ticket at all: the one already under way answers for both.
+    At most ``tabs`` tabs are remembered (the least recently active are forgotten; a
+    forgotten tab's request is shown).
+    """
+
+    def __init__(self, tabs: int = 1024):
+        self.tabs = tabs
+        self._lock = threading.Lock()
+        self._tabs: 'OrderedDict[object, Tuple[int, object]]' = OrderedDict()
+
+    def begin(self, tab, what=None) -> Optional[int]:
+        """A new request of ``tab``: its ticket, or None when it repeats the newest."""
+        with self._lock:
+            ticket, last = self._tabs.pop(tab, (0, None))
+            if what is not None and what == last:
+                self._tabs[tab] = (ticket, last)
+                return None
+            self._tabs[tab] = (ticket + 1, what)
+            while len(self._tabs) > self.tabs:
+                self._tabs.popitem(last=False)
+            return ticket + 1
+
+    def newest(self, tab, ticket: int) -> bool:
+        with self._lock:
+            return self._tabs.get(tab, (ticket,))[0] == ticket
+
+
+def _tab(request: Optional[gr.Request]):
+    """The browser tab a request comes from (None without one: a direct call)."""
+    return getattr(request, 'session_hash', None)
 
 
 def head_labels(heads: int):
@@ -99,28 +142,35 @@ class Handlers:
 
     def __init__(self, viewer: Viewer):
         self.viewer = viewer
+        self.newest = Newest()
 
     # ------------------------------------------------------------------ image
-    def load(self, payload, score_thr, state, progress=gr.Progress()) -> Dict:
+    def load(self, payload, score_thr, state, progress=gr.Progress(),
+             request: gr.Request = None) -> Dict:
         """A new image (an upload, a sample, or cleared): read it, predict, draw."""
-        cleared = dict(CLEARED, predictions=None, legend='', state=None)
-        if not payload:
-            return dict(cleared, message='Upload an image or pick a sample.')
-        path = payload.get('path') if isinstance(payload, dict) else str(payload)
+        path = payload.get('path') if isinstance(payload, dict) else payload
         name = payload.get('orig_name') if isinstance(payload, dict) else None
+        tab = _tab(request)
+        ticket = self.newest.begin(tab, ('image', path and str(path), name))
+        if ticket is None:              # this image is already on its way to the page
+            return {}
+        cleared = dict(CLEARED, predictions=None, legend='', state=None)
+        if not path:
+            return dict(cleared, message='Upload an image or pick a sample.')
         try:
-            image = self.viewer.read(path, name)
+            image = self.viewer.read(str(path), name)
             (progress or _no_progress)(0.2, desc='running the model')
             prediction = self.viewer.predict(image)
             drawn, legend, summary = self.viewer.draw(image, prediction, score_thr)
+            out = dict(cleared, predictions=drawn, legend=legend,
+                       message=_loaded(image, summary), state=Session(image, prediction))
         except AppError as e:
-            return dict(cleared, message=_error(e))
+            out = dict(cleared, message=_error(e))
         except Exception as e:        # the page stays up and says what happened
             logger.error('%s', traceback.format_exc())
-            return dict(cleared, message=_error(f'unexpected {type(e).__name__}: {e} '
-                                                '(the traceback is in the terminal)'))
-        return dict(cleared, predictions=drawn, legend=legend, message=_loaded(image, summary),
-                    state=Session(image, prediction))
+            out = dict(cleared, message=_error(f'unexpected {type(e).__name__}: {e} '
+                                               '(the traceback is in the terminal)'))
+        return out if self.newest.newest(tab, ticket) else {}
 
     def rethreshold(self, score_thr, state: Optional[Session]) -> Dict:
         """The slider moved: redraw (no new prediction)."""
@@ -132,20 +182,23 @@ class Handlers:
 
     # ------------------------------------------------------------------ attention
     def click(self, block, head, score_thr, state, evt: gr.SelectData,
-              progress=gr.Progress()) -> Dict:
+              progress=gr.Progress(), request: gr.Request = None) -> Dict:
         """A click on the predictions: that pixel is the query."""
         x, y = evt.index[:2]
-        return self.attend(x, y, block, head, score_thr, state, progress)
+        return self.attend(x, y, block, head, score_thr, state, progress, request)
 
-    def again(self, block, head, score_thr, state, progress=gr.Progress()) -> Dict:
+    def again(self, block, head, score_thr, state, progress=gr.Progress(),
+              request: gr.Request = None) -> Dict:
         """Another block or head: the same query again, if there is one."""
         if state is None or state.point is None:
             return {}
-        return self.attend(*state.point, block, head, score_thr, state, progress)
+        return self.attend(*state.point, block, head, score_thr, state, progress, request)
 
     def attend(self, x, y, block, head, score_thr, state: Optional[Session],
-               progress=gr.Progress()) -> Dict:
+               progress=gr.Progress(), request: gr.Request = None) -> Dict:
         """The views of the query at pixel (x, y)."""
+        tab = _tab(request)
+        ticket = self.newest.begin(tab)
         if state is None:
             return dict(CLEARED, message=_error('no image yet: upload one or pick a sample'))
         if x is None or y is None:
@@ -155,15 +208,19 @@ class Handlers:
             choice = self.viewer.choice(block)
             if not self.viewer.reuses(state.captured, state.image, choice):
                 (progress or _no_progress)(0.3, desc=f'running the backbone to {choice.label}')
-            views, state.captured = self.viewer.attention(state.image, (x, y), choice,
-                                                          _head(head), state.captured)
+            views, captured = self.viewer.attention(state.image, (x, y), choice, _head(head),
+                                                    state.captured)
         except (AppError, AttentionSiteError, ValueError) as e:
-            return dict(CLEARED, message=_error(e), x=x, y=y)
+            out = dict(CLEARED, message=_error(e), x=x, y=y)
+            return out if self.newest.newest(tab, ticket) else {}
         except Exception as e:
             logger.error('%s', traceback.format_exc())
-            return dict(CLEARED, message=_error(f'unexpected {type(e).__name__}: {e} '
-                                                '(the traceback is in the terminal)'), x=x, y=y)
-        state.point = views.point
+            out = dict(CLEARED, message=_error(f'unexpected {type(e).__name__}: {e} '
+                                               '(the traceback is in the terminal)'), x=x, y=y)
+            return out if self.newest.newest(tab, ticket) else {}
+        if not self.newest.newest(tab, ticket):   # a newer request of this tab answers
+            return {}
+        state.captured, state.point = captured, views.point
         drawn, _, _ = self.viewer.draw(state.image, state.prediction, score_thr, views.point)
         out = {f'view-{m}': gr.update(value=views.images[m], label=views.labels[m])
                for m in METHODS}
