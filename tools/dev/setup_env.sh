@@ -175,10 +175,12 @@ for name in ("torch", "torchvision"):
 print(sys.argv[1])
 EOF
 CPIP=("${PIP[@]}" -c "$CONSTRAINTS")
+# What is left goes in one resolution (the mmcv chosen below joins it): one pass of the
+# resolver over the indexes instead of one per package group.
 if [[ "$STACK" == onedl ]]; then
-    "${CPIP[@]}" "$SETUPTOOLS_RANGE" wheel "onedl-mmengine==$ONEDL_MMENGINE_VERSION"
+    MAIN=("$SETUPTOOLS_RANGE" wheel "onedl-mmengine==$ONEDL_MMENGINE_VERSION")
 else
-    "${CPIP[@]}" "$SETUPTOOLS_RANGE" wheel "mmengine==0.10.7"
+    MAIN=("$SETUPTOOLS_RANGE" wheel "mmengine==0.10.7")
 fi
 
 # --- mmcv --------------------------------------------------------------------------------------------
@@ -196,13 +198,17 @@ if compiled_mmcv; then
 elif [[ "$STACK" == onedl ]]; then
     # onedl-mmcv ships no mmcv-lite since 2.3.0 and only an sdist here; without its ops it is
     # pure Python (a few seconds to build) and depends on onedl-mmengine, not on `mmengine`.
-    log "installing onedl-mmcv $ONEDL_MMCV_VERSION built without ops (MMCV_WITH_OPS=0;" \
-        "nms/RoIAlign from torchvision)"
-    MMCV_WITH_OPS=0 "${CPIP[@]}" "onedl-mmcv==$ONEDL_MMCV_VERSION"
+    log "onedl-mmcv $ONEDL_MMCV_VERSION, built without ops (MMCV_WITH_OPS=0;" \
+        "nms/RoIAlign from torchvision), joins the install below"
+    export MMCV_WITH_OPS=0
+    MAIN+=("onedl-mmcv==$ONEDL_MMCV_VERSION")
 elif [[ "$MMCV_CHOICE" == lite ]]; then
-    log "installing mmcv-lite $MMCV_VERSION (no compiled ops; nms/RoIAlign from torchvision)"
-    "${CPIP[@]}" "mmcv-lite==$MMCV_VERSION"
+    log "mmcv-lite $MMCV_VERSION (no compiled ops; nms/RoIAlign from torchvision) joins the" \
+        "install below"
+    MAIN+=("mmcv-lite==$MMCV_VERSION")
 else
+    # (the build's check imports mmcv, which imports mmengine: that goes in first)
+    "${CPIP[@]}" "${MAIN[@]}"
     read -r TORCH_VER TORCH_CUDA PY_TAG HAVE_GPU < <("$PY" - <<'EOF'
 import sys, torch
 print(torch.__version__.split("+")[0], torch.version.cuda or "none",
@@ -273,33 +279,31 @@ EOF
     # mmcv and mmcv-lite both own the `mmcv/` package: never leave both installed.
     "${UNINSTALL[@]}" mmcv-lite 2>/dev/null || true
     "${CPIP[@]}" --no-deps --force-reinstall "$WHEEL_DIR"/mmcv-*.whl
-    "${CPIP[@]}" addict packaging Pillow pyyaml yapf opencv-python
-    compiled_mmcv || die "mmcv installed but its compiled extension does not import"
+    MAIN+=(addict packaging Pillow pyyaml yapf opencv-python)
 fi
 
 # --- the rest, and inline_mm in editable mode ------------------------------------------------------
-if [[ "$STACK" == onedl ]]; then
-    log "installing onedl-mmdetection, onedl-mmsegmentation, timm, stock-tool extras and" \
-        "inline_mm (editable)"
-    "${CPIP[@]}" -e "$ROOT[onedl,dev]"
-else
-    log "installing mmdet, mmsegmentation, timm, stock-tool extras, the app's Gradio and" \
-        "inline_mm (editable)"
-    "${CPIP[@]}" -e "$ROOT[mm,dev,app]"
-fi
 # openmim (`mim train/test`): its dependency chain opendatalab -> openxlab pins setuptools~=60.2,
-# which would break torch and mmengine; mim runs without them, so install it without its
-# declared dependencies and add the ones it imports.
+# which would break torch and mmengine; mim runs without them, so it is installed without its
+# declared dependencies, and the ones it imports (click ... tabulate) join the main install.
 # On the onedl stack its own fork, onedl-mim (openmim looks the codebases up by the upstream
 # distribution names and offers to install upstream mmdet); both own `mim/`.
+MIM_DEPS=(click colorama model-index pandas requests rich tabulate)
 if [[ "$STACK" == onedl ]]; then
+    log "installing onedl-mmengine, onedl-mmcv, onedl-mmdetection, onedl-mmsegmentation, timm," \
+        "stock-tool extras and inline_mm (editable)"
+    "${CPIP[@]}" "${MAIN[@]}" "${MIM_DEPS[@]}" -e "$ROOT[onedl,dev]"
     "${UNINSTALL[@]}" openmim 2>/dev/null || true
     "${CPIP[@]}" --no-deps onedl-mim==0.5.1
 else
+    log "installing mmengine, mmcv, mmdet, mmsegmentation, timm, stock-tool extras, the app's" \
+        "Gradio and inline_mm (editable)"
+    "${CPIP[@]}" "${MAIN[@]}" "${MIM_DEPS[@]}" -e "$ROOT[mm,dev,app]"
     "${UNINSTALL[@]}" onedl-mim 2>/dev/null || true
     "${CPIP[@]}" --no-deps openmim
 fi
-"${CPIP[@]}" click colorama model-index pandas requests rich tabulate
+compiled_mmcv || [[ "$MMCV_CHOICE" == lite || "$STACK" == onedl ]] \
+    || die "mmcv installed but its compiled extension does not import"
 # The import hook that backs mmcv's compiled entry points with torchvision on mmcv-lite
 # (harmless with a compiled mmcv: it only answers when no `mmcv._ext` exists) and lets configs
 # name `inline_mm::` bases.  A wheel brings its .pth; an editable install does not: write it
