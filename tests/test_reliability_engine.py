@@ -195,10 +195,10 @@ def test_the_tools_close_the_process_group_of_a_finished_run(monkeypatch, fails)
 def test_the_launcher_runs_as_a_module():
     """``python -m inline_mm.cli.launch {train,test} ...`` is tools/train.py and tools/test.py."""
     out = subprocess.run([sys.executable, '-m', 'inline_mm.cli.launch', 'train', '-h'],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and 'usage: python tools/train.py CONFIG' in out.stdout, out
     out = subprocess.run([sys.executable, '-m', 'inline_mm.cli.launch'], capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=300)
     assert out.returncode == 1 and 'usage: python -m inline_mm.cli.launch' in out.stderr, out
 
 
