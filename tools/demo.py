@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """``make demo`` (docs/get_started.md): an InLine-Swin Mask R-CNN that learns, on CPU.
 
-    python tools/demo.py          # defaults below; ~4 min on 2 idle cores
+    python tools/demo.py          # defaults below; ~4 min on 2 idle cores, ~6 on one
 
 1. writes the toy COCO dataset (``tools/misc/make_toy_dataset.py coco``: shapes on textured
    backgrounds, polygon and RLE masks, 300 train / 60 val images of 256 px) unless the
