@@ -10,7 +10,8 @@ ONNX Runtime: its own profiler (``enable_profiling``) on the file, kernel time s
 graph's top-level module (the node names' first part) and by op; the mask paste after it
 (``OnnxModel.results``) timed apart. PyTorch: ``model.test_step`` with forward hooks timing
 the model's parts it has of backbone, neck, RPN head, RoI extractors, box and mask heads,
-decode and auxiliary heads (the rest: pre- and post-processing, the paste). The file is exported into ``--onnx-dir`` unless there.
+decode and auxiliary heads (the rest: pre- and post-processing, the paste). The file is
+exported into ``--onnx-dir`` unless there.
 """
 import argparse
 import collections

@@ -170,6 +170,10 @@ class Handlers:
             logger.error('%s', traceback.format_exc())
             out = dict(cleared, message=_error(f'unexpected {type(e).__name__}: {e} '
                                                '(the traceback is in the terminal)'))
+        return self._if_newest(tab, ticket, out)
+
+    def _if_newest(self, tab, ticket: int, out: Dict) -> Dict:
+        """``out`` while the request of ``ticket`` is its tab's newest; else nothing to draw."""
         return out if self.newest.newest(tab, ticket) else {}
 
     def rethreshold(self, score_thr, state: Optional[Session]) -> Dict:
@@ -211,13 +215,12 @@ class Handlers:
             views, captured = self.viewer.attention(state.image, (x, y), choice, _head(head),
                                                     state.captured)
         except (AppError, AttentionSiteError, ValueError) as e:
-            out = dict(CLEARED, message=_error(e), x=x, y=y)
-            return out if self.newest.newest(tab, ticket) else {}
+            return self._if_newest(tab, ticket, dict(CLEARED, message=_error(e), x=x, y=y))
         except Exception as e:
             logger.error('%s', traceback.format_exc())
-            out = dict(CLEARED, message=_error(f'unexpected {type(e).__name__}: {e} '
-                                               '(the traceback is in the terminal)'), x=x, y=y)
-            return out if self.newest.newest(tab, ticket) else {}
+            return self._if_newest(tab, ticket, dict(
+                CLEARED, message=_error(f'unexpected {type(e).__name__}: {e} (the traceback '
+                                        'is in the terminal)'), x=x, y=y))
         if not self.newest.newest(tab, ticket):   # a newer request of this tab answers
             return {}
         state.captured, state.point = captured, views.point
