@@ -1,6 +1,6 @@
 """Interpreter-start hook of inline_mm, two jobs, each switchable by an environment variable:
 
-1. ``import mmcv._ext`` answered by inline_mm's torchvision stand-in (``inline_mm/mmcv_ext.py``)
+1. ``import mmcv._ext`` answered by inline_mm's torchvision stand-in (``inline_mm/patches/mmcv_ext.py``)
    when mmcv has no compiled extension (mmcv-lite).  Off: ``INLINE_MM_MMCV_FALLBACK=0``.
    Once ``mmcv.ops`` has been imported with the stand-in, the op modules it cannot serve
    (deformable convolution, CARAFE, ... : ``mmcv_ext.UNSERVED_MODULES``) refuse to be built,
@@ -53,7 +53,7 @@ PTH_LINE = ("import importlib.util as u; u.find_spec('_inline_mm_mmcv_hook') and
 
 
 class MmcvExtFallbackFinder(importlib.abc.MetaPathFinder):
-    """Finds ``mmcv._ext`` in ``inline_mm/mmcv_ext.py`` when nothing else can."""
+    """Finds ``mmcv._ext`` in ``inline_mm/patches/mmcv_ext.py`` when nothing else can."""
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != TARGET or os.environ.get('INLINE_MM_MMCV_FALLBACK', '1') == '0':
@@ -192,14 +192,14 @@ class OpsGuardFinder(importlib.abc.MetaPathFinder):
 
 
 def fallback_path():
-    """Path of ``inline_mm/mmcv_ext.py`` without importing ``inline_mm`` (whose import would
-    register models while mmcv is half-imported); None when inline_mm is not installed."""
+    """Path of ``inline_mm/patches/mmcv_ext.py`` without importing ``inline_mm`` (whose import
+    would register models while mmcv is half-imported); None when inline_mm is not installed."""
     try:
         spec = importlib.util.find_spec('inline_mm')
     except (ImportError, ValueError):
         return None
     for base in (spec.submodule_search_locations or []) if spec else []:
-        candidate = os.path.join(base, 'mmcv_ext.py')
+        candidate = os.path.join(base, 'patches', 'mmcv_ext.py')
         if os.path.isfile(candidate):
             return candidate
     return None

@@ -88,7 +88,7 @@ beside mmdet's Swin-T and PVT-T (``benchmarks.launches``). Outputs: ``launches.c
 ``--memory [CONFIG ...]`` counts the memory per GPU of the given configs, or of every shipped
 Mask R-CNN, Cascade Mask R-CNN, UperNet, Semantic FPN and SegFormer recipe and three Softmax
 references, in training (fp32, AMP, with and without ``with_cp``) and inference, on fake
-tensors (``inline_mm.memory``); ``--memory-check`` runs InLine-Swin-T UperNet for real on the
+tensors (``inline_mm.analysis.memory``); ``--memory-check`` runs InLine-Swin-T UperNet for real on the
 CPU (batch 2, 512x512, fp32) and compares the count with the allocator's peak of a step per
 ``with_cp`` setting, with each setting's step time (``benchmarks.memory``). Outputs:
 ``memory.csv`` / ``memory_check.csv``, ``meta.json``.

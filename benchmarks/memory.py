@@ -1,6 +1,6 @@
 """Memory per GPU of the shipped recipes, and the count checked against a real step.
 
-``python -m benchmarks --memory [CONFIG ...]`` counts (``inline_mm.memory``, fake CUDA
+``python -m benchmarks --memory [CONFIG ...]`` counts (``inline_mm.analysis.memory``, fake CUDA
 tensors) every shipped Mask R-CNN, Cascade Mask R-CNN, UperNet, Semantic FPN and SegFormer
 recipe, one row per distinct model, input and batch (the ``amp-``, ``amp-bf16-``, ``fsdp-``
 and ``ms-crop-3x`` children train their parent's model at its size; ``-slide`` children
@@ -55,7 +55,7 @@ def count_rows(configs: Sequence[str], names: Optional[Dict[str, str]] = None) -
     """One row per config: training peak (GiB) in fp32 / fp16 / bf16, and fp32 / fp16 with
     ``with_cp`` on; fp32 activations; inference fp32 / fp16 (empty where a backbone has no
     ``with_cp``)."""
-    from inline_mm.memory import MemoryCounter
+    from inline_mm.analysis.memory import MemoryCounter
     rows = []
     for config in configs:
         start = time.perf_counter()
@@ -191,7 +191,7 @@ def check(config: str = CHECK_CONFIG, cfg_options: Optional[dict] = None, rounds
     """The count against the allocator and the CPU time of a step (``rounds`` of them; 0: not
     timed), per ``with_cp`` setting (see the module docstring); ``precision`` 'fp16' or
     'bf16' trains through mmengine's ``AmpOptimWrapper`` (CUDA only, as mmengine has it)."""
-    from inline_mm.memory import MemoryCounter
+    from inline_mm.analysis.memory import MemoryCounter
     opts = dict(cfg_options or {})
     # the GPU's path and optimiser update on the CPU: what the count (fake CUDA) runs
     opts.update({'model.backbone.batched': True, 'optim_wrapper.optimizer.foreach': True})

@@ -12,19 +12,19 @@
   ``init_cfg`` takes URLs and official names (``'inline://swin_t'``); nothing is
   downloaded or created until a checkpoint is loaded;
 - the one change: mmengine's own checkpoint types on torch's ``weights_only`` allowlist
-  (:mod:`inline_mm.compat`), so that every loader of mmengine checkpoints works on
+  (:mod:`inline_mm.patches.mmengine_checkpoints`), so that every loader of mmengine checkpoints works on
   torch >= 2.6 without switching safe loading off.
 
 Without mmengine (a timm-only install, see :mod:`inline_mm.timm`) it imports the
 backbones and registers nothing.
 
-Every change to another package is a row of the patch table (:func:`inline_mm.env.patches`);
+Every change to another package is a row of the patch table (:func:`inline_mm.patches.table`);
 the ones that replace mmengine code (CPU DDP, checkpoint pruning and resume fallback,
 empty-dataset messages; :data:`inline_mm.engine.PATCHES`, beside that code) are switched on
 by :func:`inline_mm.engine.install`: the project's tools call it,
 and configs list ``'inline_mm.engine.enable'`` next to ``'inline_mm'`` in ``custom_imports``.
 """
-from . import compat
+from .patches import mmengine_checkpoints
 from .models import FAMILIES, InLineCSwin, InLineDeiT, InLinePVT, InLineSwin
 from .models.checkpoint import set_locator
 from .version import __version__  # noqa: E402
@@ -78,9 +78,9 @@ def _require_mmcv():
 if _have_mmengine():
     _require_mmcv()
     from . import datasets  # noqa: F401,E402  (registers SegFolderDataset, PaletteIoUMetric)
-    from . import detection  # noqa: F401,E402  (registers SimpleFPN, LN2d, PadAwareRPNHead)
+    from .models import detection  # noqa: F401,E402  (registers SimpleFPN, LN2d, PadAwareRPNHead)
     from . import engine  # noqa: F401,E402  (registers the opt-in hooks; patches nothing)
 
-    compat.allow_mmengine_checkpoints()
+    mmengine_checkpoints.allow_mmengine_checkpoints()
 
 __all__ = ['__version__', 'FAMILIES', 'InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT']

@@ -37,27 +37,6 @@ def stack_name() -> str:
     return 'mixed: ' + ', '.join(f'{d} {_dist_version(d)}' for d in found)
 
 
-def patches() -> tuple:
-    """The whole patch table: the rows of :mod:`inline_mm.patches` (interpreter start,
-    ``import inline_mm``) and, where mmengine imports, the engine's
-    (:data:`inline_mm.engine.PATCHES`, each beside the code it patches)."""
-    from inline_mm.patches import PATCHES
-    try:
-        from inline_mm.engine import PATCHES as ENGINE
-    except ImportError:  # no mmengine: its rows do not apply
-        ENGINE = ()
-    return PATCHES + ENGINE
-
-
-def find_patch(name: str):
-    """The row of :func:`patches` called ``name``."""
-    table = patches()
-    for patch in table:
-        if patch.name == name:
-            return patch
-    raise KeyError(f'no patch {name!r}; the table has {[p.name for p in table]}')
-
-
 def describe_impl() -> str:
     """How InLine attention runs in models built here (``impl``,
     :mod:`inline_mm.models.padding`)."""
@@ -75,13 +54,13 @@ def describe_impl() -> str:
 
 
 def describe_patches() -> list:
-    """Each row of :func:`patches` as ``(name, state, applies to, check)``: ``state`` is
+    """Each row of :func:`inline_mm.patches.table` as ``(name, state, applies to, check)``: ``state`` is
     'on' or 'off' in this process, 'needed, off' where the feature check says the installed
     stack needs a row that nothing has switched on here, or 'switched off' where the
     environment keeps it off."""
-    from inline_mm.patches import switched_off
+    from inline_mm.patches import switched_off, table
     rows = []
-    for patch in patches():
+    for patch in table():
         try:
             on = patch.active()
             need, why = patch.needed()
@@ -176,7 +155,7 @@ def main(argv=None):
     for k, v in collect_env().items():
         print(f'{k:>16}: {v}')
     from inline_mm.patches import BY_ENGINE
-    print("inline_mm's patches of other packages (inline_mm/patches.py and the engine's "
+    print("inline_mm's patches of other packages (inline_mm/patches/__init__.py and the engine's "
           "modules); 'needed, off': "
           f'switched on by {BY_ENGINE}')
     print(f'  {"patch":<26} {"state":<13} {"applies to":<26} feature check here')

@@ -227,7 +227,7 @@ def save_with_yacs_config(monkeypatch):
 def tiny_coco(tmp_path_factory):
     """A toy COCO set of 2 training and 2 validation images, 64 px, 1-2 objects each: the
     data of one-iteration runs of shrunken detectors (support.on_toy_coco)."""
-    from inline_mm.toydata.coco import make_coco_toy
+    from inline_mm.datasets.toy.coco import make_coco_toy
     data = tmp_path_factory.mktemp('tiny_coco')
     make_coco_toy(str(data), num_train=2, num_val=2, size=64, max_objects=2, seed=1)
     return data
@@ -237,7 +237,7 @@ def tiny_coco(tmp_path_factory):
 def tiny_ade(tmp_path_factory):
     """A toy ADE20K set of 2 training and 2 validation images, SEG_SIZE px: the data of
     one-iteration runs of shrunken segmentors (support.on_toy_seg)."""
-    from inline_mm.toydata.segmentation import make_ade_toy
+    from inline_mm.datasets.toy.segmentation import make_ade_toy
     data = tmp_path_factory.mktemp('tiny_ade')
     make_ade_toy(str(data), num_train=2, num_val=2, size=SEG_SIZE)
     return data

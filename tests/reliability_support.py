@@ -238,14 +238,14 @@ class SlowCheckpointWrite(Hook):
 
 
 def toy_ade(out: Path, num_train: int = 24, size: int = 64) -> Path:
-    from inline_mm.toydata.segmentation import make_ade_toy
+    from inline_mm.datasets.toy.segmentation import make_ade_toy
     if not (out / 'images').is_dir():
         make_ade_toy(str(out), num_train=num_train, num_val=2, size=size)
     return out
 
 
 def toy_coco(out: Path, num_train: int = 8, size: int = 96) -> Path:
-    from inline_mm.toydata.coco import make_coco_toy
+    from inline_mm.datasets.toy.coco import make_coco_toy
     if not (out / 'annotations').is_dir():
         make_coco_toy(str(out), num_train=num_train, num_val=2, size=size, max_objects=2)
     return out

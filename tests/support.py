@@ -302,7 +302,7 @@ def on_toy_coco(cfg, data: Path, size: int = 64):
     px, its classes, and validating and testing on its val split, every score kept
     (:func:`keep_low_scores`); in place. A Mask2Former's
     large-scale-jitter padding is set to ``size`` too."""
-    from inline_mm.toydata.coco import DEFAULT_CLASSES
+    from inline_mm.datasets.toy.coco import DEFAULT_CLASSES
     root = f'{data}/'
     set_num_classes(cfg.model, len(DEFAULT_CLASSES))
     masks = keep_low_scores(cfg.model)

@@ -193,10 +193,10 @@ def test_unknown_norm_or_act_is_refused_clearly():
 
 
 def test_norm_and_act_types_are_known_to_config_checks():
-    """The names are mmcv's: ``inline_mm.config_types`` (and mmdet) know them."""
+    """The names are mmcv's: ``inline_mm.apis.config`` (and mmdet) know them."""
     from mmengine.config import Config
 
-    from inline_mm.config_types import unknown_types
+    from inline_mm.apis.config import unknown_types
     from inline_mm.models.norm_act import ACT_LAYERS, NORM_LAYERS
     for norm in NORM_LAYERS:
         for act in ACT_LAYERS:

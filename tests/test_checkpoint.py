@@ -133,7 +133,7 @@ def test_tools_test_names_a_checkpoint_that_is_no_checkpoint(tmp_path):
     """tools/test.py CONFIG PAGE.pth: mmengine's loader, as a user meets it."""
     from conftest import NANO_DET
 
-    from inline_mm.toydata.coco import make_coco_toy
+    from inline_mm.datasets.toy.coco import make_coco_toy
     make_coco_toy(str(tmp_path / 'coco'), num_train=1, num_val=1, size=64, seed=0)
     page = tmp_path / 'epoch_12.pth'
     page.write_text('<!DOCTYPE html><html><head><title>Sign in</title></head></html>')

@@ -15,7 +15,7 @@ from mmengine.runner import Runner
 
 import config_spec as spec
 from support import on_toy_seg, out_channels, shrink_segmentor
-from inline_mm.toydata.segmentation import make_cityscapes_toy
+from inline_mm.datasets.toy.segmentation import make_cityscapes_toy
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'

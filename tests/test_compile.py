@@ -159,14 +159,14 @@ class _TinyNet:
 def test_runner_compile_trains_with_paramwise_groups(tmp_path):
     """``compile=`` in a config compiles the Runner's ``train_step``, optimiser step
     included: with mmengine's ConfigDict parameter groups Dynamo stops at the step
-    (inline_mm.engine.compiling makes them plain dicts first). A real Mask R-CNN run with
+    (inline_mm.patches.compiling makes them plain dicts first). A real Mask R-CNN run with
     Inductor: docs/export_and_timm.md."""
     from mmengine.config import ConfigDict
     from mmengine.optim import build_optim_wrapper
     from mmengine.runner import Runner
 
     import inline_mm.engine
-    from inline_mm.engine.compiling import plain_param_groups
+    from inline_mm.patches.compiling import plain_param_groups
     inline_mm.engine.install()
 
     optim_cfg = ConfigDict(type='OptimWrapper',

@@ -9,7 +9,7 @@ import torch
 from conftest import NANO_DET
 from mmengine.config import Config
 
-from inline_mm.config_types import unknown_types
+from inline_mm.apis.config import unknown_types
 
 ROOT = Path(__file__).resolve().parents[1]
 

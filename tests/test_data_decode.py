@@ -21,7 +21,7 @@ import inline_mm  # noqa: F401
 from inline_mm.cli import check_dataset
 from inline_mm.datasets import checks
 from inline_mm.engine import DatasetCheckHook
-from inline_mm.toydata import segmentation as toy
+from inline_mm.datasets.toy import segmentation as toy
 from reliability_support import SHIPPED, hook_checked_runner, toy_ade, toy_coco
 from support import load_script
 

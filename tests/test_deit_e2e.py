@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from support import subprocess_env, write_tiny_config, write_toy_coco_config
 
-from inline_mm.toydata import segmentation as toy_seg
-from inline_mm.toydata.coco import make_coco_toy
+from inline_mm.datasets.toy import segmentation as toy_seg
+from inline_mm.datasets.toy.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
 DEIT = ROOT / 'configs' / 'inline_deit'

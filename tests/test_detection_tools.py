@@ -15,7 +15,7 @@ import pytest
 
 from conftest import NANO_DET
 from support import free_port, load_script, subprocess_env, write_toy_coco_config
-from inline_mm.toydata.coco import make_coco_toy
+from inline_mm.datasets.toy.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300
@@ -177,8 +177,8 @@ def test_demo_data_stamp_detects_other_generators(tmp_path, monkeypatch):
     """The demo reuses data/toy_coco only if this generator, with these arguments and
     library versions, wrote exactly those files; anything else is regenerated."""
     import json
-    from inline_mm.toydata import STAMP_FILE, stamp_mismatch
-    from inline_mm.toydata.coco import coco_toy_stamp
+    from inline_mm.datasets.toy import STAMP_FILE, stamp_mismatch
+    from inline_mm.datasets.toy.coco import coco_toy_stamp
     args = dict(num_train=3, num_val=2, size=48)
     root = tmp_path / 'toy'
     s = make_coco_toy(str(root), **args)
@@ -200,7 +200,7 @@ def test_demo_data_stamp_detects_other_generators(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, 'generate', lambda out: (calls.append(out), make_coco_toy(
         out, **args)))
     # The demo asks for the default arguments' stamp; here: the small set's.
-    monkeypatch.setattr('inline_mm.toydata.coco.coco_toy_stamp',
+    monkeypatch.setattr('inline_mm.datasets.toy.coco.coco_toy_stamp',
                         lambda *a, **k: coco_toy_stamp(*a, **(k or ({} if a else args))))
     monkeypatch.setattr(demo, 'DEFAULT_DATA', str(root))
     first = demo.ensure_data(False, 0.0)                  # no stamp: regenerates

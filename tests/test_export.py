@@ -1,5 +1,5 @@
 """Every backbone of the family table traces and exports to ONNX with a free batch,
-for one input size per graph, and refuses other sizes (``inline_mm.export``)."""
+for one input size per graph, and refuses other sizes (``inline_mm.deploy.backbone``)."""
 import json
 import subprocess
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from inline_mm.export import SizeLocked, check_onnx, export_onnx, run_onnx, trace_backbone
+from inline_mm.deploy.backbone import SizeLocked, check_onnx, export_onnx, run_onnx, trace_backbone
 from inline_mm.models import FAMILIES
 from support import quiet_tracer, smoke_backbone
 

@@ -30,7 +30,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from benchmarks.launches import OpCounter
-from inline_mm.memory import cuda_autocast as autocast
+from inline_mm.analysis.memory import cuda_autocast as autocast
 from inline_mm.models import FAMILIES
 from support import ROOT, shrink_detector, shrink_segmentor, smoke_backbone
 
@@ -46,7 +46,7 @@ _MATMULS = ('aten.mm.', 'aten.addmm.', 'aten.bmm.', 'aten.baddbmm.', 'aten.convo
 def fake(device: str):
     """A ``FakeTensorMode`` in which real tensors (a model's parameters, a batch made on
     the host) may enter, become fake, and move to ``device`` without data. Without a shape
-    environment (unlike ``inline_mm.memory.fake_cuda``'s), so that a host read raises
+    environment (unlike ``inline_mm.analysis.memory.fake_cuda``'s), so that a host read raises
     instead of becoming a symbol."""
     with FakeTensorMode(allow_non_fake_inputs=True):
         yield torch.device(device)

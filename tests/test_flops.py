@@ -1,4 +1,4 @@
-"""inline_mm.analysis and its tool tools/analysis_tools/get_flops.py: what is counted, and
+"""inline_mm.analysis.complexity and its tool tools/analysis_tools/get_flops.py: what is counted, and
 agreement with the backbone GMACs table of the project's reference notes
 (shared/reference/ARCHITECTURES.md, kept beside the repository, not in it)."""
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from inline_mm.analysis import count_macs, measure
+from inline_mm.analysis.complexity import count_macs, measure
 from inline_mm.models import InLineAttention
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -44,7 +44,7 @@ def test_env_report():
     # the stack, and the patch table: on where this process switched it on (the import and
     # the interpreter-start hook), needed where the feature check says so (measured: upstream
     # mmengine 0.10.7 keeps torch's refusal and finds mmsegmentation; onedl 0.10.12 does neither)
-    from inline_mm.env import patches
+    from inline_mm.patches import table as patches
     stack = out.split('OpenMMLab stack:')[1].split()[0]
     assert stack in ('upstream', 'onedl'), out
     state = dict(re.findall(r'^  (\w+) +(on|off|needed, off|switched off) ', out, re.M))

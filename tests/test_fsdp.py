@@ -100,7 +100,7 @@ def _toy_config(path: Path, data: Path, init: Path, out: Path) -> Path:
 def runs(tmp_path_factory):
     """The FSDP child and its DDP parent, trained 2 iterations each in 2 processes from the
     same weights."""
-    from inline_mm.toydata.segmentation import make_cityscapes_toy
+    from inline_mm.datasets.toy.segmentation import make_cityscapes_toy
     from mmseg.registry import MODELS
     tmp = tmp_path_factory.mktemp('fsdp')
     data = tmp / 'cityscapes'

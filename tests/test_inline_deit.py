@@ -224,7 +224,7 @@ def test_flops_count_every_product_of_the_attention():
     """The dispatcher-level counter (tools/analysis_tools/get_flops.py) counts the plain
     form: the linear attention's products and the batched local convolution; at 224 the
     backbone is exactly its analytic MAC count (the paper's 1.1 G for InLine-DeiT-T)."""
-    from inline_mm.analysis import count_macs
+    from inline_mm.analysis.complexity import count_macs
     model = InLineDeiT(arch='tiny', out_indices=(11,)).eval()
     c, heads, hw = 192, 6, 14 * 14
     n, d = 1 + hw, c // heads

@@ -1,4 +1,4 @@
-"""The memory count before the run (``inline_mm.memory``,
+"""The memory count before the run (``inline_mm.analysis.memory``,
 ``tools/analysis_tools/estimate_memory.py``, ``python -m benchmarks --memory``) on shrunken
 shipped configs: it agrees with the CPU
 allocator's peak of a real training step, AMP and ``with_cp`` (per stage) change it the way
@@ -15,7 +15,7 @@ from support import ROOT, write_tiny_config
 from benchmarks import memory as bench
 from benchmarks.__main__ import main as bench_main
 from inline_mm.cli import estimate_memory as cli
-from inline_mm.memory import MemoryCounter, count, cuda_autocast, optimizer_bytes
+from inline_mm.analysis.memory import MemoryCounter, count, cuda_autocast, optimizer_bytes
 
 SHIPPED = {
     'upernet': 'configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = Path(__file__).parent / 'data' / 'mmcv_ops_reference.pth'
 
 
-FALLBACK = load_script('inline_mm/mmcv_ext.py', 'inline_mm_fallback_under_test')
+FALLBACK = load_script('inline_mm/patches/mmcv_ext.py', 'inline_mm_fallback_under_test')
 
 
 @pytest.fixture

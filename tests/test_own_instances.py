@@ -158,7 +158,7 @@ def test_a_distributed_run_stops_on_every_rank_before_training(tmp_path):
     before the first iteration with the same complete list (the image checks are shared),
     before the model's weights load (here an offline download, which would fail)."""
     from support import free_port, subprocess_env
-    from inline_mm.toydata.exports import make_coco_export
+    from inline_mm.datasets.toy.exports import make_coco_export
     import subprocess
     import sys
     make_coco_export(str(tmp_path / 'data'), num_train=10, num_val=2, size=64)
@@ -335,7 +335,7 @@ def test_class_names_come_from_the_file_in_mmdets_label_order(tmp_path):
 
 
 def _toy_export(tmp_path) -> Path:
-    from inline_mm.toydata.exports import make_coco_export
+    from inline_mm.datasets.toy.exports import make_coco_export
     make_coco_export(str(tmp_path / 'data'), num_train=10, num_val=2, size=64)
     return tmp_path / 'data'
 

@@ -186,7 +186,7 @@ def test_bare_import_leaves_mmengine_untouched():
         else:
             assert a is b, (a, b)
     # of the patch table, the import adds only its own row (the allowlist, named in the README)
-    from inline_mm.env import patches
+    from inline_mm.patches import table as patches
     from inline_mm.patches import AT_IMPORT, AT_START
     table = patches()
     on = {p.name for p in table if p.active()}
@@ -194,7 +194,7 @@ def test_bare_import_leaves_mmengine_untouched():
         {p.name for p in table if p.switched_on_by == AT_IMPORT}, on
 
     # the web app's Gradio (an optional extra) loads when the app starts, not before
-    import inline_mm.app.viewer, inline_mm.attention_views  # noqa: E401
+    import inline_mm.app.viewer, inline_mm.visualization.attention_views  # noqa: E401
     assert not {'gradio', 'fastapi', 'uvicorn', 'playwright'} & set(sys.modules)
 
     import inline_mm.engine.enable     # switched on by name: now they change

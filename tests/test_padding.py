@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import rel_err
-from inline_mm.export import trace_backbone
+from inline_mm.deploy.backbone import trace_backbone
 from inline_mm.models import FAMILIES, InLineAttention, WindowAttention
 from inline_mm.models.padding import NO_PADDING, ValidMap, detect_valid_sizes
 from support import load_script, padded_canvas, smoke_backbone

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import NANO_DET
 from support import subprocess_env, write_toy_coco_config
-from inline_mm.toydata.coco import make_coco_toy
+from inline_mm.datasets.toy.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
 

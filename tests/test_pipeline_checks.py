@@ -11,7 +11,7 @@ from PIL import Image
 
 import inline_mm  # noqa: F401
 from inline_mm.engine import CheckImageSize, CheckSegLabels, CheckSegMapSize
-from inline_mm.toydata.segmentation import make_folder_toy, save_index_png
+from inline_mm.datasets.toy.segmentation import make_folder_toy, save_index_png
 
 from support import shrink_segmentor
 
@@ -175,7 +175,7 @@ def test_template_stops_training_at_the_mask_with_a_foreign_label(own_data, tmp_
 # ------------------------------------------------------------------ COCO classes
 @pytest.fixture(scope='module')
 def coco(tmp_path_factory):
-    from inline_mm.toydata.coco import make_coco_toy
+    from inline_mm.datasets.toy.coco import make_coco_toy
     root = tmp_path_factory.mktemp('coco')
     make_coco_toy(str(root), num_train=6, num_val=2, size=64, max_objects=3)
     return root

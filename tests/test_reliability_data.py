@@ -15,7 +15,7 @@ from PIL import Image
 
 import inline_mm  # noqa: F401
 from inline_mm.engine import check_coco
-from inline_mm.toydata.segmentation import save_index_png
+from inline_mm.datasets.toy.segmentation import save_index_png
 from reliability_support import SHIPPED, hook_checked_runner, tiny_config, toy_ade, toy_coco
 
 CLASSES = ('circle', 'triangle', 'rectangle')

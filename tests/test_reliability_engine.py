@@ -18,10 +18,10 @@ from mmengine.runner import Runner
 from torch.utils.data import DataLoader, TensorDataset
 
 import inline_mm.engine
-from inline_mm.engine import checkpointing, data_checks, distributed
-from inline_mm.engine.checkpointing import find_resumable, is_complete_checkpoint
-from inline_mm.env import find_patch as find
-from inline_mm.env import patches
+from inline_mm.patches import checkpointing, distributed, empty_datasets
+from inline_mm.patches.checkpointing import find_resumable, is_complete_checkpoint
+from inline_mm.patches import find
+from inline_mm.patches import table as patches
 from support import ROOT
 
 
@@ -137,7 +137,7 @@ def test_installed_once_and_only_for_cpu_distributed():
     distributed.install()
     checkpointing.install_prune()
     checkpointing.install_fallback()
-    data_checks.install()
+    empty_datasets.install()
     assert Runner.wrap_model is wrap and Runner.build_dataloader is build
     assert not getattr(wrap.__wrapped__, '_inline_mm_cpu_ddp', False)
     # Not distributed: mmengine's own path (SyncBN reverted, no wrapper).
@@ -223,14 +223,14 @@ def test_checkpoint_outside_the_allowlist_is_refused_on_either_stack(tmp_path):
 
     from mmengine.runner.checkpoint import load_from_local
 
-    from inline_mm.engine import loading
+    from inline_mm.patches import loading
     path = tmp_path / 'gadget.pth'
     torch.save({'state_dict': {}, 'gadget': _Gadget()}, path)
     with pytest.raises(pickle.UnpicklingError, match='weights_only|Unsupported global'):
         load_from_local(str(path), 'cpu')
     # the patch is on exactly where the feature check finds the retrying loader
     assert loading.installed_strict() == find('strict_checkpoint_loading').needed()[0]
-    # mmengine's own checkpoints still load (the allowlist of inline_mm.compat)
+    # mmengine's own checkpoints still load (the allowlist of inline_mm.patches.mmengine_checkpoints)
     runner = _toy_runner(tmp_path, 'strict')
     runner.train()
     ckpt = load_from_local(str(tmp_path / 'iter_6.pth'), 'cpu')
@@ -282,12 +282,13 @@ def test_the_patch_table_is_documented():
 def test_env_report_states(monkeypatch):
     """``python -m inline_mm.env``'s states: on, needed but off, not needed, and switched off
     by the row's environment setting."""
+    import inline_mm.patches
     from inline_mm import env
     from inline_mm.patches import AT_START, Patch
     rows = [Patch(name, 'x', 'y', 'v', AT_START, lambda n=need: (n, 'why'),
                   lambda a=on: a, switch_off='INLINE_MM_TEST_ROW=0')
             for name, need, on in (('a', True, True), ('b', True, False), ('c', False, False))]
-    monkeypatch.setattr(env, 'patches', lambda: tuple(rows))
+    monkeypatch.setattr(inline_mm.patches, 'table', lambda: tuple(rows))
     monkeypatch.delenv('INLINE_MM_TEST_ROW', raising=False)
     assert [r[1] for r in env.describe_patches()] == ['on', 'needed, off', 'off']
     monkeypatch.setenv('INLINE_MM_TEST_ROW', '0')

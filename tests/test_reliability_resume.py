@@ -1,7 +1,7 @@
 """Fast checks that a killed and resumed run is the uninterrupted run: the random state in
-the checkpoints (inline_mm.engine.random_state), the newest complete checkpoint and the
-deletions a killed process left undone (inline_mm.engine.checkpointing), data workers that
-die with their parent (inline_mm.engine.workers). A mmengine Runner on a toy model that
+the checkpoints (inline_mm.patches.random_state), the newest complete checkpoint and the
+deletions a killed process left undone (inline_mm.patches.checkpointing), data workers that
+die with their parent (inline_mm.patches.workers). A mmengine Runner on a toy model that
 draws from every generator, in this process (tests/conftest.py switches the engine rows on,
 as tools/train.py does); a "kill" is an exception raised at a fixed point. The Mask R-CNN
 runs killed with SIGKILL are in tests/test_reliability_training.py."""
@@ -23,8 +23,8 @@ from mmengine.model import BaseModel
 from mmengine.runner import Runner
 from torch.utils.data import Dataset
 
-from inline_mm.engine import checkpointing, random_state, workers
-from inline_mm.engine.random_state import KEY
+from inline_mm.patches import checkpointing, random_state, workers
+from inline_mm.patches.random_state import KEY
 
 
 class _Drawing(BaseModel):

@@ -16,7 +16,7 @@ from PIL import Image
 
 import inline_mm  # noqa: F401
 from inline_mm.cli import check_dataset, convert_masks
-from inline_mm.toydata import segmentation as toy
+from inline_mm.datasets.toy import segmentation as toy
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support import subprocess_env
 
-from inline_mm.toydata import segmentation as toy
+from inline_mm.datasets.toy import segmentation as toy
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from conftest import rel_err
 
-from inline_mm.detection import LayerNorm2d, SimpleFPN
+from inline_mm.models.detection import LayerNorm2d, SimpleFPN
 
 
 def test_layer_norm_2d_is_layer_norm_over_channels():

@@ -19,7 +19,7 @@ import pytest
 from support import free_port, subprocess_env
 
 from inline_mm.env import stack_name
-from inline_mm.toydata.coco import make_coco_toy
+from inline_mm.datasets.toy.coco import make_coco_toy
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the README and docs/ in one text: the commands below are looked up wherever they are written

@@ -349,7 +349,7 @@ def test_jit_trace_at_one_size_matches_eager(name, cfg):
 
 def test_onnx_export_of_windowed_linear_swin_matches_eager(tmp_path):
     ort = pytest.importorskip('onnxruntime')
-    from inline_mm.export import export_onnx, run_onnx
+    from inline_mm.deploy.backbone import export_onnx, run_onnx
     model = build('InLineSwin', inline_cfg=dict(attention='linear', kernel='relu',
                                                 window_size=5))
     path = str(tmp_path / 'switched.onnx')

@@ -1,4 +1,4 @@
-"""What every backbone does under the tracers users reach for without ``inline_mm.export``:
+"""What every backbone does under the tracers users reach for without ``inline_mm.deploy.backbone``:
 a plain ``torch.jit.trace`` or ``torch.onnx.export`` graph refuses another input size
 (never silently wrong), ``torch.jit.script`` refuses plainly, and ``torch.fx`` traces
 (torchvision's feature extraction included)."""

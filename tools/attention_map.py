@@ -11,7 +11,7 @@ One row per query, columns: the image with the query marked; InLine's weights ov
 keys ((s/n) q.(k - mean k) + 1/n); normalised linear attention's (ReLU kernel where the
 block's is the identity); Softmax's (softmax(s q.k)), all on the block's own q and k over
 the image's tokens, overlaid on the image; the block's local 3x3 kernel. The formulas and
-the choices behind them: inline_mm/attention_maps.py. ``--query-scales 1 2`` adds, for
+the choices behind them: inline_mm/visualization/attention_maps.py. ``--query-scales 1 2`` adds, for
 every point, the same query with q doubled: one linear row, two InLine rows. ``--npz FILE``
 also writes the weights themselves (what the app, ``python -m inline_mm.app``, offers for a
 click). The page: docs/attention_maps.md.
@@ -20,10 +20,10 @@ import argparse
 import json
 import sys
 
-from inline_mm.attention_maps import (AttentionSiteError, Preprocess, attention_maps,
+from inline_mm.visualization.attention_maps import (AttentionSiteError, Preprocess, attention_maps,
                                       build_backbone, capture_attention, grid_points,
                                       load_image, map_stride, point_to_cell, prepare_image)
-from inline_mm.attention_views import draw_figure, save_maps
+from inline_mm.visualization.attention_views import draw_figure, save_maps
 from inline_mm.models import CheckpointError
 
 

@@ -138,8 +138,8 @@ def run(cmd, threads: int = None):
 def ensure_data(regenerate: bool, t0: float) -> str:
     """Make sure DEFAULT_DATA holds what this generator writes with its defaults;
     return the data's content hash."""
-    from inline_mm.toydata import read_stamp, stamp_mismatch
-    from inline_mm.toydata.coco import coco_toy_stamp
+    from inline_mm.datasets.toy import read_stamp, stamp_mismatch
+    from inline_mm.datasets.toy.coco import coco_toy_stamp
     why = 'asked to (--regenerate)' if regenerate else stamp_mismatch(DEFAULT_DATA,
                                                                       coco_toy_stamp())
     if why is None:

@@ -18,8 +18,8 @@ from typing import Dict, Optional, Tuple
 
 import gradio as gr
 
-from ..attention_maps import METHODS, AttentionSiteError
-from ..attention_views import colour_stops
+from ..visualization.attention_maps import METHODS, AttentionSiteError
+from ..visualization.attention_views import colour_stops
 from .viewer import DEFAULT_CONCURRENCY, DEFAULT_SCORE_THR, AppError, Image, Prediction, Viewer
 
 __all__ = ['Handlers', 'Session', 'build', 'serve', 'SAMPLES', 'MEAN_OVER_HEADS']

@@ -16,10 +16,10 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ..attention_maps import (METHODS, AttentionSiteError, Capture, Preprocess, attention_maps,
+from ..visualization.attention_maps import (METHODS, AttentionSiteError, Capture, Preprocess, attention_maps,
                               attention_sites, capture_attention, find_attention, map_stride,
                               point_to_cell, prepare_image, to_rgb)
-from ..attention_views import (colour_over, kernel_picture, map_at_image_size, map_scale,
+from ..visualization.attention_views import (colour_over, kernel_picture, map_at_image_size, map_scale,
                                mark_point, method_label, save_maps)
 
 __all__ = ['AppError', 'Image', 'BlockChoice', 'Prediction', 'AttentionViews', 'Viewer',
@@ -68,7 +68,7 @@ class Image:
 def read_image(path: str, name: Optional[str] = None,
                max_side: int = DEFAULT_MAX_SIDE) -> Image:
     """Read an image file as RGB (as ``tools/attention_map.py`` reads it: transparent
-    pixels over white, :func:`~inline_mm.attention_maps.to_rgb`), downscaled so that its
+    pixels over white, :func:`~inline_mm.visualization.attention_maps.to_rgb`), downscaled so that its
     longer side is at most ``max_side`` (with a note saying so).
 
     Raises:
@@ -196,7 +196,7 @@ class AttentionViews:
         summary (str): Which token of which block, and the grid.
         point (tuple[int, int]): The query's pixel.
         cell (tuple[int, int]): Its token.
-        maps: The :class:`~inline_mm.attention_maps.AttentionMaps`.
+        maps: The :class:`~inline_mm.visualization.attention_maps.AttentionMaps`.
         reused (bool): Whether the backbone's attention from an earlier click (same image,
             same block) was used again instead of running the backbone.
         scales (dict[str, tuple[float, float]]): Per method, its colour scale ``(lo, hi)``

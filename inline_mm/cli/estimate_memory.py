@@ -13,7 +13,7 @@ the backward pass, and the estimated peak of a step; inference: the test loop's 
 size its test pipeline resizes to. ``--with-cp`` sets the backbone's ``with_cp``: ``off``,
 ``on`` (every stage) or stage indices (``0,1``: the first two). How it counts and what it
 cannot see (allocator rounding, cuDNN workspaces, the CUDA context: keep 1-2 GiB free):
-``inline_mm.memory``; how it compares with a real step: docs/training_at_scale.md.
+``inline_mm.analysis.memory``; how it compares with a real step: docs/training_at_scale.md.
 """
 import argparse
 import json
@@ -39,7 +39,7 @@ def parse_with_cp(text: str):
 
 
 def parse_args(argv=None):
-    from inline_mm.memory import PRECISIONS
+    from inline_mm.analysis.memory import PRECISIONS
     p = doc_parser(__doc__)
     p.add_argument('config', nargs='+', help='mmdet or mmseg config file(s)')
     p.add_argument('--precision', nargs='+', choices=list(PRECISIONS),
@@ -69,7 +69,7 @@ def _cp(value) -> str:
 
 
 def report(result: dict) -> List[str]:
-    """The lines printed for one config's :func:`inline_mm.memory.count` result."""
+    """The lines printed for one config's :func:`inline_mm.analysis.memory.count` result."""
     train, test = result['train'], result['test']
     first = train[0]
     h, w = first.input_hw
@@ -91,7 +91,7 @@ def report(result: dict) -> List[str]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from inline_mm.memory import count
+    from inline_mm.analysis.memory import count
     opts = None
     if args.cfg_options:
         from mmengine.config import DictAction

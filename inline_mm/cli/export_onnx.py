@@ -13,7 +13,7 @@
 segmentor (UperNet) with its preprocessing and post-processing (``inline_mm.deploy``,
 docs/deploy.md): inputs ``input`` and each image's ``sizes``, outputs ``dets``, ``labels``
 (and ``masks``) or ``seg``; the check runs ONNX Runtime against PyTorch on a padded batch
-of random images.  A graph is made for one height and width (``inline_mm.export`` says
+of random images.  A graph is made for one height and width (``inline_mm.deploy.backbone`` says
 why) and refuses any other; the batch is free.  TorchScript exporter (``dynamo=False``),
 opset 17 by default.  ``--arch smoke`` is the family table's tiny test model.  With
 ``--checkpoint`` the file goes through the project's safe loader (official,
@@ -108,7 +108,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.whole:
         return export_whole(args)
-    from inline_mm.export import check_onnx, export_onnx, time_onnx_vs_eager
+    from inline_mm.deploy.backbone import check_onnx, export_onnx, time_onnx_vs_eager
     model, tag = build_backbone(args)
     h, w = args.size
     out = args.out or f'{tag}_{h}x{w}.onnx'

@@ -8,7 +8,7 @@ switched on (:func:`inline_mm.engine.install`), whatever the config imports.
 
 Before the stock script starts, every ``type`` of the config (with ``--cfg-options``
 applied) is looked up in its scope's registries: a misspelt one stops the run at once
-with the name it probably meant (:mod:`inline_mm.config_types`).
+with the name it probably meant (:mod:`inline_mm.apis.config`).
 """
 import argparse
 import os.path as osp
@@ -63,7 +63,7 @@ def run(tool: str, argv=None):
     if not argv or argv[0].startswith('-'):
         sys.exit(usage)
     import inline_mm.engine
-    from inline_mm.config_types import check_types
+    from inline_mm.apis.config import check_types
     inline_mm.engine.install()
     cfg = load_config(argv)
     scope = config_scope(cfg, argv[0])

@@ -14,12 +14,12 @@ import importlib
 
 #: kind -> module providing ``add_arguments(parser)`` and ``run(args)``
 KINDS = {
-    'coco': 'inline_mm.toydata.coco',
-    'ade': 'inline_mm.toydata.segmentation',
-    'cityscapes': 'inline_mm.toydata.segmentation',
-    'folder': 'inline_mm.toydata.segmentation',
-    'coco-export': 'inline_mm.toydata.exports',
-    'labelme': 'inline_mm.toydata.exports',
+    'coco': 'inline_mm.datasets.toy.coco',
+    'ade': 'inline_mm.datasets.toy.segmentation',
+    'cityscapes': 'inline_mm.datasets.toy.segmentation',
+    'folder': 'inline_mm.datasets.toy.segmentation',
+    'coco-export': 'inline_mm.datasets.toy.exports',
+    'labelme': 'inline_mm.datasets.toy.exports',
 }
 
 

@@ -3,7 +3,7 @@ export end to end (the metrics and the detections of ONNX Runtime against PyTorc
 no trained model of real size is at hand (tests, the GPU check of TensorRT).
 
 Each is a narrow InLine-Swin (16 channels, one block per stage) with its head, trained
-from scratch on a toy set of 8 images of shapes (:mod:`inline_mm.toydata`) until it has
+from scratch on a toy set of 8 images of shapes (:mod:`inline_mm.datasets.toy`) until it has
 learned them; its test split *is* those 8 images, so its metrics say that it detects
 what it was shown (box / mask AP around 0.7 for Mask R-CNN), not that it generalises.
 
@@ -143,10 +143,10 @@ def make_toy_data(kind: str, root: str) -> str:
     COCO layout, or ADE20K's); returns ``root``."""
     data, size, _ = TOY_KINDS[kind]
     if data == 'coco':
-        from inline_mm.toydata.coco import make_coco_toy
+        from inline_mm.datasets.toy.coco import make_coco_toy
         make_coco_toy(root, num_train=8, num_val=1, size=size, max_objects=2, seed=3)
     else:
-        from inline_mm.toydata.segmentation import make_ade_toy
+        from inline_mm.datasets.toy.segmentation import make_ade_toy
         make_ade_toy(root, num_train=8, num_val=1, size=size, seed=3)
     return root
 

@@ -10,17 +10,17 @@ pipeline steps ``CheckSegMapSize``, ``CheckSegLabels`` and ``CheckImageSize``
 unless a config asks for them.
 
 :func:`install` (or importing :mod:`inline_mm.engine.enable`) switches on the rows of
-:data:`PATCHES` (each beside the code it patches) that replace mmengine code, each only where
+:data:`PATCHES` (each in its module of :mod:`inline_mm.patches`) that replace mmengine code, each only where
 its feature check says the installed mmengine needs it and each acting only where mmengine
 fails, so that nothing
-changes for runs that work: CPU DDP (:mod:`.distributed`), checkpoint pruning after the save
-and the ``--resume`` fallback (:mod:`.checkpointing`), the random state in checkpoints, restored
-at ``--resume``, and validation on a copy of it (:mod:`.random_state`; this one changes the
+changes for runs that work: CPU DDP (:mod:`inline_mm.patches.distributed`), checkpoint pruning after the save
+and the ``--resume`` fallback (:mod:`inline_mm.patches.checkpointing`), the random state in checkpoints, restored
+at ``--resume``, and validation on a copy of it (:mod:`inline_mm.patches.random_state`; this one changes the
 numbers a run draws after each validation), data workers that end with their parent
-(:mod:`.workers`), files that are no checkpoint named for
-what they are and onedl-mmengine's ``weights_only=False`` retry removed (:mod:`.loading`),
-reasons for empty datasets (:mod:`.data_checks`), plain parameter groups for ``compile=True``
-(:mod:`.compiling`). ``python -m inline_mm.env`` lists them, on or off.
+(:mod:`inline_mm.patches.workers`), files that are no checkpoint named for
+what they are and onedl-mmengine's ``weights_only=False`` retry removed (:mod:`inline_mm.patches.loading`),
+reasons for empty datasets (:mod:`inline_mm.patches.empty_datasets`), plain parameter groups for ``compile=True``
+(:mod:`inline_mm.patches.compiling`). ``python -m inline_mm.env`` lists them, on or off.
 
 Who switches them on: ``tools/train.py`` and ``tools/test.py`` call :func:`install`; the
 shipped configs list ``'inline_mm.engine.enable'`` in ``custom_imports``, so ``mim train``
@@ -31,8 +31,8 @@ and the stock mmdet/mmseg tools get them too::
 
 Nothing here imports mmdet/mmseg models or mmcv's compiled ops.
 """
-from . import (checkpointing, compiling, data_checks, distributed, fsdp, loading,  # noqa: F401
-               random_state, workers)
+from . import fsdp  # noqa: F401  (registers inline_auto_wrap_policy)
+from ..patches import engine_rows
 from .overlays import PredictionOverlayHook
 from .data_checks import DatasetCheckHook, check_coco
 from .nonfinite import NonFiniteCheckHook, NonFiniteLossError
@@ -42,10 +42,9 @@ __all__ = ['NonFiniteCheckHook', 'NonFiniteLossError', 'DatasetCheckHook', 'Pred
            'CheckSegMapSize', 'CheckSegLabels', 'CheckImageSize', 'check_coco', 'install',
            'installed', 'PATCHES']
 
-#: the rows of the patch table the engine switches on, each defined beside the code it
-#: patches (``python -m inline_mm.env`` lists them with the others)
-PATCHES = (distributed.PATCHES + checkpointing.PATCHES + random_state.PATCHES + loading.PATCHES
-           + data_checks.PATCHES + workers.PATCHES + compiling.PATCHES)
+#: the rows of the patch table the engine switches on (:mod:`inline_mm.patches`, each module
+#: beside its row; ``python -m inline_mm.env`` lists them with the others)
+PATCHES = engine_rows()
 
 
 def install():

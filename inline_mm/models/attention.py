@@ -95,7 +95,7 @@ def check_inline_options(options: Optional[dict], where: str = 'inline_cfg',
 
 class AttentionCall(NamedTuple):
     """One call of an :class:`InLineAttention`, kept by :func:`record_calls`: what
-    :mod:`inline_mm.attention_maps` reads (the same on either ``impl``; nothing is
+    :mod:`inline_mm.visualization.attention_maps` reads (the same on either ``impl``; nothing is
     copied)."""
 
     #: ``(B, N, C)`` the attention's input

@@ -2,7 +2,7 @@
 
 The backbones take ``norm_cfg=dict(type='LN', eps=...)`` and ``act_cfg=dict(type='GELU')``
 as mmdet's do, without mmcv: the types here carry mmcv's names (so mmcv, mmdet and
-``inline_mm.config_types`` know them too) and build plain ``torch.nn`` modules. Only what
+``inline_mm.apis.config`` know them too) and build plain ``torch.nn`` modules. Only what
 a token backbone can use: a norm over the channels of ``(B, N, C)`` tokens, and
 element-wise activations.
 """

@@ -46,7 +46,7 @@ def _scripted_check():
                 raise RuntimeError('this graph of an InLine backbone was traced for {}x{} input '
                                    '(any batch), got shape {}: the windows, shifts and padding '
                                    'are recorded for that size; trace one graph per input size '
-                                   '(inline_mm.export.trace_backbone)'.format(h, w, x.shape))
+                                   '(inline_mm.deploy.backbone.trace_backbone)'.format(h, w, x.shape))
             return x
         _check = check
     return _check
@@ -109,6 +109,6 @@ def refuse_script(module: torch.nn.Module):
     ``__prepare_scriptable__``): a plain refusal with the alternatives."""
     raise RuntimeError(f'{type(module).__name__} cannot be compiled by torch.jit.script: its '
                        'windows, shifts and padding are decided in Python from the input size. '
-                       'Use torch.jit.trace / inline_mm.export.trace_backbone (one graph per '
-                       'input size), torch.onnx.export (inline_mm.export.export_onnx), '
+                       'Use torch.jit.trace / inline_mm.deploy.backbone.trace_backbone (one graph per '
+                       'input size), torch.onnx.export (inline_mm.deploy.backbone.export_onnx), '
                        'torch.compile, or torch.fx.symbolic_trace')

@@ -6,7 +6,7 @@
     python tools/analysis_tools/get_flops.py CONFIG --shape 512 512 --backbone-only
     python tools/analysis_tools/get_flops.py CONFIG --json          # one JSON object on stdout
 
-Counts run at the PyTorch dispatcher (``inline_mm.analysis.measure``), so InLine attention's
+Counts run at the PyTorch dispatcher (``inline_mm.analysis.complexity.measure``), so InLine attention's
 matrix products and its per-sample depthwise 3x3 conv are counted; a module-hook
 counter misses them.  MACs are multiply-accumulates: the unit that mmdet, mmseg and
 fvcore tables print under the heading "FLOPs".  FLOPs proper are ``2 x MACs``;
@@ -23,7 +23,7 @@ import argparse
 import json
 import sys
 
-from inline_mm.analysis import measure
+from inline_mm.analysis.complexity import measure
 
 
 def parse_args(argv=None):

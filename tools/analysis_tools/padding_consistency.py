@@ -56,7 +56,7 @@ import re
 import subprocess
 import sys
 
-from inline_mm.consistency import (at_edge, compare_dets, merge, padded_anchors, region_diff,
+from inline_mm.analysis.consistency import (at_edge, compare_dets, merge, padded_anchors, region_diff,
                                    rel_diff, roi, run_pass, same_props)
 from inline_mm.datasets.coco_resize import write_resized_set
 

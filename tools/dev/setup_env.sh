@@ -8,7 +8,7 @@
 # mmcv, chosen by INLINE_MM_MMCV:
 #   lite  (default) mmcv-lite 2.1.0, pure Python, nothing to compile.  The few compiled ops the
 #                   shipped configs call (nms, RoIAlign) come from torchvision through
-#                   inline_mm/mmcv_ext.py, wired in by the import hook _inline_mm_mmcv_hook.py.
+#                   inline_mm/patches/mmcv_ext.py, wired in by the import hook _inline_mm_mmcv_hook.py.
 #   full            mmcv 2.1.0 built from source with its C++ ops (and CUDA ops where a CUDA torch,
 #                   nvcc and a GPU are present, or MMCV_WITH_CUDA=1); ~15 min on 2 cores, the wheel
 #                   cached per machine.  Every mmcv op works; the fallback stays unused.

@@ -31,7 +31,7 @@
 11. the toy Mask R-CNN (``inline_mm.deploy.toy``) exported to ONNX and built into a TensorRT
     fp16 engine (``--only tensorrt``; needs the ``tensorrt`` package, e.g.
     ``pip install tensorrt-cu13``): its detections on a padded batch against ONNX Runtime's;
-12. the memory count before the run (``inline_mm.memory``, fake tensors) against
+12. the memory count before the run (``inline_mm.analysis.memory``, fake tensors) against
     ``torch.cuda.max_memory_allocated`` of a real step: InLine-Swin-T UperNet, batch 2,
     512x512, fp32 and fp16 AMP, ``with_cp`` off, stages 0-1 and all (``benchmarks.memory``;
     ``--only memory``).
@@ -631,7 +631,7 @@ def check_tensorrt(device, out_dir):
             f"mask IoU >= {summary['min_mask_iou']:.3f}")
 
 
-@check('memory count (inline_mm.memory) against the allocator\'s peak of a step: '
+@check('memory count (inline_mm.analysis.memory) against the allocator\'s peak of a step: '
        'InLine-Swin-T UperNet, batch 2, 512x512 (CPU: 128x128, fp32)')
 def check_memory(device):
     from benchmarks import memory

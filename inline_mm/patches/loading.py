@@ -18,12 +18,12 @@ checkpoint could run code on load.  Upstream mmengine 0.10.7 has no ``_safe_torc
 calls ``torch.load`` plainly and is left alone (row ``strict_checkpoint_loading`` of
 :data:`PATCHES` below).  The replacement calls
 ``torch.load`` as 0.10.7 does, with torch's default (``weights_only=True`` since torch 2.6)
-and inline_mm's allowlist of mmengine's own types (:mod:`inline_mm.compat`).
+and inline_mm's allowlist of mmengine's own types (:mod:`inline_mm.patches.mmengine_checkpoints`).
 """
 import functools
 import os.path as osp
 
-from ..patches import BY_ENGINE, Patch, always, mmengine_version
+from . import BY_ENGINE, Patch, always, mmengine_version
 
 __all__ = ['PATCHES', 'install', 'installed', 'install_strict', 'installed_strict']
 
@@ -52,7 +52,7 @@ def _strict_torch_load(file, map_location=None, weights_only=None):
     """``_safe_torch_load`` without its ``weights_only=False`` retry: torch's own default and
     refusal (mmengine 0.10.7's behaviour), with mmengine's types allowlisted by inline_mm."""
     import torch
-    from inline_mm.compat import allow_mmengine_checkpoints
+    from inline_mm.patches.mmengine_checkpoints import allow_mmengine_checkpoints
     allow_mmengine_checkpoints()
     if weights_only is None:
         return torch.load(file, map_location=map_location)

@@ -61,9 +61,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from .models.attention import InLineAttention, record_calls
-from .models.inline_function import LINEAR_EPS, guard_denominator
-from .models.padding import ValidMap
+from ..models.attention import InLineAttention, record_calls
+from ..models.inline_function import LINEAR_EPS, guard_denominator
+from ..models.padding import ValidMap
 
 __all__ = ['AttentionSite', 'AttentionSiteError', 'Capture', 'ImageTokens', 'AttentionMaps',
            'attention_sites', 'find_attention', 'capture_attention', 'inline_weights',
@@ -627,7 +627,7 @@ def point_to_cell(point: Tuple[float, float], image_hw: Tuple[int, int],
 
 
 def _family_and_args(name: str, arch: str) -> Tuple[str, dict]:
-    from .models.families import FAMILIES
+    from ..models.families import FAMILIES
     if name in FAMILIES:
         family = FAMILIES[name]
         if arch == 'smoke':
@@ -669,8 +669,8 @@ def build_backbone(config: Optional[str] = None, model: Optional[str] = None,
             weights; the maps then show the mechanics only.
         cfg_options (dict, optional): Merged into the config.
     """
-    from .models.checkpoint import load_pretrained
-    from .models.families import FAMILIES
+    from ..models.checkpoint import load_pretrained
+    from ..models.families import FAMILIES
     cfg = None
     if (config is None) == (model is None):
         raise ValueError('give either a config file or a backbone name')

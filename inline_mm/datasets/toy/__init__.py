@@ -29,7 +29,7 @@ def _library_versions() -> dict:
 
 
 def expected_stamp(module: str, params: dict) -> dict:
-    """The stamp that generator ``module`` (e.g. ``'inline_mm.toydata.coco'``) writes
+    """The stamp that generator ``module`` (e.g. ``'inline_mm.datasets.toy.coco'``) writes
     for ``params`` with the libraries installed now."""
     path = importlib.import_module(module).__file__
     with open(path, 'rb') as f:

@@ -17,7 +17,7 @@ and uncompressed RLE for rings (a ring has a hole, which a polygon cannot hold),
 so a dataset exercises every mask decoding path of the loaders and the metric.
 Everything is drawn from one seed: the same arguments give the same files (with the same
 numpy / OpenCV); ``OUT/toy_dataset.json`` records the generator, the arguments and a hash
-of the files (:mod:`inline_mm.toydata`), so a reader can tell data of another generator.
+of the files (:mod:`inline_mm.datasets.toy`), so a reader can tell data of another generator.
 """
 import argparse
 import json

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModule
 
-from ..models.registry import framework_registry
+from ..registry import framework_registry
 
 __all__ = ['SimpleFPN', 'LayerNorm2d', 'register_neck']
 

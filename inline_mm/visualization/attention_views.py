@@ -1,10 +1,10 @@
 """Attention maps as a person sees them: each map at the image's own size, coloured over
 the image, the local kernel as a picture, and the exact weights as a file.
 
-The maps of :mod:`inline_mm.attention_maps` live on a grid of tokens that covers the
+The maps of :mod:`inline_mm.visualization.attention_maps` live on a grid of tokens that covers the
 *resized* image (the config's test resize), ``stride`` pixels per token. Here every pixel
 of the *original* image takes the value of the token it falls in, by the rule of
-:func:`~inline_mm.attention_maps.point_to_cell` (a click on a pixel and the map under it
+:func:`~inline_mm.visualization.attention_maps.point_to_cell` (a click on a pixel and the map under it
 name the same token). Used by the app (``python -m inline_mm.app``) and by
 ``tools/attention_map.py`` (its figure, and ``--npz``); nothing here imports a web framework.
 """
@@ -29,7 +29,7 @@ def pixel_cells(image_hw: Tuple[int, int], resized_hw: Tuple[int, int], stride: 
                 grid: Tuple[int, int]) -> Tuple[np.ndarray, np.ndarray]:
     """The grid row of every pixel row and the grid column of every pixel column of an
     ``image_hw`` image: ``(ih,)`` and ``(iw,)`` int arrays, the arithmetic of
-    :func:`~inline_mm.attention_maps.point_to_cell` for each pixel."""
+    :func:`~inline_mm.visualization.attention_maps.point_to_cell` for each pixel."""
     ih, iw = image_hw
     rows = np.minimum((np.arange(ih) * resized_hw[0] / ih // stride).astype(np.int64),
                       grid[0] - 1)
@@ -163,7 +163,7 @@ def save_maps(path: str, maps: AttentionMaps, points: Sequence[Optional[Tuple[fl
               image_hw: Tuple[int, int], resized_hw: Tuple[int, int], module: str = ''):
     """Write the exact weights of ``maps`` to an ``.npz`` file (float64, nothing rounded).
 
-    Arrays: per method of :data:`~inline_mm.attention_maps.METHODS` ``<method>`` ``(m, h, w)``
+    Arrays: per method of :data:`~inline_mm.visualization.attention_maps.METHODS` ``<method>`` ``(m, h, w)``
     (each query's weights on the patch keys) and ``<method>_prefix`` ``(m, p)`` (on the class
     token, ``p = 0`` without one); ``kernel`` ``(3, 3)`` (NaN without a local term);
     ``cells`` ``(m, 2)`` the query tokens ``(r, c)`` (-1 for a class-token query);

@@ -85,7 +85,7 @@ def count_macs(model: nn.Module, fn: Callable[[], Any]) -> Tuple[Any, Complexity
     Returns:
         tuple: ``(fn's return value, Complexity)``.
     """
-    from .models import using_impl
+    from ..models import using_impl
     root = type(model).__name__
     with torch.no_grad(), using_impl(model, 'plain'), FlopCounterMode(display=False) as counter:
         out = fn()

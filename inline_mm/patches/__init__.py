@@ -1,8 +1,27 @@
-"""Every change inline_mm makes to code of another package: the rows switched on at
-interpreter start and at ``import inline_mm`` (here), and the :class:`Patch` record each row
-is. The rows ``inline_mm.engine.install()`` switches on stand beside the code they patch, in
-the engine's modules; ``python -m inline_mm.env`` prints them all (:func:`inline_mm.env.patches`)
-with what is on in that process.
+"""Every change inline_mm makes to code of another package, and the table of them.
+
+The :class:`Patch` record each change is, and one module per change (or per patched
+function), beside its row:
+
+======================================  ==================================================
+module                                  changes
+======================================  ==================================================
+``_inline_mm_mmcv_hook`` (interpreter   ``import mmcv._ext`` (answered by :mod:`.mmcv_ext`),
+start, outside the package)             mmcv.ops' unserved ops, mmengine's base table
+:mod:`.mmcv_ext`                        the stand-in for mmcv's compiled extension
+:mod:`.mmengine_checkpoints`            torch's ``weights_only`` allowlist (``import inline_mm``)
+:mod:`.distributed`                     mmengine's launcher and DDP wrapping on CPU
+:mod:`.checkpointing`                   checkpoint pruning order, resume fallback
+:mod:`.random_state`                    generator states saved and restored on resume
+:mod:`.loading`                         checkpoint file messages, strict safe loading
+:mod:`.empty_datasets`                  why a dataset is empty
+:mod:`.workers`                         data workers die with their parent
+:mod:`.compiling`                       plain parameter groups for ``compile=True``
+======================================  ==================================================
+
+:data:`PATCHES` holds the rows switched on at interpreter start and at ``import inline_mm``;
+:func:`engine_rows` those ``inline_mm.engine.install()`` switches on (their modules import
+mmengine); :func:`table` all of them, as ``python -m inline_mm.env`` prints them.
 
 Each row says what it replaces, why, the versions it applies to, when it is switched on, and
 how the running process decides whether it is needed. The feature checks run nothing and read
@@ -25,7 +44,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
 __all__ = ['Patch', 'PATCHES', 'AT_START', 'AT_IMPORT', 'BY_ENGINE', 'switched_off',
-           'before_fixed_mmengine', 'always', 'mmengine_version']
+           'before_fixed_mmengine', 'always', 'mmengine_version', 'engine_rows', 'table', 'find']
 
 AT_START = 'interpreter start'
 AT_IMPORT = 'import inline_mm'
@@ -152,19 +171,19 @@ def _allowlist_active():
     get = getattr(torch.serialization, 'get_safe_globals', None)
     if get is None:
         return False
-    from inline_mm import compat
+    from .mmengine_checkpoints import MMENGINE_CHECKPOINT_GLOBALS
     allowed = {id(g[0] if isinstance(g, tuple) else g) for g in get()}
-    ours = compat.MMENGINE_CHECKPOINT_GLOBALS or []
+    ours = MMENGINE_CHECKPOINT_GLOBALS or []
     return bool(ours) and all(id(g[0] if isinstance(g, tuple) else g) in allowed for g in ours)
 
 
 def _allowlist_install():
-    from inline_mm import compat
-    compat.allow_mmengine_checkpoints()
+    from .mmengine_checkpoints import allow_mmengine_checkpoints
+    allow_mmengine_checkpoints()
 
 
 PATCHES = (
-    Patch('mmcv_ext_fallback', '`import mmcv._ext` (mmcv): answered by inline_mm/mmcv_ext.py, '
+    Patch('mmcv_ext_fallback', '`import mmcv._ext` (mmcv): answered by inline_mm/patches/mmcv_ext.py, '
           'nms and RoIAlign on torchvision.ops, the sigmoid focal loss and multi-scale '
           'deformable attention in PyTorch',
           'mmcv without compiled ops cannot run Mask R-CNN (its NMS and RoIAlign are C++), nor '
@@ -201,3 +220,32 @@ def switched_off(patch: Patch) -> bool:
     import os
     var, value = patch.switch_off.split('=')
     return os.environ.get(var) == value
+
+
+#: the modules of the rows ``inline_mm.engine.install()`` switches on, in the order it does
+ENGINE_MODULES = ('distributed', 'checkpointing', 'random_state', 'loading', 'empty_datasets',
+                  'workers', 'compiling')
+
+
+def engine_rows() -> tuple:
+    """The rows ``inline_mm.engine.install()`` switches on (imports mmengine)."""
+    import importlib
+    return sum((importlib.import_module(f'{__name__}.{m}').PATCHES for m in ENGINE_MODULES), ())
+
+
+def table() -> tuple:
+    """The whole table: :data:`PATCHES` and, where mmengine imports, :func:`engine_rows`."""
+    try:
+        engine = engine_rows()
+    except ImportError:  # no mmengine: its rows do not apply
+        engine = ()
+    return PATCHES + engine
+
+
+def find(name: str) -> Patch:
+    """The row of :func:`table` called ``name``."""
+    rows = table()
+    for patch in rows:
+        if patch.name == name:
+            return patch
+    raise KeyError(f'no patch {name!r}; the table has {[p.name for p in rows]}')

@@ -68,7 +68,7 @@ def allow_mmengine_checkpoints():
     names none; onedl-mmengine 0.10.12 names its own inside a ``safe_globals`` context, whose
     exit *removes* those types from torch's global allowlist again (ours included), and
     which allows a general ``getattr``.  Each call therefore adds the types again (a set
-    insertion); :func:`inline_mm.engine.loading.install_strict` calls it before every load.
+    insertion); :func:`inline_mm.patches.loading.install_strict` calls it before every load.
     """
     global MMENGINE_CHECKPOINT_GLOBALS
     if MMENGINE_CHECKPOINT_GLOBALS is None:

@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 
-from ..patches import BY_ENGINE, Patch
+from . import BY_ENGINE, Patch
 
 __all__ = ['PATCHES', 'DieWithParent', 'install', 'installed']
 
