@@ -1,10 +1,11 @@
 """Interpreter-start hook of inline_mm, two jobs, each switchable by an environment variable:
 
-1. ``import mmcv._ext`` answered by inline_mm's torchvision stand-in (``inline_mm/patches/mmcv_ext.py``)
-   when mmcv has no compiled extension (mmcv-lite).  Off: ``INLINE_MM_MMCV_FALLBACK=0``.
-   Once ``mmcv.ops`` has been imported with the stand-in, the op modules it cannot serve
-   (deformable convolution, CARAFE, ... : ``mmcv_ext.UNSERVED_MODULES``) refuse to be built,
-   naming the fix, so that such a model fails as it is built, not at its first iteration.
+1. ``import mmcv._ext`` answered by inline_mm's torchvision stand-in
+   (``inline_mm/patches/mmcv_ext.py``) when mmcv has no compiled extension (mmcv-lite).  Off:
+   ``INLINE_MM_MMCV_FALLBACK=0``. Once ``mmcv.ops`` has been imported with the stand-in, the op
+   modules it cannot serve (deformable convolution, CARAFE, ... : ``mmcv_ext.UNSERVED_MODULES``)
+   refuse to be built, naming the fix, so that such a model fails as it is built, not at its first
+   iteration.
 2. ``inline_mm::path`` config bases (``_base_ = 'inline_mm::inline_swin/xxx.py'``) resolved like
    ``mmdet::`` ones, to ``<inline_mm>/.mim/configs/path``.  mmengine accepts ``pkg::`` only for
    the packages of ``mmengine.config.utils.MODULE2PACKAGE``, a fixed table of OpenMMLab projects;
@@ -26,12 +27,13 @@ environment's site-packages, ``inline_mm_mmcv_ext.pth`` (``pip install`` puts it
     import importlib.util as u; u.find_spec('_inline_mm_mmcv_hook') and __import__(...).install()
 
 What it touches: three finders on ``sys.meta_path``, each answering for one module name.  The
-``mmcv._ext`` one sits at the *end*: Python asks it only after every normal finder has failed,
-so a compiled ``mmcv._ext`` always wins.  The ``mmengine.config.utils`` one sits at the front
-and finds the module with the finders behind it, unchanged; it only adds the table entry after
-the module has run.  The ``mmcv.ops`` one, also at the front, likewise acts only after that
-package has run, and only when the stand-in answered ``mmcv._ext``.  The hook imports only the standard library; torch and torchvision load
-when mmcv loads its ops.  If inline_mm has been uninstalled it finds nothing and does nothing.
+``mmcv._ext`` one sits at the *end*: Python asks it only after every normal finder has failed, so a
+compiled ``mmcv._ext`` always wins.  The ``mmengine.config.utils`` one sits at the front and finds
+the module with the finders behind it, unchanged; it only adds the table entry after the module has
+run.  The ``mmcv.ops`` one, also at the front, likewise acts only after that package has run, and
+only when the stand-in answered ``mmcv._ext``.  The hook imports only the standard library; torch
+and torchvision load when mmcv loads its ops.  If inline_mm has been uninstalled it finds nothing
+and does nothing.
 
 Remove it: ``python -m _inline_mm_mmcv_hook uninstall`` (or delete the ``.pth`` file; ``pip
 uninstall inline_mm`` removes the one the wheel brought).

@@ -85,13 +85,13 @@ and its device-to-host reads, per family and path, at batch 1, 2 and 8, padded a
 beside mmdet's Swin-T and PVT-T (``benchmarks.launches``). Outputs: ``launches.csv``,
 ``meta.json``.
 
-``--memory [CONFIG ...]`` counts the memory per GPU of the given configs, or of every shipped
-Mask R-CNN, Cascade Mask R-CNN, UperNet, Semantic FPN and SegFormer recipe and three Softmax
-references, in training (fp32, AMP, with and without ``with_cp``) and inference, on fake
-tensors (``inline_mm.analysis.memory``); ``--memory-check`` runs InLine-Swin-T UperNet for real on the
-CPU (batch 2, 512x512, fp32) and compares the count with the allocator's peak of a step per
-``with_cp`` setting, with each setting's step time (``benchmarks.memory``). Outputs:
-``memory.csv`` / ``memory_check.csv``, ``meta.json``.
+``--memory [CONFIG ...]`` counts the memory per GPU of the given configs, or of every shipped Mask
+R-CNN, Cascade Mask R-CNN, UperNet, Semantic FPN and SegFormer recipe and three Softmax references,
+in training (fp32, AMP, with and without ``with_cp``) and inference, on fake tensors
+(``inline_mm.analysis.memory``); ``--memory-check`` runs InLine-Swin-T UperNet for real on the CPU
+(batch 2, 512x512, fp32) and compares the count with the allocator's peak of a step per ``with_cp``
+setting, with each setting's step time (``benchmarks.memory``). Outputs: ``memory.csv`` /
+``memory_check.csv``, ``meta.json``.
 
 The parts live in ``benchmarks``: ``measure`` (timing, memory, prediction),
 ``backbones``, ``attention``, ``deit``, ``padding`` and ``floor`` (the comparisons); this

@@ -172,18 +172,16 @@ def build_case(name: str, tmp: Path, checkpoint=None, onnx_dir=None):
     """A case's model (eval, on the CPU), its config's scope, its one-image batch and its
     exported file (in ``onnx_dir``, reused if there; else in ``tmp``): ``(model, scope,
     data, path, export seconds or None)``."""
-    from mmengine.registry import DefaultScope
-
-    from inline_mm.deploy import build_graph, export_graph, load_model
+    from inline_mm.apis import init_model
+    from inline_mm.deploy import build_graph, export_graph
     cfg, size = _config(name, tmp)
-    torch.manual_seed(0)
     if name in TRAINED:
-        model, cfg = load_model(cfg, checkpoint)
+        model = init_model(cfg, checkpoint, seed=0)
+        cfg = model.cfg
         data = _test_image(cfg)
     else:
-        model, cfg = load_model(cfg)
-        with DefaultScope.overwrite_default_scope(cfg.default_scope):
-            model.init_weights()
+        model = init_model(cfg, seed=0, init_weights=True)
+        cfg = model.cfg
         _like_trained(model)
         data = _data(model, size)
     model.eval()

@@ -12,8 +12,8 @@
   ``init_cfg`` takes URLs and official names (``'inline://swin_t'``); nothing is
   downloaded or created until a checkpoint is loaded;
 - the one change: mmengine's own checkpoint types on torch's ``weights_only`` allowlist
-  (:mod:`inline_mm.patches.mmengine_checkpoints`), so that every loader of mmengine checkpoints works on
-  torch >= 2.6 without switching safe loading off.
+  (:mod:`inline_mm.patches.mmengine_checkpoints`), so that every loader of mmengine checkpoints
+  works on torch >= 2.6 without switching safe loading off.
 
 Without mmengine (a timm-only install, see :mod:`inline_mm.timm`) it imports the
 backbones and registers nothing.

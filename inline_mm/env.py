@@ -54,9 +54,9 @@ def describe_impl() -> str:
 
 
 def describe_patches() -> list:
-    """Each row of :func:`inline_mm.patches.table` as ``(name, state, applies to, check)``: ``state`` is
-    'on' or 'off' in this process, 'needed, off' where the feature check says the installed
-    stack needs a row that nothing has switched on here, or 'switched off' where the
+    """Each row of :func:`inline_mm.patches.table` as ``(name, state, applies to, check)``:
+    ``state`` is 'on' or 'off' in this process, 'needed, off' where the feature check says the
+    installed stack needs a row that nothing has switched on here, or 'switched off' where the
     environment keeps it off."""
     from inline_mm.patches import switched_off, table
     rows = []

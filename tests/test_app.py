@@ -25,10 +25,11 @@ import pytest
 import torch
 from PIL import Image as PILImage
 
-from inline_mm.visualization.attention_maps import (Preprocess, attention_maps, capture_attention, load_image,
-                                      map_stride, point_to_cell, prepare_image)
-from inline_mm.visualization.attention_views import (kernel_taps, load_maps, map_at_image_size, pixel_cells,
-                                       save_maps)
+from inline_mm.visualization.attention_maps import (Preprocess, attention_maps, capture_attention,
+                                                    load_image, map_stride, point_to_cell,
+                                                    prepare_image)
+from inline_mm.visualization.attention_views import (kernel_taps, load_maps, map_at_image_size,
+                                                     pixel_cells, save_maps)
 from support import ROOT, free_port, subprocess_env, write_tiny_config
 
 gr = pytest.importorskip('gradio', reason='the app needs gradio: pip install inline_mm[app]')

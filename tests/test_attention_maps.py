@@ -1,4 +1,5 @@
-"""Attention maps (inline_mm.visualization.attention_maps, tools/attention_map.py): the weights are exact.
+"""Attention maps (inline_mm.visualization.attention_maps, tools/attention_map.py): the weights are
+exact.
 
 InLine's rows sum to 1 and, applied to V, give the block's global term; with the local
 kernel they give the block's whole output. Linear rows sum to 1 and cannot tell q from 2q;
@@ -19,11 +20,12 @@ from PIL import Image
 from conftest import rel_err
 
 from benchmarks import reference
-from inline_mm.visualization.attention_maps import (AttentionSiteError, Preprocess, attention_maps, block_weights,
-                                      attention_sites, capture_attention,
-                                      find_attention, grid_points, head_kernel, inline_weights,
-                                      linear_weights, local_kernels, map_stride, point_to_cell,
-                                      softmax_weights)
+from inline_mm.visualization.attention_maps import (AttentionSiteError, Preprocess, attention_maps,
+                                                    block_weights, attention_sites,
+                                                    capture_attention, find_attention, grid_points,
+                                                    head_kernel, inline_weights, linear_weights,
+                                                    local_kernels, map_stride, point_to_cell,
+                                                    softmax_weights)
 from inline_mm.visualization.attention_views import figure_size
 from inline_mm.models import FAMILIES
 from support import ROOT, load_script, smoke_backbone, subprocess_env

@@ -12,8 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from inline_mm.apis import init_model
 from inline_mm.deploy import (NotExportable, OnnxModel, build_graph, evaluate, export_graph,
-                              load_model, paste_masks)
+                              paste_masks)
+from inline_mm.models import CheckpointError
 from inline_mm.deploy import ops
 from inline_mm.deploy.detection import TwoStageGraph
 from inline_mm.deploy.evaluate import DetectionParity
@@ -70,7 +72,7 @@ def test_each_roi_is_aligned_on_its_own_level_as_mmdet():
     """The graph's RoI features (each level's RoIs gathered, aligned, scattered back) equal
     mmdet's SingleRoIExtractor, for RoIs of every level and for none at all."""
     cfg = _config('inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py')
-    model, _ = load_model(cfg)
+    model = init_model(cfg)
     extractor = model.roi_head.bbox_roi_extractor
     gen = torch.Generator().manual_seed(0)
     c = extractor.out_channels
@@ -135,7 +137,8 @@ def toy(tmp_path_factory):
         if kind not in made:
             work = tmp_path_factory.mktemp(f'toy_{kind}')
             config, checkpoint, metrics = train_toy(kind, str(work))
-            model, cfg = load_model(config, checkpoint)
+            model = init_model(config, checkpoint)
+            cfg = model.cfg
             path = export_graph(build_graph(model, TOY_GRAPH_SIZE[kind]),
                                 str(work / 'model.onnx'))
             made[kind] = dict(config=config, checkpoint=checkpoint, metrics=metrics,
@@ -268,13 +271,13 @@ def _config(path, shrink=shrink_detector):
 ])
 def test_a_model_whose_post_processing_is_not_exportable_is_named(path, name):
     shrink = shrink_segmentor if 'ade20k' in path else shrink_detector
-    model, _ = load_model(_config(path, shrink))
+    model = init_model(_config(path, shrink))
     with pytest.raises(NotExportable, match=name):
         build_graph(model, (64, 64))
 
 
 def test_an_input_size_off_the_divisor_is_refused():
-    model, _ = load_model(_config('inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py'))
+    model = init_model(_config('inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py'))
     with pytest.raises(NotExportable,
                        match='pad_size_divisor .32., to which mmdet pads every image: export '
                              'at 800x1344'):
@@ -284,25 +287,25 @@ def test_an_input_size_off_the_divisor_is_refused():
 def test_a_checkpoint_of_another_model_is_refused(tmp_path):
     from conftest import golden_weights
     cfg = _config('inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py')
-    model, _ = load_model(cfg)
+    model = init_model(cfg)
     state = model.state_dict()
     other = dict(state, **{'roi_head.bbox_head.fc_cls.weight': torch.zeros(4, 32)})
     torch.save({'state_dict': other}, tmp_path / 'other.pth')
-    with pytest.raises(NotExportable, match='fc_cls.weight: checkpoint .4, 32. vs model .81, '
+    with pytest.raises(CheckpointError, match='fc_cls.weight: checkpoint .4, 32. vs model .81, '
                                             '32.*pass the config the checkpoint was trained'):
-        load_model(cfg, str(tmp_path / 'other.pth'))
+        init_model(cfg, str(tmp_path / 'other.pth'))
     backbone = {k: v for k, v in state.items() if k.startswith('backbone.')}
     torch.save({'state_dict': backbone}, tmp_path / 'backbone.pth')
-    with pytest.raises(NotExportable, match='holds a backbone only'):
-        load_model(cfg, str(tmp_path / 'backbone.pth'))
-    with pytest.raises(NotExportable, match='official ImageNet classification file'):
-        load_model(cfg, golden_weights('inline_swin_tiny_224'))
+    with pytest.raises(CheckpointError, match='holds a backbone only'):
+        init_model(cfg, str(tmp_path / 'backbone.pth'))
+    with pytest.raises(CheckpointError, match='official ImageNet classification file'):
+        init_model(cfg, golden_weights('inline_swin_tiny_224'))
 
 
 def test_an_image_not_of_the_graph_size_is_refused(tmp_path):
     import onnxruntime as ort
     cfg = _config('inline_swin/retinanet_inline-swin-t_fpn_1x_coco.py')
-    model, _ = load_model(cfg)
+    model = init_model(cfg)
     path = export_graph(build_graph(model, (64, 96)), str(tmp_path / 'r.onnx'))
     runtime = OnnxModel(path)
     with pytest.raises(ValueError, match='image 1 is 80x90, larger than the 64x96 input'):

@@ -35,10 +35,10 @@ def test_jit_trace_free_batch_fixed_size(name):
     with torch.no_grad():
         for got, ref in zip(traced(x), model(x)):
             torch.testing.assert_close(got, ref, rtol=0, atol=1e-4)
-        with pytest.raises(torch.jit.Error, match='exported for 64x96 input'):
+        with pytest.raises(torch.jit.Error, match='made for 64x96 input'):
             traced(torch.randn(1, 3, 96, 64))
         # eager use of the wrapper refuses too
-        with pytest.raises(RuntimeError, match='exported for 64x96 input'):
+        with pytest.raises(RuntimeError, match='made for 64x96 input'):
             SizeLocked(model, SIZES[0])(torch.randn(1, 3, 64, 64))
 
 

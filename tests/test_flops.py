@@ -1,5 +1,5 @@
-"""inline_mm.analysis.complexity and its tool tools/analysis_tools/get_flops.py: what is counted, and
-agreement with the backbone GMACs table of the project's reference notes
+"""inline_mm.analysis.complexity and its tool tools/analysis_tools/get_flops.py: what is counted,
+and agreement with the backbone GMACs table of the project's reference notes
 (shared/reference/ARCHITECTURES.md, kept beside the repository, not in it)."""
 import json
 import subprocess

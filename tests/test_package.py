@@ -5,6 +5,7 @@ Imports are read from the source (every ``import`` statement, inside functions t
 late import inside a function counts as a dependency like any other.
 """
 import ast
+import re
 import subprocess
 import sys
 import textwrap
@@ -80,6 +81,75 @@ def test_models_import_nothing_of_the_package_around_them():
     outside = {name: sorted(m for m in deps if not m.startswith('inline_mm.models'))
                for name, deps in import_graph().items() if name.startswith('inline_mm.models')}
     assert not {k: v for k, v in outside.items() if v}
+
+
+#: the job map of the package (docs/dev/layout.md): one row per top-level entry
+LAYOUT = ROOT / 'docs' / 'dev' / 'layout.md'
+
+
+def _top_level() -> Set[str]:
+    return {p.name + ('/' if p.is_dir() else '') for p in PACKAGE.iterdir()
+            if p.name not in ('__init__.py', 'version.py', '__pycache__')
+            and (p.suffix == '.py' or (p / '__init__.py').is_file())}
+
+
+def test_the_top_level_is_the_job_map():
+    """At most 12 entries beside ``__init__`` and ``version``, each a row of the job map,
+    and every row an entry."""
+    rows = set(re.findall(r'^\| `([\w./]+)` \|', LAYOUT.read_text(), re.M))
+    entries = _top_level()
+    assert len(entries) <= 12, sorted(entries)
+    assert entries == rows, (f'in inline_mm/ but not in docs/dev/layout.md: {entries - rows}; '
+                             f'in the map but not in inline_mm/: {rows - entries}')
+
+
+def _package_of(module: str) -> str:
+    return module.split('.')[1] if module.count('.') else ''
+
+
+def test_imports_go_the_way_the_job_map_says():
+    """Nothing imports ``cli`` or ``app`` from outside them, and ``patches`` (the changes to
+    other packages) imports nothing of ``engine`` (which switches them on)."""
+    wrong = []
+    for name, deps in import_graph().items():
+        here = _package_of(name)
+        for dep in deps:
+            there = _package_of(dep)
+            if there in ('cli', 'app') and here != there:
+                wrong.append(f'{name} imports {dep}')
+            if here == 'patches' and there == 'engine':
+                wrong.append(f'{name} imports {dep}')
+    assert not wrong
+
+
+def _calls(attr: str):
+    """(module, line) of every call ``X.<attr>(...)`` or ``<attr>(...)`` in the package."""
+    for path in PACKAGE.rglob('*.py'):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                f = node.func
+                called = f.attr if isinstance(f, ast.Attribute) else getattr(f, 'id', None)
+                if called == attr:
+                    yield _module_name(path), node.lineno
+
+
+def test_a_config_enters_and_a_model_is_built_in_one_place():
+    """``Config.fromfile`` only in ``read_config``, mmdet's / mmseg's model initialisers only in
+    the loader (``inline_mm.apis``)."""
+    assert {m for m, _ in _calls('fromfile')} == {'inline_mm.apis.config'}
+    initialiser = re.compile(r'from mm(det|seg)\.apis import (init_detector|init_model)')
+    builders = {_module_name(p) for p in PACKAGE.rglob('*.py') if initialiser.search(p.read_text())}
+    assert builders == {'inline_mm.apis.model'}
+
+
+def test_one_size_check_for_every_graph():
+    """The refusal of another input size is made in one function (``check_size``): no other
+    module records a broadcast or a scripted check for it."""
+    users = {m for m, _ in _calls('is_in_onnx_export')}
+    assert users <= {'inline_mm.models.tracing', 'inline_mm.models.padding'}, users
+    size_checks = {m for m, _ in _calls('check_size')} | {m for m, _ in _calls('size_guard')}
+    assert size_checks == {'inline_mm.models.tracing', 'inline_mm.models.base',
+                           'inline_mm.deploy.backbone'}, size_checks
 
 
 def test_tools_import_nothing_from_tests():

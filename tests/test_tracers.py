@@ -32,7 +32,7 @@ def test_plain_jit_trace_refuses_another_size(name):
         batch = torch.randn(2, 3, *TRACED)
         for got, ref in zip(graph(batch), model(batch)):          # the batch stays free
             torch.testing.assert_close(got, ref, rtol=0, atol=1e-5)
-        with pytest.raises(torch.jit.Error, match='traced for 64x128 input'):
+        with pytest.raises(torch.jit.Error, match='made for 64x128 input'):
             graph(torch.randn(1, 3, *OTHER))
 
 

@@ -21,8 +21,9 @@ import json
 import sys
 
 from inline_mm.visualization.attention_maps import (AttentionSiteError, Preprocess, attention_maps,
-                                      build_backbone, capture_attention, grid_points,
-                                      load_image, map_stride, point_to_cell, prepare_image)
+                                                    build_backbone, capture_attention, grid_points,
+                                                    load_image, map_stride, point_to_cell,
+                                                    prepare_image)
 from inline_mm.visualization.attention_views import draw_figure, save_maps
 from inline_mm.models import CheckpointError
 

@@ -104,20 +104,6 @@ def count_macs(model: nn.Module, fn: Callable[[], Any]) -> Tuple[Any, Complexity
     return out, Complexity(macs=total, by_module=by_module, by_op=by_op)
 
 
-def _build(cfg):
-    from mmengine.registry import init_default_scope
-    scope = cfg.get('default_scope')
-    if scope not in ('mmdet', 'mmseg'):
-        raise ValueError(f"default_scope={scope!r}; expected 'mmdet' or 'mmseg'")
-    init_default_scope(scope)
-    if scope == 'mmdet':
-        from mmdet.registry import MODELS
-    else:
-        from mmseg.registry import MODELS
-    from mmengine.model import revert_sync_batchnorm
-    return scope, revert_sync_batchnorm(MODELS.build(cfg.model)).eval()
-
-
 def _data_samples(scope, h, w):
     """Minimal per-image meta the heads read in tensor mode (no annotations)."""
     meta = dict(img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w),
@@ -134,15 +120,11 @@ def measure(config, shape=(800, 1280), backbone_only=False, cfg_options=None) ->
     ``3 x H x W`` image: ``dict(config, input, params, macs, parts={name: dict(params,
     macs)})`` and, for a two-stage detector, the ``proposals`` (and ``mask_rois``) its heads
     were measured on (what ``tools/analysis_tools/get_flops.py`` prints)."""
-    from mmengine.config import Config
-
-    import inline_mm  # noqa: F401  (registers the backbones)
+    from ..apis import init_model
 
     h, w = shape
-    cfg = Config.fromfile(config)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    scope, model = _build(cfg)
+    model = init_model(config, cfg_options=cfg_options)
+    scope = model.cfg.default_scope
     torch.manual_seed(0)
     x = torch.randn(1, 3, h, w)
     result = dict(config=config, input=[1, 3, h, w])

@@ -415,23 +415,11 @@ class MemoryCounter:
 
     def __init__(self, config: str, cfg_options: Optional[dict] = None,
                  shape: Optional[Tuple[int, int]] = None, batch: Optional[int] = None):
-        from mmengine.config import Config
-        from mmengine.model import revert_sync_batchnorm
-        from mmengine.registry import init_default_scope
-
-        import inline_mm  # noqa: F401  (registers the backbones)
-        cfg = Config.fromfile(config)
-        if cfg_options:
-            cfg.merge_from_dict(cfg_options)
-        scope = cfg.get('default_scope')
-        if scope not in ('mmdet', 'mmseg'):
-            raise ValueError(f"{config}: default_scope={scope!r}; expected 'mmdet' or 'mmseg'")
-        init_default_scope(scope)
-        registry = __import__(f'{scope}.registry', fromlist=['MODELS']).MODELS
-        self.config, self.cfg, self.scope = config, cfg, scope
-        torch.manual_seed(0)
-        model = revert_sync_batchnorm(registry.build(copy.deepcopy(cfg.model)))
-        self.kind = _model_kind(model, scope)
+        from ..apis import init_model, read_config
+        cfg = read_config(config, cfg_options)
+        self.config, self.cfg, self.scope = config, cfg, cfg.get('default_scope')
+        model = init_model(copy.deepcopy(cfg), seed=0)
+        self.kind = _model_kind(model, self.scope)
         self.blocks = _blocks(model.backbone)
         self.params = sum(t.numel() * t.element_size()
                           for t in list(model.parameters()) + list(model.buffers()))

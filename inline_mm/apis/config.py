@@ -1,4 +1,6 @@
-"""Find the ``type`` names of a config that no registry knows, before a run starts.
+"""Where a config enters inline_mm: :func:`read_config` (a path or a ``Config``, with
+``--cfg-options`` merged), and the ``type`` names of a config that no registry knows, found
+before a run starts (:func:`unknown_types`).
 
 mmengine builds each part of a run when the runner reaches it, so a misspelt
 ``type='InLineSwinn'`` surfaces as the registry's bare ``KeyError`` (after the
@@ -16,12 +18,27 @@ lazy-import config style) are the objects themselves and are skipped.
 """
 import difflib
 import importlib
+import os
 from typing import Iterator, List, Optional, Tuple
 
 import mmengine.registry
+from mmengine.config import Config
 from mmengine.registry import DefaultScope, Registry
 
-__all__ = ['ROLES', 'unknown_types', 'check_types']
+__all__ = ['read_config', 'ROLES', 'unknown_types', 'check_types']
+
+
+def read_config(config, cfg_options: Optional[dict] = None) -> Config:
+    """``config`` as a ``Config``: a path is read (its ``custom_imports`` imported), a
+    ``Config`` taken as it is; ``cfg_options`` (``--cfg-options`` as a dict) merged into it.
+    A missing file is a ``FileNotFoundError`` naming it."""
+    if not isinstance(config, Config):
+        if not os.path.isfile(str(config)):
+            raise FileNotFoundError(f'config not found: {str(config)!r}')
+        config = Config.fromfile(str(config))
+    if cfg_options:
+        config.merge_from_dict(cfg_options)
+    return config
 
 #: config key -> registry (attribute of ``<scope>.registry``) of the dicts under it;
 #: keys not listed keep the role of their parent

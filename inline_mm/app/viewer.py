@@ -2,25 +2,23 @@
 weights, an image read with clear refusals, its predictions drawn, and the attention views
 of a point. :mod:`inline_mm.app.ui` puts a Gradio page on it; the tests drive it directly.
 """
-import contextlib
 import copy
 import hashlib
 import html
-import logging
 import os
 import tempfile
-import warnings
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
-from ..visualization.attention_maps import (METHODS, AttentionSiteError, Capture, Preprocess, attention_maps,
-                              attention_sites, capture_attention, find_attention, map_stride,
-                              point_to_cell, prepare_image, to_rgb)
-from ..visualization.attention_views import (colour_over, kernel_picture, map_at_image_size, map_scale,
-                               mark_point, method_label, save_maps)
+from ..visualization.attention_maps import (METHODS, AttentionSiteError, Capture, Preprocess,
+                                            attention_maps, attention_sites, capture_attention,
+                                            find_attention, map_stride, point_to_cell,
+                                            prepare_image, to_rgb)
+from ..visualization.attention_views import (colour_over, kernel_picture, map_at_image_size,
+                                             map_scale, mark_point, method_label, save_maps)
 
 __all__ = ['AppError', 'Image', 'BlockChoice', 'Prediction', 'AttentionViews', 'Viewer',
            'read_image', 'DEFAULT_MAX_SIDE', 'MIN_SIDE', 'DEFAULT_SCORE_THR', 'DEFAULT_CONCURRENCY']
@@ -68,8 +66,8 @@ class Image:
 def read_image(path: str, name: Optional[str] = None,
                max_side: int = DEFAULT_MAX_SIDE) -> Image:
     """Read an image file as RGB (as ``tools/attention_map.py`` reads it: transparent
-    pixels over white, :func:`~inline_mm.visualization.attention_maps.to_rgb`), downscaled so that its
-    longer side is at most ``max_side`` (with a note saying so).
+    pixels over white, :func:`~inline_mm.visualization.attention_maps.to_rgb`), downscaled so that
+    its longer side is at most ``max_side`` (with a note saying so).
 
     Raises:
         AppError: not a file, not an image, too many pixels to decode, or a side shorter
@@ -244,13 +242,10 @@ class Viewer:
     def __init__(self, config: str, checkpoint: Optional[str] = None,
                  device: Optional[str] = None, seed: int = 0,
                  max_side: int = DEFAULT_MAX_SIDE, out_dir: Optional[str] = None):
-        from mmengine.config import Config
-
+        from ..apis import SCOPES, init_model, read_config
         from ..models.families import FAMILIES
-        if not os.path.isfile(config):
-            raise FileNotFoundError(f'config not found: {config!r}')
-        cfg = Config.fromfile(config)
-        self.kind = {'mmdet': 'detection', 'mmseg': 'segmentation'}.get(cfg.get('default_scope'))
+        cfg = read_config(config)
+        self.kind = SCOPES.get(cfg.get('default_scope'))
         if self.kind is None:
             raise ValueError(f'{config}: default_scope {cfg.get("default_scope")!r}: the app '
                              'takes mmdet (detection) and mmseg (segmentation) configs')
@@ -261,7 +256,11 @@ class Viewer:
         self.config, self.checkpoint, self.seed, self.max_side = config, checkpoint, seed, max_side
         self.device = _check_device(device)
         self.cfg = cfg
-        self.model = self._build(copy.deepcopy(cfg))
+        # seeded random weights under what the checkpoint does not hold
+        self.model = init_model(copy.deepcopy(cfg), checkpoint, self.device,
+                                backbone_weights=True, seed=seed, init_weights=True)
+        self.weights_note, self.weights_line = self._describe_weights(self.model.weights)
+        self.random = self.model.weights == 'random'
         self.model_score_thr = self._keep_every_score() if self.kind == 'detection' else None
         self.backbone = self.model.backbone
         self.preprocess = Preprocess.from_config(cfg)
@@ -271,85 +270,18 @@ class Viewer:
         self.out_dir = out_dir or tempfile.mkdtemp(prefix='inline_mm_app_')
         os.makedirs(self.out_dir, exist_ok=True)
 
-    # ------------------------------------------------------------------ building
-    def _build(self, cfg):
-        if self.kind == 'detection':
-            from mmdet.apis import init_detector as init
-        else:
-            from mmseg.apis import init_model as init
-        # No weights file in the build: the config's init_cfg would fetch ImageNet weights.
-        cfg.model.backbone.init_cfg = None
-        torch.manual_seed(self.seed)        # (the build draws weights too)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter('always')
-            model = init(cfg, None, device='cpu')
-        for w in caught:
-            # (not mmdet's note that it falls back to COCO's class names: the names are set
-            # below, from the checkpoint or the config's dataset)
-            if 'checkpoint is None' not in str(w.message):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        self.weights_note, self.random = self._weights(model)
-        self._set_dataset_meta(model, cfg)
-        return model.to(self.device).eval()
-
-    def _weights(self, model) -> Tuple[str, bool]:
-        """Initialise ``model`` (seeded) and load the checkpoint over it; say what it holds."""
-        from ..models.checkpoint import locate, read_checkpoint
-        with _quiet_mmengine():     # (it logs every tensor it initialises)
-            model.init_weights()    # (also what no checkpoint entry overwrites: no stale memory)
-        if self.checkpoint is None:
-            self.weights_line = f'random weights (seed {self.seed})'
+    def _describe_weights(self, weights: str) -> Tuple[str, str]:
+        """What the page and the start line say the model holds."""
+        if weights == 'random':
             return (f'**random weights** (seed {self.seed}; no checkpoint given): the '
                     'predictions and maps show the mechanics only, not what a trained model '
-                    'sees'), True
-        path = locate(self.checkpoint)
-        ckpt = read_checkpoint(path)
-        state = ckpt.get('state_dict') if isinstance(ckpt.get('state_dict'), dict) else None
-        if state and any(k.startswith('backbone.') for k in state) \
-                and any(not k.startswith('backbone.') for k in state):
-            self._load_whole(model, state)
-            self._checkpoint_meta = (ckpt.get('meta') or {}).get('dataset_meta')
-            self.weights_line = f'weights {_shown(self.checkpoint)} (the whole model)'
-            return f'weights: `{_shown(self.checkpoint)}` (the whole model)', False
-        from ..models.checkpoint import load_pretrained
-        load_pretrained(model.backbone, path)
-        self.weights_line = (f'backbone weights {_shown(self.checkpoint)}, the rest random '
-                             f'(seed {self.seed})')
-        return (f'backbone weights: `{_shown(self.checkpoint)}`; the rest of the model is '
-                '**random** (an ImageNet backbone, no trained head): the predictions mean nothing, the '
-                "maps are the backbone's"), False
-
-    def _load_whole(self, model, state):
-        from ..models.checkpoint import CheckpointError
-        own = model.state_dict()
-        wrong = [(k, tuple(v.shape), tuple(own[k].shape)) for k, v in state.items()
-                 if k in own and own[k].shape != v.shape]
-        missing = [k for k in own if k not in state]
-        if wrong or len(missing) > 0.1 * len(own):
-            detail = '; '.join(f'{k}: checkpoint {a} vs model {b}' for k, a, b in wrong[:3]) \
-                or f'{len(missing)} of its {len(own)} tensors missing, e.g. {missing[:3]}'
-            raise CheckpointError(f'{self.checkpoint} does not fit the model of {self.config} '
-                                  f'({detail}): it is a checkpoint of another model; give the '
-                                  'config it was trained with')
-        model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
-        if missing:
-            logging.getLogger(__name__).warning('%d tensors of the model are not in %s and stay '
-                                                'random: %s', len(missing), self.checkpoint,
-                                                missing[:5])
-
-    def _set_dataset_meta(self, model, cfg):
-        """Class names and palette: the checkpoint's, else the config's dataset's."""
-        meta = dict(getattr(model, 'dataset_meta', None) or {})
-        try:
-            from mmengine.registry import DATASETS, init_default_scope
-            init_default_scope(cfg.default_scope)
-            dataset = copy.deepcopy(cfg.test_dataloader.dataset)
-            dataset['lazy_init'] = True
-            meta.update(DATASETS.build(dataset).metainfo)
-        except Exception as e:      # a dataset that cannot be built without its files
-            logging.getLogger(__name__).info('class names not read from the config (%s)', e)
-        meta.update(getattr(self, '_checkpoint_meta', None) or {})
-        model.dataset_meta = {k.lower(): v for k, v in meta.items()}
+                    'sees'), f'random weights (seed {self.seed})'
+        shown = _shown(self.checkpoint)
+        if weights == 'whole':
+            return f'weights: `{shown}` (the whole model)', f'weights {shown} (the whole model)'
+        return (f'backbone weights: `{shown}`; the rest of the model is **random** (an ImageNet '
+                "backbone, no trained head): the predictions mean nothing, the maps are the "
+                "backbone's"), f'backbone weights {shown}, the rest random (seed {self.seed})'
 
     def _num_classes(self) -> int:
         if self.kind == 'segmentation':
@@ -554,7 +486,7 @@ class Viewer:
         """What runs, in words: ``detection with InLineSwin-T on cpu``."""
         fam = type(self.backbone).__name__
         arch = getattr(self.backbone, 'arch_name', '')
-        size = (f'a size of its own (the config sets its widths and depths: not a released '
+        size = ('a size of its own (the config sets its widths and depths: not a released '
                 'model)') if arch == 'custom' else f'the {arch} size'
         return f'{self.kind} with {fam}, {size}, on {self.device}'
 
@@ -582,18 +514,6 @@ def _check_device(device: Optional[str]) -> str:
 
 def _capture_key(image: Image, choice: BlockChoice) -> tuple:
     return image.key, choice.stage, choice.block, choice.branch
-
-
-@contextlib.contextmanager
-def _quiet_mmengine():
-    from mmengine.logging import MMLogger
-    logger = MMLogger.get_current_instance()
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def _palette(palette, n: int) -> List[Tuple[int, int, int]]:

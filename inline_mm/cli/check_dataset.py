@@ -219,11 +219,10 @@ def _class_defaults(dataset_type: str) -> dict:
 
 
 def splits_from_config(config: str, options: Optional[dict] = None):
-    """(splits, settings) of the datasets a config trains and evaluates on."""
-    from mmengine.config import Config
-    cfg = Config.fromfile(config)
-    if options:
-        cfg.merge_from_dict(options)
+    """(splits, settings) of the datasets a config (a path or a ``Config``) trains and
+    evaluates on."""
+    from inline_mm.apis import read_config
+    cfg = read_config(config, options)
     heads = cfg.model.get('decode_head')
     heads = heads if isinstance(heads, (list, tuple)) else [heads]
     num_classes = heads[-1]['num_classes']
@@ -415,8 +414,8 @@ def main(argv=None) -> int:
             return 1
         return _main_coco([(args.root, args.img_dir, args.task)], args, '')
     if args.config:
-        from mmengine.config import Config
-        cfg = Config.fromfile(args.config)
+        from inline_mm.apis import read_config
+        cfg = read_config(args.config)
         if cfg.get('default_scope') == 'mmdet':
             options = dict(i.partition('=')[::2] for i in args.cfg_options)
             cfg.merge_from_dict(options)
@@ -427,7 +426,7 @@ def main(argv=None) -> int:
             if not sep:
                 raise SystemExit(f'error: --cfg-options takes KEY=VALUE, got {item!r}')
             options[key] = value
-        splits, s = splits_from_config(args.config, options)
+        splits, s = splits_from_config(cfg, options)
         root, meta_path, classes = s['root'], s['meta'], s['classes']
         num_classes, ignore_index = s['num_classes'], s['ignore_index']
         reduce_zero_label = s['reduce_zero_label']

@@ -55,40 +55,33 @@ def parse_args(argv=None):
 
 
 def build_backbone(args):
-    from inline_mm.models import get_family, load_pretrained
-    if args.config:
-        from mmengine.config import Config
-        cfg = dict(Config.fromfile(args.config).model.backbone)
-        family = get_family(cfg.pop('type'))
-        init_cfg = cfg.pop('init_cfg', None)
-        model = family.cls(**cfg)
-        tag = f'{family.name}_{getattr(model, "arch_name", "custom")}'
-        if args.checkpoint is None and isinstance(init_cfg, dict) and init_cfg.get('checkpoint'):
-            print(f'note: not loading the config\'s init_cfg ({init_cfg["checkpoint"]}); '
-                  'pass --checkpoint', file=sys.stderr)
-    elif args.family:
-        family = get_family(args.family)
-        model = family.cls(**family.smoke) if args.arch == 'smoke' else family.cls(arch=args.arch)
-        tag = f'{family.name}_{args.arch}'
-    else:
+    from inline_mm.apis import init_backbone
+    if not (args.config or args.family):
         raise SystemExit('error: give a config or --family')
-    if args.checkpoint:
-        load_pretrained(model, args.checkpoint)
-    return model.eval(), tag
+    model, _ = init_backbone(args.config, None if args.config else args.family, args.arch,
+                             args.checkpoint)
+    init_cfg = model.init_cfg
+    if args.checkpoint is None and isinstance(init_cfg, dict) and init_cfg.get('checkpoint'):
+        print(f'note: not loading the config\'s init_cfg ({init_cfg["checkpoint"]}); '
+              'pass --checkpoint', file=sys.stderr)
+    arch = getattr(model, 'arch_name', 'custom') if args.config else args.arch
+    return model, f'{type(model).__name__}_{arch}'
 
 
 def export_whole(args):
     """``--whole``: the config's detector or segmentor with its post-processing
     (:mod:`inline_mm.deploy`), checked against PyTorch on a padded batch."""
-    from inline_mm.deploy import (NotExportable, build_graph, export_graph, load_model)
+    from inline_mm.apis import init_model
+    from inline_mm.deploy import NotExportable, build_graph, export_graph
+    from inline_mm.models import CheckpointError
     from inline_mm.deploy.evaluate import check_export
     if not args.config:
         raise SystemExit('error: --whole needs a config')
     h, w = args.size
     try:
-        model, cfg = load_model(args.config, args.checkpoint)
+        model = init_model(args.config, args.checkpoint)
         graph = build_graph(model, (h, w))
-    except NotExportable as e:
+    except (NotExportable, CheckpointError) as e:
         raise SystemExit(f'error: {e}')
     if args.checkpoint is None:
         print('note: no --checkpoint: the file holds randomly initialised weights',

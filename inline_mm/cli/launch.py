@@ -21,17 +21,16 @@ FRAMEWORKS = {'mmdet': 'mmdet', 'mmseg': 'mmseg'}
 def load_config(argv):
     """The config of a stock-script command line (``CONFIG ... [--cfg-options ...]``),
     with its ``custom_imports`` imported and ``--cfg-options`` merged, as the script will."""
-    from mmengine.config import Config, DictAction
+    from mmengine.config import DictAction
+
+    from inline_mm.apis import read_config
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument('config')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     args, _ = parser.parse_known_args(argv)
     if not osp.isfile(args.config):
         sys.exit(f'error: config file not found: {args.config}')
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    return cfg
+    return read_config(args.config, args.cfg_options)
 
 
 def config_scope(cfg, config_path: str) -> str:

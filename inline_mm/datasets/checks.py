@@ -36,7 +36,7 @@ __all__ = ['PROBLEM_CODES', 'Problem', 'IMAGE_SUFFIXES', 'meta_problems', 'read_
            'scan_split', 'image_size', 'FileRead', 'read_file', 'decode_problems',
            'PairCheck', 'check_pair', 'label_problems', 'binary_problems', 'check_coco',
            'default_jobs', 'parallel_map', 'FileTally', 'FileCheck', 'check_sample',
-           'check_dataset_files', 'dataset_file_problems']
+           'check_dataset_files', 'dataset_file_problems', 'base_datasets']
 
 #: Every problem code and what it means (``inline-mm-check-dataset --help`` prints this).
 PROBLEM_CODES = """\
@@ -693,3 +693,15 @@ def dataset_file_problems(dataset, check_sizes: bool = True, decode: bool = Fals
     headers). EXIF rotations are not applied here; ``tools/misc/check_dataset.py`` reports
     those. See :func:`check_dataset_files` for a parallel check with counts."""
     return check_dataset_files([dataset], check_sizes, decode).problems
+
+
+def base_datasets(dataset) -> list:
+    """The datasets holding files, inside ConcatDataset / RepeatDataset wrappers."""
+    if dataset is None:
+        return []
+    if hasattr(dataset, 'datasets'):
+        return [d for inner in dataset.datasets for d in base_datasets(inner)]
+    inner = getattr(dataset, 'dataset', None)
+    if inner is not None and hasattr(inner, 'get_data_info'):
+        return base_datasets(inner)
+    return [dataset] if hasattr(dataset, 'get_data_info') else []

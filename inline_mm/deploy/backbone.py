@@ -9,7 +9,7 @@ wrong, a graph refuses any other size:
 
 * :func:`trace_backbone` (``torch.jit.trace``): the graph starts with a scripted
   check that raises (``torch.jit.Error``, the TorchScript form of the
-  ``RuntimeError``) ``... exported for HxW input (any batch), got shape [...]``.
+  ``RuntimeError``) ``... made for HxW input (any batch), got shape [...]``.
 * :func:`export_onnx`: the ONNX input is declared ``(batch, C, H, W)`` with only
   ``batch`` symbolic, so ONNX Runtime refuses another size before running
   (``Got invalid dimensions for input: input ... Expected: H``); the graph also
@@ -32,16 +32,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from ..models.tracing import check_size
+
 __all__ = ['SizeLocked', 'trace_backbone', 'export_onnx', 'run_onnx', 'check_onnx',
            'output_names']
-
-
-@torch.jit.script
-def _check_size(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
-    if x.dim() != 4 or x.size(2) != h or x.size(3) != w:
-        raise RuntimeError('this graph was exported for {}x{} input (any batch), got shape {}: '
-                           'export one graph per input size'.format(h, w, x.shape))
-    return x
 
 
 class SizeLocked(nn.Module):
@@ -59,16 +53,7 @@ class SizeLocked(nn.Module):
         self.size = (int(size[0]), int(size[1]))
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        h, w = self.size
-        if torch.onnx.is_in_onnx_export():
-            # ONNX has no raise: a (1, 1, H, W) broadcast fails on any other size.
-            x = x + x.new_zeros((1, 1, h, w))
-        elif torch.jit.is_tracing():
-            x = _check_size(x, h, w)
-        elif x.dim() != 4 or tuple(x.shape[-2:]) != self.size:
-            raise RuntimeError(f'this graph was exported for {h}x{w} input (any batch), got '
-                               f'shape {list(x.shape)}: export one graph per input size')
-        return tuple(self.backbone(x))
+        return tuple(self.backbone(check_size(x, *self.size)))
 
 
 def _example(model: nn.Module, size: Tuple[int, int], batch: int) -> torch.Tensor:

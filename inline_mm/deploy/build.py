@@ -1,98 +1,17 @@
-"""From a config (and checkpoint) to a deployable graph module and its ONNX file."""
+"""From a model (:func:`inline_mm.apis.init_model`) to a deployable graph module and its ONNX
+file."""
 import json
-import os.path as osp
 import warnings
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 
-from .common import NotExportable
 
-__all__ = ['load_model', 'build_graph', 'export_graph', 'METADATA_KEY', 'read_metadata']
+__all__ = ['build_graph', 'export_graph', 'METADATA_KEY', 'read_metadata']
 
 #: the ONNX ``metadata_props`` key holding what the runtime needs (JSON)
 METADATA_KEY = 'inline_mm'
-
-
-def _registry(scope: str):
-    if scope == 'mmseg':
-        from mmseg.registry import MODELS
-    elif scope == 'mmdet':
-        from mmdet.registry import MODELS
-    else:
-        raise NotExportable(f"the config's default_scope is {scope!r}: the export supports "
-                            "mmdet (detectors) and mmseg (segmentors) configs")
-    return MODELS
-
-
-def _check_state(model: nn.Module, state: dict, checkpoint: str, config: str):
-    """Refuse a checkpoint whose tensors do not fill ``model`` exactly, naming the
-    mismatches (a checkpoint of another model, or of the backbone only)."""
-    own = model.state_dict()
-    state = {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
-    missing = [k for k in own if k not in state]
-    unexpected = [k for k in state if k not in own]
-    shapes = [f'{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(v.shape)}'
-              for k, v in own.items() if k in state and hasattr(state[k], 'shape')
-              and tuple(state[k].shape) != tuple(v.shape)]
-    if not (missing or unexpected or shapes):
-        return state
-    found = sum(1 for k in own if k in state)
-    lines = [f'the checkpoint {checkpoint} is not a checkpoint of the model in {config}: '
-             f'{found} of its {len(state)} tensors have names of the model\'s {len(own)}']
-    if shapes:
-        lines.append(f'{len(shapes)} have other shapes, e.g. ' + '; '.join(shapes[:3]))
-    if missing:
-        lines.append(f'{len(missing)} of the model\'s are missing, e.g. ' + ', '.join(missing[:3]))
-    if unexpected:
-        lines.append(f'{len(unexpected)} are not the model\'s, e.g. ' + ', '.join(unexpected[:3]))
-    if found and all(k.startswith('backbone.') for k in own if k in state) and missing:
-        lines.append('it holds a backbone only (ImageNet weights?): export a trained detector or '
-                     'segmentor checkpoint, or the backbone alone without --whole')
-    lines.append('pass the config the checkpoint was trained with')
-    raise NotExportable('; '.join(lines))
-
-
-def load_model(config, checkpoint: Optional[str] = None,
-               cfg_options: Optional[dict] = None) -> Tuple[nn.Module, object]:
-    """Build the model of an mmdet / mmseg ``config`` (a path or a ``Config``) in eval mode
-    on the CPU and load ``checkpoint`` (an OpenMMLab checkpoint of this model: every tensor
-    must fit, or a :class:`~.common.NotExportable` says which do not). The backbone's
-    ``init_cfg`` is not applied (the checkpoint holds the trained weights). Returns
-    ``(model, cfg)``."""
-    import inline_mm  # noqa: F401  (registers the backbones, the checkpoint allowlist)
-    from mmengine.config import Config
-    from mmengine.model import revert_sync_batchnorm
-    from mmengine.registry import DefaultScope
-    from mmengine.runner import CheckpointLoader
-    cfg = config if isinstance(config, Config) else Config.fromfile(str(config))
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    if cfg.model.get('backbone') is not None:
-        cfg.model.backbone.init_cfg = None
-    scope = cfg.get('default_scope', 'mmdet')
-    with DefaultScope.overwrite_default_scope(scope):
-        model = _registry(scope).build(cfg.model)
-    model = revert_sync_batchnorm(model).eval()
-    if checkpoint is not None:
-        if not osp.isfile(str(checkpoint)):
-            raise FileNotFoundError(f'checkpoint {checkpoint} not found')
-        ckpt = CheckpointLoader.load_checkpoint(str(checkpoint), map_location='cpu')
-        state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else None
-        if not isinstance(state, dict):
-            raise NotExportable(f'{checkpoint} holds no state dict')
-        if 'model' in state and isinstance(state['model'], dict) and 'state_dict' not in ckpt:
-            raise NotExportable(f'{checkpoint} is an official ImageNet classification file, not '
-                                'a trained detector or segmentor: export the backbone alone, '
-                                'or train the config first')
-        where = getattr(cfg, 'filename', 'the config')
-        model.load_state_dict(_check_state(model, state, checkpoint, where))
-        meta = ckpt.get('meta', {}) if isinstance(ckpt, dict) else {}
-        classes = (meta.get('dataset_meta') or {}).get('classes')
-        if classes:
-            model.dataset_meta = {'classes': tuple(classes)}
-    return model, cfg
 
 
 def build_graph(model: nn.Module, size: Tuple[int, int]) -> nn.Module:

@@ -98,18 +98,15 @@ def evaluate(config, onnx_path: str, checkpoint: Optional[str] = None, model=Non
     Returns ``{'onnxruntime': metrics, 'pytorch': metrics or None, 'parity': dict or
     None}``."""
     import torch
-    from mmengine.config import Config
     from mmengine.evaluator import Evaluator
     from mmengine.registry import DefaultScope
     from mmengine.runner import Runner
 
-    from .build import load_model
+    from ..apis import init_model, read_config
     from .runtime import OnnxModel, to_data_samples
-    cfg = config if isinstance(config, Config) else Config.fromfile(str(config))
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
+    cfg = read_config(config, cfg_options)
     if model is None and checkpoint is not None:
-        model, _ = load_model(cfg, checkpoint)
+        model = init_model(cfg, checkpoint)
     runtime = OnnxModel(onnx_path, threads=threads)
     scope = cfg.get('default_scope', 'mmdet')
     expected = 'segmentation' if scope == 'mmseg' else 'detection'

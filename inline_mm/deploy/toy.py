@@ -155,14 +155,14 @@ def train_toy(kind: str, work_dir: str, iters: int = None) -> Tuple[str, str, Di
     """Make the data, write the config, train the toy model ``kind`` with mmengine's
     ``Runner`` (in this process) and test it on its training images. Returns the config
     path, the checkpoint path and the test metrics."""
-    import inline_mm  # noqa: F401
-    from mmengine.config import Config
     from mmengine.runner import Runner
+
+    from ..apis import read_config
     data = make_toy_data(kind, osp.join(work_dir, 'data'))
     config = osp.join(work_dir, f'toy_{kind}.py')
     with open(config, 'w') as f:
         f.write(toy_config(kind, data, iters))
-    cfg = Config.fromfile(config)
+    cfg = read_config(config)
     cfg.work_dir = osp.join(work_dir, 'run')
     # a name of its own: mmengine's message hub is shared by runners of one name
     cfg.experiment_name = f'toy_{kind}_{os.getpid()}_{time.time_ns()}'
@@ -187,12 +187,13 @@ def main(argv=None):
     p.add_argument('kind', choices=list(TOY_KINDS))
     p.add_argument('work_dir')
     args = p.parse_args(argv)
-    from . import build_graph, evaluate, export_graph, load_model
+    from ..apis import init_model
+    from . import build_graph, evaluate, export_graph
     config, checkpoint, _ = train_toy(args.kind, args.work_dir)
-    model, cfg = load_model(config, checkpoint)
+    model = init_model(config, checkpoint)
     path = export_graph(build_graph(model, TOY_GRAPH_SIZE[args.kind]),
                         osp.join(args.work_dir, f'toy_{args.kind}.onnx'))
-    report = evaluate(cfg, path, model=model)
+    report = evaluate(model.cfg, path, model=model)
     print(json.dumps(dict(report, onnx=path, checkpoint=checkpoint), default=float))
 
 

@@ -10,17 +10,18 @@ pipeline steps ``CheckSegMapSize``, ``CheckSegLabels`` and ``CheckImageSize``
 unless a config asks for them.
 
 :func:`install` (or importing :mod:`inline_mm.engine.enable`) switches on the rows of
-:data:`PATCHES` (each in its module of :mod:`inline_mm.patches`) that replace mmengine code, each only where
-its feature check says the installed mmengine needs it and each acting only where mmengine
-fails, so that nothing
-changes for runs that work: CPU DDP (:mod:`inline_mm.patches.distributed`), checkpoint pruning after the save
-and the ``--resume`` fallback (:mod:`inline_mm.patches.checkpointing`), the random state in checkpoints, restored
-at ``--resume``, and validation on a copy of it (:mod:`inline_mm.patches.random_state`; this one changes the
-numbers a run draws after each validation), data workers that end with their parent
-(:mod:`inline_mm.patches.workers`), files that are no checkpoint named for
-what they are and onedl-mmengine's ``weights_only=False`` retry removed (:mod:`inline_mm.patches.loading`),
-reasons for empty datasets (:mod:`inline_mm.patches.empty_datasets`), plain parameter groups for ``compile=True``
-(:mod:`inline_mm.patches.compiling`). ``python -m inline_mm.env`` lists them, on or off.
+:data:`PATCHES` (each in its module of :mod:`inline_mm.patches`) that replace mmengine code, each
+only where its feature check says the installed mmengine needs it and each acting only where
+mmengine fails, so that nothing changes for runs that work: CPU DDP
+(:mod:`inline_mm.patches.distributed`), checkpoint pruning after the save and the ``--resume``
+fallback (:mod:`inline_mm.patches.checkpointing`), the random state in checkpoints, restored at
+``--resume``, and validation on a copy of it (:mod:`inline_mm.patches.random_state`; this one
+changes the numbers a run draws after each validation), data workers that end with their parent
+(:mod:`inline_mm.patches.workers`), files that are no checkpoint named for what they are and
+onedl-mmengine's ``weights_only=False`` retry removed (:mod:`inline_mm.patches.loading`), reasons
+for empty datasets (:mod:`inline_mm.patches.empty_datasets`), plain parameter groups for
+``compile=True`` (:mod:`inline_mm.patches.compiling`). ``python -m inline_mm.env`` lists them, on or
+off.
 
 Who switches them on: ``tools/train.py`` and ``tools/test.py`` call :func:`install`; the
 shipped configs list ``'inline_mm.engine.enable'`` in ``custom_imports``, so ``mim train``

@@ -6,10 +6,9 @@ docs/reliability.md and ``tests/test_reliability_data.py``):
 * grayscale and RGBA images: ``LoadImageFromFile`` (``color_type='color'``, the
   default of every config here) decodes them as 3-channel BGR. Nothing to fix.
 * a COCO file whose images all lack annotations (or with none at all): training drops
-  images without annotations, and mmengine then stops at start-up with
-  ``ValueError: need at least one array to concatenate``. :func:`install` turns that
-  into an error that says which file, how many images and annotations it has, and why
-  nothing is left.
+  images without annotations, and mmengine then stops at start-up with ``ValueError: need at least
+  one array to concatenate``. :mod:`inline_mm.patches.empty_datasets` turns that into an error that
+  says which file, how many images and annotations it has, and why nothing is left.
 * an image listed in the COCO file but missing on disk: ``FileNotFoundError`` naming
   the file, but only when a data worker reaches it, possibly hours into training.
   :class:`DatasetCheckHook` finds every missing file before the first iteration.
@@ -24,26 +23,19 @@ docs/reliability.md and ``tests/test_reliability_data.py``):
   and
   :class:`DatasetCheckHook` (all files up front) refuse it, naming both files.
 """
-import difflib
-import functools
-import json
-import logging
 import os
-import os.path as osp
 import time
 from typing import List, Optional, Sequence
 
 from mmengine import dist
 from mmengine.hooks import Hook
-from mmengine.logging import print_log
 from mmengine.registry import HOOKS
 
-from ..datasets.checks import (FileTally, Problem, check_coco, check_dataset_files,
-                               dataset_file_problems, default_jobs)
+from ..datasets.checks import (FileTally, Problem, base_datasets, check_coco,
+                               check_dataset_files, dataset_file_problems, default_jobs)
 from ..datasets.coco_checks import check_coco_instances
 
-
-__all__ = ['DatasetCheckHook', 'check_coco', 'dataset_file_problems', 'base_datasets']
+__all__ = ['DatasetCheckHook', 'check_coco', 'dataset_file_problems']
 
 #: at most this many problems are listed in one error message (the count is exact)
 MAX_LISTED = 20
@@ -54,18 +46,6 @@ def _listing(problems: List[Problem], limit: Optional[int] = MAX_LISTED) -> str:
     shown = '\n  '.join(str(p) for p in problems[:limit])
     more = len(problems) - limit
     return '  ' + shown + (f'\n  ... and {more} more' if more > 0 else '')
-
-
-def base_datasets(dataset) -> list:
-    """The datasets holding files, inside ConcatDataset / RepeatDataset wrappers."""
-    if dataset is None:
-        return []
-    if hasattr(dataset, 'datasets'):
-        return [d for inner in dataset.datasets for d in base_datasets(inner)]
-    inner = getattr(dataset, 'dataset', None)
-    if inner is not None and hasattr(inner, 'get_data_info'):
-        return base_datasets(inner)
-    return [dataset] if hasattr(dataset, 'get_data_info') else []
 
 
 def _coco_file(dataset) -> Optional[str]:

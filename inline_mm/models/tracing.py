@@ -31,9 +31,15 @@ import torch.fx
 
 from .padding import NO_PADDING
 
-__all__ = ['size_guard', 'fx_leaf', 'is_fx_proxy', 'refuse_script']
+__all__ = ['check_size', 'size_guard', 'fx_leaf', 'is_fx_proxy', 'refuse_script']
 
 _check = None
+
+
+#: what a graph made for one input size says to another size (``.format(h, w, shape)``)
+SIZE_ERROR = ('this graph of an InLine backbone was made for {}x{} input (any batch), got shape '
+              '{}: the windows, shifts and padding are recorded for that size; make one graph '
+              'per input size (inline_mm.deploy.backbone)')
 
 
 def _scripted_check():
@@ -41,29 +47,37 @@ def _scripted_check():
     global _check
     if _check is None:
         @torch.jit.script
-        def check(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        def check(x: torch.Tensor, h: int, w: int, error: str) -> torch.Tensor:
             if x.dim() != 4 or x.size(2) != h or x.size(3) != w:
-                raise RuntimeError('this graph of an InLine backbone was traced for {}x{} input '
-                                   '(any batch), got shape {}: the windows, shifts and padding '
-                                   'are recorded for that size; trace one graph per input size '
-                                   '(inline_mm.deploy.backbone.trace_backbone)'.format(h, w, x.shape))
+                raise RuntimeError(error.format(h, w, list(x.shape)))
             return x
         _check = check
     return _check
 
 
+def check_size(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """``x`` itself if it is a ``(B, C, h, w)`` batch, else a ``RuntimeError``: the one size
+    check of traced, exported and size-locked graphs. In a graph being traced
+    (``torch.jit.trace``) it is recorded as a scripted function (raising ``torch.jit.Error``),
+    in an ONNX export (which has no raise) as a broadcast against a ``(1, 1, h, w)`` zero
+    constant, which fails at any other size and adds exactly 0."""
+    if torch.onnx.is_in_onnx_export():
+        return x + x.new_zeros((1, 1, h, w))
+    if torch.jit.is_tracing():
+        return _scripted_check()(x, h, w, SIZE_ERROR)
+    if x.dim() != 4 or tuple(x.shape[-2:]) != (h, w):
+        raise RuntimeError(SIZE_ERROR.format(h, w, list(x.shape)))
+    return x
+
+
 def size_guard(x: torch.Tensor) -> torch.Tensor:
-    """``x`` itself, with a check of its height and width recorded in a graph being
-    traced (``torch.jit.trace``: a scripted check that raises ``torch.jit.Error``;
-    ONNX export, which has no raise: a broadcast against a ``(1, 1, H, W)`` zero
-    constant, which fails at any other size and adds exactly 0)."""
+    """``x`` itself, with :func:`check_size` against its own height and width recorded in a
+    graph being traced or exported."""
     with warnings.catch_warnings():
         # Converting the traced sizes to constants is the point here.
         warnings.simplefilter('ignore', torch.jit.TracerWarning)
         h, w = int(x.shape[-2]), int(x.shape[-1])
-    if torch.onnx.is_in_onnx_export():
-        return x + x.new_zeros((1, 1, h, w))
-    return _scripted_check()(x, h, w)
+    return check_size(x, h, w)
 
 
 def is_fx_proxy(x) -> bool:
@@ -109,6 +123,6 @@ def refuse_script(module: torch.nn.Module):
     ``__prepare_scriptable__``): a plain refusal with the alternatives."""
     raise RuntimeError(f'{type(module).__name__} cannot be compiled by torch.jit.script: its '
                        'windows, shifts and padding are decided in Python from the input size. '
-                       'Use torch.jit.trace / inline_mm.deploy.backbone.trace_backbone (one graph per '
-                       'input size), torch.onnx.export (inline_mm.deploy.backbone.export_onnx), '
+                       'Use torch.jit.trace / inline_mm.deploy.backbone.trace_backbone (one graph '
+                       'per input size), torch.onnx.export (inline_mm.deploy.backbone.export_onnx), '
                        'torch.compile, or torch.fx.symbolic_trace')

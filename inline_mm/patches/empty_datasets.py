@@ -6,15 +6,16 @@ least one array to concatenate``; this row names the file, how many images and a
 it lists, and why none is left. The pre-flight checks of every file are
 :class:`inline_mm.engine.DatasetCheckHook`'s.
 """
+import difflib
 import functools
+import json
 import logging
 import os.path as osp
 from typing import List, Optional
 
 from mmengine.logging import print_log
 
-from ..datasets.checks import check_coco
-from ..engine.data_checks import base_datasets
+from ..datasets.checks import base_datasets, check_coco
 from . import BY_ENGINE, Patch, always
 
 __all__ = ['PATCHES', 'install', 'installed']

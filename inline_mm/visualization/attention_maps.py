@@ -626,28 +626,6 @@ def point_to_cell(point: Tuple[float, float], image_hw: Tuple[int, int],
     return r, c
 
 
-def _family_and_args(name: str, arch: str) -> Tuple[str, dict]:
-    from ..models.families import FAMILIES
-    if name in FAMILIES:
-        family = FAMILIES[name]
-        if arch == 'smoke':
-            return name, dict(family.smoke)
-        if arch not in family.presets:
-            raise ValueError(f'{name} has no arch {arch!r}; choose one of '
-                             f'{sorted(family.presets)} or smoke')
-        return name, dict(arch=arch)
-    known = {}
-    for fam, family in FAMILIES.items():
-        stem = 'inline_' + re.sub(r'^InLine', '', fam).lower()
-        for preset in list(family.presets) + ['smoke']:
-            known[f'{stem}_{preset}'] = (fam, preset)
-    if name not in known:
-        raise ValueError(f'unknown backbone {name!r}: give a family ({", ".join(FAMILIES)}) '
-                         'with an arch, or a timm-style name such as '
-                         f'{", ".join(sorted(known)[:4])}, ...')
-    return _family_and_args(*known[name])
-
-
 def build_backbone(config: Optional[str] = None, model: Optional[str] = None,
                    arch: str = 'tiny', checkpoint: Optional[str] = None,
                    random_weights: bool = False, seed: int = 0,
@@ -669,35 +647,18 @@ def build_backbone(config: Optional[str] = None, model: Optional[str] = None,
             weights; the maps then show the mechanics only.
         cfg_options (dict, optional): Merged into the config.
     """
+    from ..apis import init_backbone
     from ..models.checkpoint import load_pretrained
-    from ..models.families import FAMILIES
-    cfg = None
-    if (config is None) == (model is None):
-        raise ValueError('give either a config file or a backbone name')
-    if config is not None:
-        from mmengine.config import Config
-        if not os.path.isfile(config):
-            raise FileNotFoundError(f'config not found: {config!r}')
-        cfg = Config.fromfile(config)
-        if cfg_options:
-            cfg.merge_from_dict(cfg_options)
-        args = dict(cfg.model.backbone)
-        name = args.pop('type')
-        if name not in FAMILIES:
-            raise ValueError(f'{config}: its backbone {name!r} is not an InLine backbone '
-                             f'({", ".join(FAMILIES)})')
-    else:
-        name, args = _family_and_args(model, arch)
-    init_cfg = args.pop('init_cfg', None)
-    torch.manual_seed(seed)
-    backbone = FAMILIES[name].cls(**args)
-    if checkpoint is not None:
-        load_pretrained(backbone, checkpoint)
-    elif random_weights:
-        backbone.init_weights()
-    elif isinstance(init_cfg, dict) and init_cfg.get('type') == 'Pretrained':
-        load_pretrained(backbone, **{k: v for k, v in init_cfg.items() if k != 'type'})
-    else:
-        raise ValueError('no weights: pass --checkpoint FILE (an official ImageNet file or a '
-                         'trained mm checkpoint), or --random-weights for the mechanics only')
-    return backbone.eval(), cfg
+    backbone, cfg = init_backbone(config, model, arch, checkpoint, cfg_options, seed)
+    if checkpoint is None:
+        init_cfg = backbone.init_cfg
+        if random_weights:
+            backbone.init_cfg = None
+            backbone.init_weights()
+        elif isinstance(init_cfg, dict) and init_cfg.get('type') == 'Pretrained':
+            load_pretrained(backbone, **{k: v for k, v in init_cfg.items() if k != 'type'})
+        else:
+            raise ValueError('no weights: pass --checkpoint FILE (an official ImageNet file or '
+                             'a trained mm checkpoint), or --random-weights for the mechanics '
+                             'only')
+    return backbone, cfg

@@ -2,10 +2,10 @@
 the image, the local kernel as a picture, and the exact weights as a file.
 
 The maps of :mod:`inline_mm.visualization.attention_maps` live on a grid of tokens that covers the
-*resized* image (the config's test resize), ``stride`` pixels per token. Here every pixel
-of the *original* image takes the value of the token it falls in, by the rule of
-:func:`~inline_mm.visualization.attention_maps.point_to_cell` (a click on a pixel and the map under it
-name the same token). Used by the app (``python -m inline_mm.app``) and by
+*resized* image (the config's test resize), ``stride`` pixels per token. Here every pixel of the
+*original* image takes the value of the token it falls in, by the rule of
+:func:`~inline_mm.visualization.attention_maps.point_to_cell` (a click on a pixel and the map under
+it name the same token). Used by the app (``python -m inline_mm.app``) and by
 ``tools/attention_map.py`` (its figure, and ``--npz``); nothing here imports a web framework.
 """
 from typing import Dict, Optional, Sequence, Tuple
@@ -163,13 +163,13 @@ def save_maps(path: str, maps: AttentionMaps, points: Sequence[Optional[Tuple[fl
               image_hw: Tuple[int, int], resized_hw: Tuple[int, int], module: str = ''):
     """Write the exact weights of ``maps`` to an ``.npz`` file (float64, nothing rounded).
 
-    Arrays: per method of :data:`~inline_mm.visualization.attention_maps.METHODS` ``<method>`` ``(m, h, w)``
-    (each query's weights on the patch keys) and ``<method>_prefix`` ``(m, p)`` (on the class
-    token, ``p = 0`` without one); ``kernel`` ``(3, 3)`` (NaN without a local term);
-    ``cells`` ``(m, 2)`` the query tokens ``(r, c)`` (-1 for a class-token query);
-    ``points`` ``(m, 2)`` their ``(x, y)`` pixels (NaN for a class-token query);
-    ``query_scales`` ``(m,)``; ``grid``, ``stride``, ``image_hw``, ``resized_hw``, ``head``
-    (-1: the mean over heads); ``module`` (the attention's module path).
+    Arrays: per method of :data:`~inline_mm.visualization.attention_maps.METHODS` ``<method>`` ``(m,
+    h, w)`` (each query's weights on the patch keys) and ``<method>_prefix`` ``(m, p)`` (on the
+    class token, ``p = 0`` without one); ``kernel`` ``(3, 3)`` (NaN without a local term); ``cells``
+    ``(m, 2)`` the query tokens ``(r, c)`` (-1 for a class-token query); ``points`` ``(m, 2)`` their
+    ``(x, y)`` pixels (NaN for a class-token query); ``query_scales`` ``(m,)``; ``grid``,
+    ``stride``, ``image_hw``, ``resized_hw``, ``head`` (-1: the mean over heads); ``module`` (the
+    attention's module path).
     """
     rows = range(len(maps.queries))
     arrays: Dict[str, np.ndarray] = {}

@@ -6,18 +6,17 @@
     python tools/analysis_tools/get_flops.py CONFIG --shape 512 512 --backbone-only
     python tools/analysis_tools/get_flops.py CONFIG --json          # one JSON object on stdout
 
-Counts run at the PyTorch dispatcher (``inline_mm.analysis.complexity.measure``), so InLine attention's
-matrix products and its per-sample depthwise 3x3 conv are counted; a module-hook
-counter misses them.  MACs are multiply-accumulates: the unit that mmdet, mmseg and
-fvcore tables print under the heading "FLOPs".  FLOPs proper are ``2 x MACs``;
-both are printed.  Norms, activations and mmcv's RoIAlign/NMS are not counted (as
-in those tables).  The model has random weights (no checkpoint is loaded); for a
-two-stage detector the heads' figure depends on how many proposals the RPN keeps
-(at most ``test_cfg.rpn.max_per_img``, 1000 in the COCO configs; the mask head sees
-the first 100), which is printed too.  A Cascade Mask R-CNN's forward runs its three
-mask heads on every proposal (inference runs them on the <= 100 detections), so its
-heads' figure is an upper bound.  Use ``--shape H W`` (default 800 1280, i.e. a
-1280x800 image) for detectors and e.g. ``--shape 512 512`` for ADE20K segmentors.
+Counts run at the PyTorch dispatcher (``inline_mm.analysis.complexity.measure``), so InLine
+attention's matrix products and its per-sample depthwise 3x3 conv are counted; a module-hook counter
+misses them.  MACs are multiply-accumulates: the unit that mmdet, mmseg and fvcore tables print
+under the heading "FLOPs".  FLOPs proper are ``2 x MACs``; both are printed.  Norms, activations and
+mmcv's RoIAlign/NMS are not counted (as in those tables).  The model has random weights (no
+checkpoint is loaded); for a two-stage detector the heads' figure depends on how many proposals the
+RPN keeps (at most ``test_cfg.rpn.max_per_img``, 1000 in the COCO configs; the mask head sees the
+first 100), which is printed too.  A Cascade Mask R-CNN's forward runs its three mask heads on every
+proposal (inference runs them on the <= 100 detections), so its heads' figure is an upper bound.
+Use ``--shape H W`` (default 800 1280, i.e. a 1280x800 image) for detectors and e.g. ``--shape 512
+512`` for ADE20K segmentors.
 """
 import argparse
 import json

@@ -56,8 +56,8 @@ import re
 import subprocess
 import sys
 
-from inline_mm.analysis.consistency import (at_edge, compare_dets, merge, padded_anchors, region_diff,
-                                   rel_diff, roi, run_pass, same_props)
+from inline_mm.analysis.consistency import (at_edge, compare_dets, merge, padded_anchors,
+                                            region_diff, rel_diff, roi, run_pass, same_props)
 from inline_mm.datasets.coco_resize import write_resized_set
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))

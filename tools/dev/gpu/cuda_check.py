@@ -594,7 +594,8 @@ def check_tensorrt(device, out_dir):
     from mmengine.registry import DefaultScope
     from mmengine.runner import Runner
 
-    from inline_mm.deploy import OnnxModel, build_graph, export_graph, load_model
+    from inline_mm.apis import init_model
+    from inline_mm.deploy import OnnxModel, build_graph, export_graph
     from inline_mm.deploy.evaluate import compare_outputs, run_graph
     from inline_mm.deploy.toy import train_toy
     out_dir = Path(out_dir)
@@ -602,7 +603,8 @@ def check_tensorrt(device, out_dir):
     work.mkdir(parents=True, exist_ok=True)
     config, checkpoint, metrics = train_toy('mask_rcnn', str(work),
                                             iters=20 if device == 'cpu' else None)
-    model, cfg = load_model(config, checkpoint)
+    model = init_model(config, checkpoint)
+    cfg = model.cfg
     graph = build_graph(model, (96, 128))
     onnx_path = export_graph(graph, str(work / 'toy_mask_rcnn.onnx'))
     runtime = OnnxModel(onnx_path)
