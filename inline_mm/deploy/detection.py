@@ -173,7 +173,7 @@ class TwoStageGraph(DetectorGraph):
         from mmdet.models.roi_heads.mask_heads import FCNMaskHead
         from mmdet.models.roi_heads.roi_extractors import SingleRoIExtractor
 
-        from ..detection.pad_aware_rpn import PadAwareRPNHead
+        from ..models.detection.pad_aware_rpn import PadAwareRPNHead
         rpn, roi = detector.rpn_head, detector.roi_head
         check_type(rpn, [RPNHead, PadAwareRPNHead], 'model.rpn_head', _ADVICE)
         check_type(roi, [StandardRoIHead], 'model.roi_head', _ADVICE)
