@@ -14,7 +14,7 @@ PAGES = sorted({ROOT / 'README.md', ROOT / 'checkpoints' / 'README.md', *USER_PA
                 *(ROOT / 'docs' / 'dev').glob('*.md'),
                 *(ROOT / 'configs').glob('*/README.md')})
 #: the most a user page of docs/ may weigh; investigations and history go to docs/dev/
-MAX_USER_PAGE_BYTES = 15 * 1024
+MAX_USER_PAGE_BYTES = 15_000
 
 _FENCE = re.compile(r'^(```|~~~).*?^\1[ \t]*$', re.M | re.S)
 _CODE = re.compile(r'(`+)(.+?)\1', re.S)
