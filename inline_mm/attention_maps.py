@@ -627,7 +627,7 @@ def point_to_cell(point: Tuple[float, float], image_hw: Tuple[int, int],
 
 
 def _family_and_args(name: str, arch: str) -> Tuple[str, dict]:
-    from .models.families import FAMILIES
+    from .models.families import FAMILIES, model_name
     if name in FAMILIES:
         family = FAMILIES[name]
         if arch == 'smoke':
@@ -636,11 +636,8 @@ def _family_and_args(name: str, arch: str) -> Tuple[str, dict]:
             raise ValueError(f'{name} has no arch {arch!r}; choose one of '
                              f'{sorted(family.presets)} or smoke')
         return name, dict(arch=arch)
-    known = {}
-    for fam, family in FAMILIES.items():
-        stem = 'inline_' + re.sub(r'^InLine', '', fam).lower()
-        for preset in list(family.presets) + ['smoke']:
-            known[f'{stem}_{preset}'] = (fam, preset)
+    known = {model_name(fam, preset): (fam, preset)
+             for fam, family in FAMILIES.items() for preset in list(family.presets) + ['smoke']}
     if name not in known:
         raise ValueError(f'unknown backbone {name!r}: give a family ({", ".join(FAMILIES)}) '
                          'with an arch, or a timm-style name such as '
