@@ -205,7 +205,7 @@ def test_table_lists_the_thirteen_official_files():
     assert len(table) == 13
     readme = (ROOT / 'checkpoints/README.md').read_text()
     for name, (family, release) in table.items():
-        assert release.file == f'inline_{name}.pth' and name.startswith(
+        assert weights.target(SCHEME + name).file == f'inline_{name}.pth' and name.startswith(
             family.name[len('InLine'):].lower() + '_')
         assert release.arch in family.presets
         assert re.fullmatch(r'https://cloud\.tsinghua\.edu\.cn/f/[0-9a-f]{20}/\?dl=1', release.url)

@@ -1,9 +1,9 @@
 """The official InLine ImageNet weights: list, download, verify, locate.
 
-    python -m inline_mm.cli.weights list             # the 13 files: family, variant, link, local copy
-    python -m inline_mm.cli.weights fetch swin_t     # download and verify now (--all: every file)
-    python -m inline_mm.cli.weights verify           # hash and layout of every local file
-    python -m inline_mm.cli.weights path swin_t      # where the file is, or would be cached
+    python -m inline_mm.cli.weights list          # the 13 files: family, variant, link, local copy
+    python -m inline_mm.cli.weights fetch swin_t  # download and verify now (--all: every file)
+    python -m inline_mm.cli.weights verify        # hash and layout of every local file
+    python -m inline_mm.cli.weights path swin_t   # where the file is, or would be cached
 
 (also ``inline-mm-weights``). The resolver itself, where files are looked for and how they
 are downloaded and verified: :mod:`inline_mm.models.weights`.
@@ -55,7 +55,7 @@ def _cmd_fetch(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    by_file = {variant.file: target(SCHEME + name) for name, (_, variant) in releases().items()}
+    by_file = {t.file: t for t in (target(SCHEME + name) for name in releases())}
     cached = [(p, by_file.get(p.name) or Target(str(p), p.name), True)
               for p in sorted(cache_dir().glob('*'))
               if p.is_file() and p.suffix != '.sha256' and not p.name.startswith('.')]

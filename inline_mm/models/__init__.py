@@ -1,8 +1,7 @@
 """The InLine backbones, self-contained: nothing here imports the rest of ``inline_mm``.
 
 Importing this package registers every family of :data:`FAMILIES` in mmdet's and
-mmseg's ``MODELS`` (whichever is installed): each family's file declares itself and its
-variants (:func:`.families.register_family`).
+mmseg's ``MODELS`` (whichever is installed).
 """
 # The families are declared as their files are imported, in this order (that of FAMILIES).
 from .inline_swin import InLineSwin, WindowAttention  # isort: skip

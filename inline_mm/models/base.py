@@ -302,8 +302,7 @@ class InLineBackbone(BaseModule):
         outside each image's region.
     """
 
-    #: arch name -> settings (``depths`` at least); set from each family's variants
-    #: (:func:`.families.register_variant`).
+    #: arch name -> settings (``depths`` at least), from the family's variants.
     presets: Dict[str, dict] = {}
     #: regexes that all match some key of this family's state dicts (official or
     #: converted) and no other family's; set by every family.

@@ -59,7 +59,7 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from .checkpoint import (CheckpointError, check_layout, describe_non_checkpoint,
                          extract_state_dict, print_log, read_checkpoint)
@@ -141,8 +141,14 @@ def target(reference: str) -> Optional[Target]:
 
 def _release_target(family: Family, release: Variant) -> Target:
     mirror = os.environ.get('INLINE_MM_WEIGHTS_MIRROR')
-    url = f"{mirror.rstrip('/')}/{release.file}" if mirror else release.url
-    return Target(url, release.file, family, release)
+    file = _file(release.weights)
+    return Target(f"{mirror.rstrip('/')}/{file}" if mirror else release.url, file, family,
+                  release)
+
+
+def _file(name: str) -> str:
+    """An official file's name in ``checkpoints/`` and in the cache: ``inline_swin_t.pth``."""
+    return f'inline_{name}.pth'
 
 
 def _url_file_name(url: str) -> str:
@@ -200,7 +206,7 @@ def _refuse_missing_official_path(path: str):
     """A configured path to an official file that is not there: say how to name it."""
     if os.path.exists(path):
         return
-    named = {r.file: n for n, (_, r) in releases().items()}
+    named = {_file(n): n for n in releases()}
     name = named.get(os.path.basename(path))
     if name is not None:
         raise FileNotFoundError(
