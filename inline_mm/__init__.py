@@ -8,7 +8,7 @@
 - ``SegFolderDataset``, ``PaletteIoUMetric`` and the pipeline checks ``CheckSegMapSize``,
   ``CheckSegLabels``, ``CheckImageSize`` in mmseg's registries (with mmseg),
   and the opt-in ``NonFiniteCheckHook`` / ``DatasetCheckHook``;
-- :func:`inline_mm.weights.resolve` as the backbones' checkpoint locator, so that
+- :func:`inline_mm.models.weights.resolve` as the backbones' checkpoint locator, so that
   ``init_cfg`` takes URLs and official names (``'inline://swin_t'``); nothing is
   downloaded or created until a checkpoint is loaded;
 - the one change: mmengine's own checkpoint types on torch's ``weights_only`` allowlist
@@ -31,13 +31,13 @@ from .version import __version__  # noqa: E402
 
 
 def _locate_weights(reference: str) -> str:
-    # imported on first use, so that `python -m inline_mm.weights` runs a fresh module
-    from .weights import resolve
+    # imported on first use: nothing of the weights' cache or network before a checkpoint loads
+    from .models.weights import resolve
     return resolve(reference)
 
 
 # init_cfg checkpoints may be URLs and official names ('inline://swin_t'): the backbones'
-# loader asks inline_mm.weights for the local file.
+# loader asks inline_mm.models.weights for the local file.
 set_locator(_locate_weights)
 
 

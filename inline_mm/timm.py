@@ -13,10 +13,11 @@
 Needs torch and timm only: with mmengine/mmcv/mmdet/mmseg absent, ``import
 inline_mm.timm`` works (``inline_mm`` then registers nothing in OpenMMLab).
 
-One model name per family of :data:`inline_mm.models.FAMILIES` and preset:
+One model name per variant of a family of :data:`inline_mm.models.FAMILIES`:
 ``inline_<family>_<preset>`` (``inline_swin_tiny``, ``inline_pvt_medium``,
 ``inline_cswin_base``, ...; :data:`MODEL_NAMES` lists them), each with the official file
-of that preset (``Release`` in :mod:`inline_mm.models.families`).
+of that variant (its ``Variant`` at the end of the family's file; a variant declared
+after this import gets its name too).
 
 * ``timm.create_model(name)`` is the official classifier, :class:`InLineClassifier`: the
   OpenMMLab backbone (same class, same weights) with the official head around it (final
@@ -35,7 +36,7 @@ of that preset (``Release`` in :mod:`inline_mm.models.families`).
   backbones adds ``features_only=True``.
 
 Weights: ``pretrained=True`` loads the official file of the preset through the project's
-resolver (:mod:`inline_mm.weights`: ``inline://<file>``, looked for in ``checkpoints/``
+resolver (:mod:`inline_mm.models.weights`: ``inline://<file>``, looked for in ``checkpoints/``
 and the cache, downloaded once and verified); ``pretrained_cfg_overlay=dict(file=...)``
 loads another (a short name, a URL or a local path; official, converted or mm
 checkpoints).  The file goes through the project's safe loader
@@ -57,7 +58,6 @@ wins (timm warns ``Overwriting ... in registry``).  :func:`create_backbone` and
 :func:`create_classifier` build ours without going through timm's registry, so they are
 unaffected.
 """
-import re
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -65,21 +65,12 @@ import torch.nn as nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import FeatureInfo, adapt_input_conv, register_model, resolve_pretrained_cfg
 
-from .models import FAMILIES, load_pretrained
+from .models import load_pretrained
+from .models.families import model_name, on_variant
 from .models.layers import run_block, to_nchw
 
 __all__ = ['InLineClassifier', 'InLineFeatures', 'InLineIntermediates', 'MODEL_NAMES',
            'create_backbone', 'create_classifier', 'model_name']
-
-
-def model_name(family: str, preset: str) -> str:
-    """timm name of a family's preset: ``('InLineSwin', 'tiny')`` -> ``'inline_swin_tiny'``."""
-    return f"inline_{re.sub(r'^InLine', '', family).lower()}_{preset}"
-
-
-#: the stem convolution of each family (timm's ``first_conv``, what ``in_chans`` adapts)
-_FIRST_CONV = {'InLineSwin': 'patch_embed.proj', 'InLinePVT': 'stages.0.patch_embed.proj',
-               'InLineCSwin': 'stem.conv', 'InLineDeiT': 'patch_embed.proj'}
 
 
 def _take_indices(n: int, indices: Optional[Union[int, Sequence[int]]]) -> List[int]:
@@ -155,6 +146,7 @@ class InLineClassifier(nn.Module):
         self.global_pool = self._check_pool(official_pool if global_pool is None else global_pool)
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(self.num_features, num_classes) if num_classes else nn.Identity()
+        self._stem = f'backbone.{family.first_conv}.weight'
         strides = backbone.stage_strides()
         self._taps = [_stage_output_module(backbone, i) for i in range(backbone.num_stages)]
         self.feature_info = [dict(num_chs=int(backbone.dims[i]), reduction=int(strides[i]),
@@ -277,7 +269,7 @@ class InLineClassifier(nn.Module):
             {k: v for k, v in plain.items() if not k.startswith('head.')})
         own = self.state_dict()
         out = {f'backbone.{k}': v for k, v in body.items()}
-        stem = f'backbone.{_FIRST_CONV[type(self.backbone).__name__]}.weight'
+        stem = self._stem
         if stem in out and out[stem].shape[1] != own[stem].shape[1]:
             out[stem] = adapt_input_conv(own[stem].shape[1], out[stem])
         if self.num_classes and head.get('head.weight') is not None \
@@ -344,11 +336,10 @@ def _check_arguments(name: str, family, kwargs: dict):
 
 
 def _default_file(name: str, family, preset: str) -> str:
-    released = [r.name for r in family.checkpoints if r.arch == preset]
-    if not released:
+    if not family.variants[preset].weights:
         raise ValueError(f'{name}: no official file; pass one: timm.create_model(..., '
                          "pretrained=True, pretrained_cfg_overlay=dict(file='path/to/file.pth'))")
-    return f'inline://{released[0]}'
+    return f'inline://{family.variants[preset].weights}'
 
 
 def create_backbone(name: str, pretrained: bool = False, file: Optional[str] = None,
@@ -361,7 +352,7 @@ def create_backbone(name: str, pretrained: bool = False, file: Optional[str] = N
         name (str): e.g. ``'inline_swin_tiny'``.
         pretrained (bool): Load ``file``.
         file (str, optional): Official, converted or mm checkpoint: a path, a URL or an
-            official file's short name (``'inline://swin_t'``, :mod:`inline_mm.weights`).
+            official file's short name (``'inline://swin_t'``, :mod:`inline_mm.models.weights`).
             Default: the preset's official file.
         checkpoint_key (str, optional): Sub-dict of the file to load (e.g.
             ``'state_dict_ema'``); default as the OpenMMLab path.
@@ -453,7 +444,7 @@ def _timm_entry(name: str):
         cfg = resolve_pretrained_cfg(name, pretrained_cfg, pretrained_cfg_overlay)
         if cache_dir is not None:
             raise ValueError(f'{name}: cache_dir is not used by the InLine models; their files '
-                             'are cached in $INLINE_MM_WEIGHTS (see inline_mm.weights)')
+                             'are cached in $INLINE_MM_WEIGHTS (see inline_mm.models.weights)')
         # An overlaid url other than the official one is loaded (the official one is the
         # preset's short name, which the resolver also finds in checkpoints/).
         file = cfg.file or (cfg.url if cfg.url != default_cfgs[name]['url'] else None)
@@ -493,33 +484,41 @@ def _timm_entry(name: str):
     return entry
 
 
-_ENTRIES = {model_name(f.name, preset): (f, preset)
-            for f in FAMILIES.values() for preset in f.presets}
-#: every registered model name, e.g. ``inline_swin_tiny``
-MODEL_NAMES = tuple(_ENTRIES)
-
-
-def _pretrained_cfg(family, preset: str) -> dict:
-    """The official file and evaluation of a preset: ImageNet mean/std, the training size
+def _pretrained_cfg(family, variant) -> dict:
+    """The official file and evaluation of a variant: ImageNet mean/std, the training size
     (InLine-DeiT-S/B: 288/448), bicubic resize of the whole image to ``size / 0.875``
     (``crop_mode='squash'``: the official ``Resize((s, s))``), centre crop."""
-    size = family.presets[preset].get('pretrain_img_size', 224)
-    release = next((r for r in family.checkpoints if r.arch == preset), None)
-    return dict(url=release.url if release else '', file=None, num_classes=1000,
+    size = variant.model_args.get('pretrain_img_size', 224)
+    return dict(url=variant.url if variant.weights else '', file=None, num_classes=1000,
                 input_size=(3, size, size),
                 pool_size=None if family.out_unit == 'block' else (size // 32, size // 32),
                 crop_pct=0.875, crop_mode='squash', interpolation='bicubic',
                 fixed_input_size=False, min_input_size=(3, family.min_input_size,
                                                         family.min_input_size),
                 mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD,
-                first_conv=f'backbone.{_FIRST_CONV[family.name]}', classifier='head',
+                first_conv=f'backbone.{family.first_conv}', classifier='head',
                 license='mit', paper_ids='arXiv:2412.06590',
                 paper_name='Bridging the Divide: Reconsidering Softmax and Linear Attention',
                 origin_url='https://github.com/LeapLabTHU/InLine')
 
 
+#: timm name -> (family, preset) of every registered model
+_ENTRIES: Dict[str, tuple] = {}
+#: every registered model name, e.g. ``inline_swin_tiny``
+MODEL_NAMES: Tuple[str, ...] = ()
 #: timm reads the pretrained configs of this module's entries from here
-default_cfgs = {n: _pretrained_cfg(f, p) for n, (f, p) in _ENTRIES.items()}
+default_cfgs: Dict[str, dict] = {}
 
-for _name in MODEL_NAMES:
-    globals()[_name] = register_model(_timm_entry(_name))
+
+def _register(family, variant):
+    """A variant's timm model: its name, pretrained cfg and entry point."""
+    global MODEL_NAMES
+    name = model_name(family.name, variant.arch)
+    _ENTRIES[name] = (family, variant.arch)
+    MODEL_NAMES = tuple(_ENTRIES)
+    default_cfgs[name] = _pretrained_cfg(family, variant)
+    globals()[name] = register_model(_timm_entry(name))
+
+
+# every variant declared in the families' files, and any declared later
+on_variant(_register)

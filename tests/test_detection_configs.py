@@ -13,7 +13,7 @@ from mmengine.config import Config
 import config_spec as spec
 from conftest import CUSTOM_IMPORTS, out_channels, shrink_backbone
 
-from inline_mm import weights
+from inline_mm.models import weights
 from inline_mm.models import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def test_detection_config_parses(path):
         assert backbone.init_cfg is None          # the demo trains from scratch
     else:
         # COCO configs start from the official file of their backbone, by short name
-        # (inline_mm.weights; documented in checkpoints/README.md).
+        # (inline_mm.models.weights; documented in checkpoints/README.md).
         official = weights.target(ckpt)
         assert official.release and f'`{ckpt}`' in README, ckpt
         assert (official.family.name, official.release.arch) == (backbone.type, backbone.arch)

@@ -35,7 +35,7 @@ def test_each_config_is_shown_with_its_official_file(folder):
     same line names the short name of that variant's file, and the page links every official
     file of the family."""
     page = _page(folder)
-    released = {r.name for r in FAMILY_OF[folder].checkpoints}
+    released = {r.weights for r in FAMILY_OF[folder].checkpoints}
     for release in FAMILY_OF[folder].checkpoints:
         assert f']({release.url})' in page, f'the page does not link {release.url}'
     for line in page.splitlines():

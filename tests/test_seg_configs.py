@@ -16,7 +16,7 @@ from mmseg.structures import SegDataSample
 
 import config_spec as spec
 from conftest import CUSTOM_IMPORTS, SEG_SIZE as SIZE, out_channels, shrink_segmentor as shrink
-from inline_mm import weights
+from inline_mm.models import weights
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'

@@ -206,7 +206,7 @@ def test_official_checkpoint_layout_fills_every_classifier_tensor(name):
     release = next(r for r in family.checkpoints if r.arch == preset)
     # every key and shape of the 13 released files (as golden/README.md describes them)
     table = json.loads((ROOT / 'tests/data/official_state_dicts.json').read_text())
-    shapes = table[f'inline_{release.name}']['state_dict']
+    shapes = table[f'inline_{release.weights}']['state_dict']
     with torch.device('meta'):
         model = timm.create_model(name)
         state = {k: torch.empty(v) for k, v in shapes.items()}

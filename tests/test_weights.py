@@ -1,4 +1,4 @@
-"""Official weights by name or URL (inline_mm.weights), against a real HTTP server.
+"""Official weights by name or URL (inline_mm.models.weights), against a real HTTP server.
 
 The server runs on 127.0.0.1 in a thread of the test process and is stopped by each test;
 nothing else is reached.  It emulates the authors' host as its links behave (the real
@@ -27,9 +27,10 @@ import pytest
 import torch
 
 from conftest import GOLDEN, shrink_backbone
-from inline_mm import weights
+from inline_mm.models import weights
 from inline_mm.models import FAMILIES, InLinePVT, InLineSwin, load_pretrained
-from inline_mm.weights import SCHEME, WeightsError
+from inline_mm.cli import weights as weights_cli
+from inline_mm.models.weights import SCHEME, WeightsError
 
 ROOT = Path(__file__).resolve().parents[1]
 #: InLine-Swin-T's depths and layout at 16 channels: a file that passes as inline://swin_t
@@ -204,7 +205,7 @@ def test_table_lists_the_thirteen_official_files():
     assert len(table) == 13
     readme = (ROOT / 'checkpoints/README.md').read_text()
     for name, (family, release) in table.items():
-        assert release.file == f'inline_{name}.pth' and name.startswith(
+        assert weights.target(SCHEME + name).file == f'inline_{name}.pth' and name.startswith(
             family.name[len('InLine'):].lower() + '_')
         assert release.arch in family.presets
         assert re.fullmatch(r'https://cloud\.tsinghua\.edu\.cn/f/[0-9a-f]{20}/\?dl=1', release.url)
@@ -411,7 +412,7 @@ def test_recorded_hash_is_checked_on_later_loads(host, cache, monkeypatch, swin_
     path.write_bytes(bytes(data))
     _refused('inline://swin_t', r'inline_swin_t\.pth has changed since it was '
                                 r'downloaded from .*fetch --force inline://swin_t')
-    assert weights.main(['fetch', '--force', 'swin_t']) == 0
+    assert weights_cli.main(['fetch', '--force', 'swin_t']) == 0
     assert path.read_bytes() == swin_t_bytes and len(host.bodies('inline_swin_t.pth')) == 2
 
 
@@ -446,7 +447,7 @@ def test_file_put_in_the_cache_by_hand_is_verified_and_recorded(cache, monkeypat
 CHILD = """
 import os, sys, time
 from pathlib import Path
-from inline_mm import weights
+from inline_mm.models import weights
 ready = Path(sys.argv[2])
 (ready / str(os.getpid())).touch()
 deadline = time.monotonic() + 60
@@ -489,14 +490,14 @@ def test_two_processes_download_once_and_never_see_a_partial_file(host, cache, s
 # ------------------------------------------------------------------ the other loaders
 def test_cli_list_fetch_path_verify(host, cache, monkeypatch, capsys, swin_t_bytes):
     mirrored(host, monkeypatch, **{'inline_swin_t.pth': swin_t_bytes})
-    assert weights.main(['path', 'swin_t']) == 1             # not there yet; says where
+    assert weights_cli.main(['path', 'swin_t']) == 1             # not there yet; says where
     out = capsys.readouterr()
     assert out.out.strip() == str(cache / 'inline_swin_t.pth') and 'fetch swin_t' in out.err
-    assert weights.main(['fetch', 'swin_t', 'inline://swin_x']) == 1
+    assert weights_cli.main(['fetch', 'swin_t', 'inline://swin_x']) == 1
     out = capsys.readouterr()
     assert out.out.strip() == str(cache / 'inline_swin_t.pth')
     assert 'did you mean inline://swin_t' in out.err
-    assert weights.main(['list']) == 0
+    assert weights_cli.main(['list']) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()
             if line.startswith(SCHEME)}
     assert len(rows) == 13
@@ -504,18 +505,18 @@ def test_cli_list_fetch_path_verify(host, cache, monkeypatch, capsys, swin_t_byt
                                             f'{len(swin_t_bytes) / 1e6:.1f}', 'MB']
     assert rows['inline://pvt_l'][1:5] == ['InLinePVT', 'large', 'no', '-']
     assert rows['inline://pvt_l'][5] == f'{host.url}/mirror/inline_pvt_l.pth'
-    assert weights.main(['path', 'inline://swin_t']) == 0
+    assert weights_cli.main(['path', 'inline://swin_t']) == 0
     assert capsys.readouterr().out.strip() == str(cache / 'inline_swin_t.pth')
-    assert weights.main(['verify']) == 0
+    assert weights_cli.main(['verify']) == 0
     assert re.search(r'^ok .*inline_swin_t\.pth .*hash matches', capsys.readouterr().out, re.M)
     (cache / 'inline_swin_t.pth').write_bytes(swin_t_bytes[:-10])
-    assert weights.main(['verify']) == 1
+    assert weights_cli.main(['verify']) == 1
     assert 'FAIL' in capsys.readouterr().out
 
 
 @pytest.mark.subprocess
 def test_cli_runs_as_a_module(cache):
-    out = subprocess.run([sys.executable, '-m', 'inline_mm.weights', 'list'], cwd=ROOT,
+    out = subprocess.run([sys.executable, '-m', 'inline_mm.cli.weights', 'list'], cwd=ROOT,
                          capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert out.returncode == 0, out.stderr

@@ -12,7 +12,6 @@ is the same for a backbone alone, from a config or a family name.
 import contextlib
 import copy
 import logging
-import re
 import warnings
 from typing import Optional, Tuple
 
@@ -20,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from ..models.checkpoint import CheckpointError, load_pretrained, locate, read_checkpoint
-from ..models.families import FAMILIES
+from ..models.families import FAMILIES, model_name
 from .config import read_config
 
 __all__ = ['SCOPES', 'init_model', 'init_backbone', 'check_state']
@@ -176,11 +175,8 @@ def _family_and_args(name: str, arch: str) -> Tuple[str, dict]:
             raise ValueError(f'{name} has no arch {arch!r}; choose one of '
                              f'{sorted(family.presets)} or smoke')
         return name, dict(arch=arch)
-    known = {}
-    for fam, family in FAMILIES.items():
-        stem = 'inline_' + re.sub(r'^InLine', '', fam).lower()
-        for preset in list(family.presets) + ['smoke']:
-            known[f'{stem}_{preset}'] = (fam, preset)
+    known = {model_name(fam, preset): (fam, preset)
+             for fam, family in FAMILIES.items() for preset in list(family.presets) + ['smoke']}
     if name not in known:
         raise ValueError(f'unknown backbone {name!r}: give a family ({", ".join(FAMILIES)}) '
                          'with an arch, or a timm-style name such as '

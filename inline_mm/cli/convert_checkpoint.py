@@ -2,7 +2,7 @@
 
     inline-mm-convert-checkpoint inline://swin_t checkpoints/inline_swin_t.safetensors
 
-SRC is a file, a URL or an official file's short name (``python -m inline_mm.weights
+SRC is a file, a URL or an official file's short name (``python -m inline_mm.cli.weights
 list``), resolved as ``init_cfg`` resolves it: downloaded once into the weights cache.
 
 The official files pickle the training config (a yacs object) beside the weights.
@@ -16,7 +16,7 @@ import sys
 from inline_mm.models.checkpoint import (CheckpointError, extract_state_dict, read_checkpoint,
                                          save_converted)
 from inline_mm.models.families import convert_official
-from inline_mm.weights import resolve
+from inline_mm.models.weights import resolve
 
 
 def parse_args(argv=None):

@@ -3,19 +3,20 @@
 Importing this package registers every family of :data:`FAMILIES` in mmdet's and
 mmseg's ``MODELS`` (whichever is installed).
 """
+# The families are declared as their files are imported, in this order (that of FAMILIES).
+from .inline_swin import InLineSwin, WindowAttention  # isort: skip
+from .inline_pvt import InLinePVT  # isort: skip
+from .inline_cswin import InLineCSwin  # isort: skip
+from .inline_deit import InLineDeiT  # isort: skip
 from .attention import InLineAttention
 from .base import InLineBackbone, using_impl
 from .checkpoint import CheckpointError, load_pretrained, read_checkpoint, save_converted
 from .families import FAMILIES, Family, convert_official, detect_family, get_family
-from .inline_cswin import InLineCSwin
-from .inline_deit import InLineDeiT
 from .inline_function import inline_attention, local_residual
-from .inline_pvt import InLinePVT
-from .inline_swin import InLineSwin, WindowAttention
-from .registry import register_backbones
+from .registry import FRAMEWORKS, framework_registry
 
 #: frameworks the backbones were registered in (``'mmdet'``, ``'mmseg'``)
-REGISTERED_IN = register_backbones(f.cls for f in FAMILIES.values())
+REGISTERED_IN = [f for f in FRAMEWORKS if framework_registry(f) is not None]
 
 __all__ = ['InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT', 'InLineBackbone', 'FAMILIES',
            'Family',

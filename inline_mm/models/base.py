@@ -1,10 +1,11 @@
 """The contract every InLine backbone keeps, and the code it shares.
 
 A family subclasses :class:`InLineBackbone` and declares, as class attributes, its
-``presets`` (arch name -> settings), ``official_keys`` (regexes that identify its
-state dicts, official or converted) and ``block_key`` (where block indices sit in
-its keys); it implements ``_convert_official`` (its converter), ``_stem_modules``,
-``_stage_modules`` if a stage owns more than ``self.stages[i]``, and ``forward``.
+``official_keys`` (regexes that identify its state dicts, official or converted) and
+``block_key`` (where block indices sit in its keys), and its variants (``presets``) with
+:func:`.families.register_family`; it implements ``_convert_official`` (its converter),
+``_stem_modules``, ``_stage_modules`` if a stage owns more than ``self.stages[i]``, and
+``forward``.
 The base class gives it: presets with overrides, argument checks, output norms,
 ``frozen_stages`` re-applied by ``train()``, ``with_cp`` on every stage, input
 checks, and ``init_cfg`` loading through :mod:`.checkpoint` with the checks against
@@ -43,6 +44,7 @@ from timm.layers import trunc_normal_
 
 from .attention import INLINE, INLINE_OPTIONS, SOFTMAX, InLineAttention, check_inline_options
 from .checkpoint import check_layout, identify_family, load_pretrained, print_log
+from .families import FAMILIES
 from .layers import to_nchw
 from .norm_act import norm_layer
 from .padding import (NO_PADDING, ValidMap, check_impl, detect_valid_sizes, is_exporting,
@@ -300,7 +302,7 @@ class InLineBackbone(BaseModule):
         outside each image's region.
     """
 
-    #: arch name -> settings (``depths`` at least); set by every family.
+    #: arch name -> settings (``depths`` at least), from the family's variants.
     presets: Dict[str, dict] = {}
     #: regexes that all match some key of this family's state dicts (official or
     #: converted) and no other family's; set by every family.
@@ -433,22 +435,6 @@ class InLineBackbone(BaseModule):
     def resolve_arch(cls, arch: str, **overrides) -> dict:
         """:func:`resolve_arch` with this family's name and presets."""
         return resolve_arch(cls.__name__, cls.presets, arch, **overrides)
-
-    @staticmethod
-    def family_classes() -> List[type]:
-        """Every InLine backbone family: the subclasses that declare ``official_keys``.
-
-        The same classes as ``families.FAMILIES`` (a contract test checks it), found
-        through the class hierarchy because the table imports this module, not the other
-        way round: loading knows every family's key pattern without an import cycle.
-        """
-        found, todo = [], list(InLineBackbone.__subclasses__())
-        while todo:
-            cls = todo.pop(0)
-            if 'official_keys' in vars(cls) and cls not in found:
-                found.append(cls)
-            todo += cls.__subclasses__()
-        return found
 
     @property
     def out_channels(self) -> Tuple[int, ...]:
@@ -664,7 +650,7 @@ class InLineBackbone(BaseModule):
     def convert_checkpoint(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """Convert (idempotent) and refuse a state dict of another family or variant."""
         state = self._convert_official(state)
-        families = [(c.__name__, c.official_keys) for c in self.family_classes()]
+        families = [(f.name, f.official_keys) for f in FAMILIES.values()]
         family = identify_family(state, families)
         check_layout(state, type(self).__name__, family, self.depths,
                      getattr(self, 'arch_name', 'custom'), self.presets, self.block_key)

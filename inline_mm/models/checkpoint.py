@@ -12,9 +12,9 @@ Accepted inputs (all through ``init_cfg=dict(type='Pretrained', checkpoint=PATH)
 * the project's own converted file (``.safetensors``, tensors only).
 
 ``PATH`` may also be a URL or a short name (``'inline://swin_t'``): a *locator* turns it
-into a local file before anything is read.  This package knows no network or cache;
-``import inline_mm`` installs :func:`inline_mm.weights.resolve` as the locator
-(:func:`set_locator`), and without one a reference is read as a local path.
+into a local file before anything is read.  This module knows no network or cache;
+``import inline_mm`` installs :func:`.weights.resolve` (the resolver that does) as the
+locator (:func:`set_locator`), and without one a reference is read as a local path.
 
 Nothing here unpickles arbitrary objects.  ``torch.load(weights_only=True)`` is
 used throughout; the one kind of foreign object the official files are known to

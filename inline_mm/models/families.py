@@ -1,98 +1,73 @@
-"""The table of InLine backbone families: the one list that loading, registration,
-``inline_mm.env``, the converter tool, config checks and the tests read. How to add a family
-(what its file declares, the entry here, what then covers it): docs/dev/backbones.md,
-"Adding a family".
+"""The InLine backbone families and their variants, the one table everything reads: each
+family's file ends by declaring itself and each variant once (:func:`register_family`), as timm
+declares ``model_args`` beside ``@register_model``. Adding either: docs/dev/backbones.md.
 """
+import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-from .base import InLineBackbone
 from .checkpoint import CheckpointError, identify_family
-from .inline_cswin import InLineCSwin, convert_cswin_checkpoint
-from .inline_deit import InLineDeiT, convert_deit_checkpoint
-from .inline_pvt import InLinePVT, convert_pvt_checkpoint
-from .inline_swin import InLineSwin, convert_swin_checkpoint
+from .registry import register_backbone
 
-__all__ = ['Family', 'FAMILIES', 'Release', 'get_family', 'detect_family', 'convert_official']
+__all__ = ['Family', 'Variant', 'FAMILIES', 'register_family', 'register_variant', 'on_variant',
+           'get_family', 'detect_family', 'convert_official', 'model_name', 'official_url']
 
 StateDict = Dict[str, torch.Tensor]
 
-#: where the InLine authors publish their ImageNet-1K files (links from the README of
-#: github.com/LeapLabTHU/InLine); ``?dl=1`` answers with a redirect to the file itself
-_TSINGHUA = 'https://cloud.tsinghua.edu.cn/f/{}/?dl=1'
+
+def official_url(key: str) -> str:
+    """An InLine authors' file (github.com/LeapLabTHU/InLine); ``?dl=1`` redirects to it."""
+    return f'https://cloud.tsinghua.edu.cn/f/{key}/?dl=1'
+
+
+def model_name(family: str, arch: str) -> str:
+    """timm name of a family's variant: ``('InLineSwin', 'tiny')`` -> ``'inline_swin_tiny'``."""
+    return f"inline_{re.sub(r'^InLine', '', family).lower()}_{arch}"
 
 
 @dataclass(frozen=True)
-class Release:
-    """One official ImageNet-1K file of a family.
+class Variant:
+    """A family's variant: ``arch`` (its name), ``model_args`` (the preset, ``depths`` at least)
+    and its official ImageNet-1K file: ``weights`` (short name, ``'inline://swin_t'``), ``url``,
+    ``sha256`` (None for every official file: the authors publish none, so none is invented;
+    :mod:`.weights` records each file's hash on its first download)."""
 
-    Args:
-        name (str): Short name, e.g. ``'swin_t'``; configs say ``'inline://swin_t'``.
-        arch (str): The family preset the file holds (``'tiny'``, ...).
-        url (str): The authors' download link.
-        sha256 (str, optional): The file's hash where the project knows it. None for every
-            official file today: the authors publish no hashes and this project has never
-            downloaded them, so none is invented here; :mod:`inline_mm.weights` records the
-            hash of each file on its first download and checks it from then on.
-    """
-
-    name: str
     arch: str
-    url: str
+    model_args: dict
+    weights: Optional[str] = None
+    url: str = ''
     sha256: Optional[str] = None
-
-    @property
-    def file(self) -> str:
-        """The file's name in ``checkpoints/`` and in the weights cache."""
-        return f'inline_{self.name}.pth'
-
-
-def _releases(*entries) -> Tuple[Release, ...]:
-    return tuple(Release(name, arch, _TSINGHUA.format(key)) for name, arch, key in entries)
 
 
 @dataclass(frozen=True)
 class Family:
-    """What the rest of the project needs to know about one backbone family.
-
-    The presets, official-key pattern and minimum input size are read from the class
-    (declared in the family's file); the entry adds what is true of the family as a
-    whole.
-
-    Args:
-        cls (type): The backbone class (registered under its name).
-        convert (callable): Official state dict -> the class's keys (pure, idempotent).
-        strides (tuple[int]): Output stride of each stage at the default patch size; a
-            family with ``out_unit='block'`` has one stride for every block.
-        smoke (dict): Arguments of a small model with every kind of block (builds and
-            runs in milliseconds): contract tests, config smoke tests.
-        out_unit (str): What ``out_indices`` and ``frozen_stages`` count: ``'stage'``
-            (a pyramid) or ``'block'`` (a plain ViT). Default: ``'stage'``.
-        output_norms (bool): Every output passes its own LayerNorm ``norm{i}``.
-            Default: True.
-        checkpoints (tuple[Release]): The official ImageNet files of the family (the one
-            table of them: :mod:`inline_mm.weights` and ``checkpoints/README.md`` follow it).
+    """A family, as :func:`register_family` declares it (presets, keys, minimum size: ``cls``'s).
+    Args: ``cls`` (the backbone class), ``convert`` (official state dict -> its keys; pure,
+    idempotent), ``strides`` (of each stage, or of every block), ``smoke`` (a small model with
+    every kind of block, built with the default ``arch``: ``embed_dims`` and ``depths`` or
+    ``depth``, which the contract tests widen and deepen), ``first_conv`` (the stem
+    convolution: timm's ``first_conv``), ``out_unit`` (what ``out_indices`` count: ``'stage'``
+    of a pyramid or ``'block'`` of a plain ViT), ``output_norms`` (a LayerNorm ``norm{i}`` on
+    every output), ``variants`` (arch -> :class:`Variant`).
     """
 
     cls: type
     convert: Callable[[StateDict], StateDict]
     strides: Tuple[int, ...]
     smoke: dict
+    first_conv: str
     out_unit: str = 'stage'
     output_norms: bool = True
-    checkpoints: Tuple[Release, ...] = field(default_factory=tuple)
+    variants: Dict[str, Variant] = field(default_factory=dict)
 
     def __post_init__(self):
-        if not issubclass(self.cls, InLineBackbone) or 'official_keys' not in vars(self.cls):
+        if not isinstance(self.cls, type) or 'official_keys' not in vars(self.cls):
             raise TypeError(f'{self.cls!r} is not an InLineBackbone family (it must subclass '
                             'InLineBackbone and declare official_keys)')
         if self.out_unit not in ('stage', 'block'):
             raise ValueError(f"out_unit must be 'stage' or 'block', got {self.out_unit!r}")
-        unknown = [r.arch for r in self.checkpoints if r.arch not in self.presets]
-        if unknown:
-            raise ValueError(f'{self.name}: released files of unknown presets {unknown}')
 
     @property
     def name(self) -> str:
@@ -101,6 +76,11 @@ class Family:
     @property
     def presets(self) -> Dict[str, dict]:
         return self.cls.presets
+
+    @property
+    def checkpoints(self) -> Tuple[Variant, ...]:
+        """The variants with an official file."""
+        return tuple(v for v in self.variants.values() if v.weights)
 
     @property
     def official_keys(self) -> Tuple[str, ...]:
@@ -116,50 +96,50 @@ class Family:
         return self.strides[i] if self.out_unit == 'stage' else self.strides[0]
 
 
-FAMILIES: Dict[str, Family] = {f.name: f for f in (
-    Family(InLineSwin, convert_swin_checkpoint, strides=(4, 8, 16, 32),
-           smoke=dict(embed_dims=16, depths=(1, 2, 2, 2), num_heads=(1, 2, 4, 8),
-                      stage_types=('inline', 'softmax', ('inline', 'softmax'), 'softmax'),
-                      drop_path_rate=0.),
-           checkpoints=_releases(('swin_t', 'tiny', '32810869fcc34410966b'),
-                                 ('swin_s', 'small', 'e9657fd247c04c7cb1a1'),
-                                 ('swin_b', 'base', 'bf23564bb64c420aafe1'))),
-    Family(InLinePVT, convert_pvt_checkpoint, strides=(4, 8, 16, 32),
-           # 32 channels in stage 1, not 16: on CPUs with AMX, oneDNN's bf16 convolutions
-           # whose kernel equals the stride (the patch embedding, the spatial reduction)
-           # were measured far off (rel. err. 0.1-0.3) for 8-28 input channels.
-           smoke=dict(embed_dims=(32, 32, 48, 64), depths=(1, 2, 2, 1), num_heads=(1, 2, 3, 4),
-                      mlp_ratios=(2, 2, 2, 2), drop_path_rate=0.,
-                      stage_types=(('softmax',), 'inline', ('inline', 'softmax'), 'softmax')),
-           checkpoints=_releases(('pvt_t', 'tiny', '90ac52b1555b401eb5e6'),
-                                 ('pvt_s', 'small', '1ab953b2479d433080a3'),
-                                 ('pvt_m', 'medium', 'a72aec31e6084bc0a280'),
-                                 # the official config calls it inline_pvt_b.yaml
-                                 ('pvt_l', 'large', 'efd91318ba964f01b288'))),
-    Family(InLineCSwin, convert_cswin_checkpoint, strides=(4, 8, 16, 32),
-           smoke=dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(2, 2, 4, 8),
-                      stage_types=('inline', ('inline', 'softmax'), 'softmax', 'softmax'),
-                      drop_path_rate=0.),
-           checkpoints=_releases(('cswin_t', 'tiny', '49fa2ecc543647c4b970'),
-                                 ('cswin_s', 'small', '59f4e65f776f4052b93c'),
-                                 ('cswin_b', 'base', '91e17121df284ae38521'))),
-    Family(InLineDeiT, convert_deit_checkpoint, strides=(16,),
-           smoke=dict(embed_dims=32, depth=12, num_heads=2, mlp_ratio=1., pretrain_img_size=64,
-                      drop_path_rate=0.),
-           out_unit='block', output_norms=False,
-           checkpoints=_releases(('deit_t', 'tiny', '1d6b8191ad6d4114b291'),
-                                 ('deit_s', 'small', '2f3898b07e9247f3beb3'),
-                                 ('deit_b', 'base', '10bdd726d4b0435eb34e'))),
-)}
+#: backbone name -> family, in the order the families were declared
+FAMILIES: Dict[str, Family] = {}
+_WATCHERS: List[Callable[[Family, Variant], None]] = []
+
+
+def register_family(cls: type, variants: Iterable[Variant] = (), **facts) -> Family:
+    """Declare family ``cls`` (``facts``: :class:`Family`'s arguments) and its ``variants``."""
+    family = Family(cls, **facts)
+    if family.name in FAMILIES:
+        raise ValueError(f'{family.name} is already a declared family')
+    cls.presets = {}
+    FAMILIES[family.name] = family
+    register_backbone(cls)
+    for variant in variants:
+        register_variant(cls, variant)
+    return family
+
+
+def register_variant(cls: type, variant: Variant) -> Variant:
+    """Declare ``variant`` of family ``cls`` (to the table and each :func:`on_variant`)."""
+    family = get_family(cls.__name__)
+    taken = {v.weights for f in FAMILIES.values() for v in f.checkpoints}
+    if variant.arch in family.variants or (variant.weights and variant.weights in taken):
+        raise ValueError(f'{family.name}: variant {variant.arch!r} or file {variant.weights!r} '
+                         'is already declared')
+    family.variants[variant.arch] = variant
+    cls.presets[variant.arch] = variant.model_args
+    for watcher in _WATCHERS:
+        watcher(family, variant)
+    return variant
+
+
+def on_variant(watcher: Callable[[Family, Variant], None]):
+    """Call ``watcher(family, variant)`` for every variant, declared so far or later."""
+    _WATCHERS.append(watcher)
+    for family, variant in [(f, v) for f in FAMILIES.values() for v in f.variants.values()]:
+        watcher(family, variant)
 
 
 def get_family(name: str) -> Family:
     """The entry of backbone ``name`` (e.g. a config's ``backbone.type``)."""
-    try:
-        return FAMILIES[name]
-    except KeyError:
-        raise KeyError(f'{name!r} is not an InLine backbone; known: {", ".join(FAMILIES)}') \
-            from None
+    if name not in FAMILIES:
+        raise KeyError(f'{name!r} is not an InLine backbone; known: {", ".join(FAMILIES)}')
+    return FAMILIES[name]
 
 
 def detect_family(state: StateDict) -> str:

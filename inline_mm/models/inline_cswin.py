@@ -13,6 +13,7 @@ from timm.layers import DropPath, Mlp
 
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_stage_types
+from .families import Variant, official_url, register_family
 from .layers import (BlockStage, crop, drop_path_rates, pad_image, round_up, symbolic, to_nchw,
                      to_tokens, window_merge, window_partition)
 from .norm_act import act_layer, norm_layer
@@ -25,14 +26,6 @@ __all__ = ['InLineCSwin', 'LePEStripeAttention', 'convert_cswin_checkpoint', 'AR
 #: official (``stage1_conv_embed``, ``merge1``) and converted (``stem.``, ``stages.1.merge``)
 #: InLine-CSwin state dicts, and no other family's, have such keys
 OFFICIAL_KEYS = (r'^(stage1_conv_embed|stem\.)', r'merge')
-
-ARCH_SETTINGS = {
-    'tiny': dict(embed_dims=64, depths=(2, 4, 18, 1), num_heads=(2, 4, 8, 16)),
-    'small': dict(embed_dims=64, depths=(3, 6, 29, 2), num_heads=(2, 4, 8, 16)),
-    'base': dict(embed_dims=96, depths=(3, 6, 29, 2), num_heads=(4, 8, 16, 32)),
-}
-for _preset in ARCH_SETTINGS.values():
-    _preset['stage_types'] = (INLINE, INLINE, SOFTMAX, SOFTMAX)
 
 VERTICAL, HORIZONTAL, GLOBAL = 'vertical', 'horizontal', 'global'
 
@@ -304,7 +297,6 @@ class InLineCSwin(InLineBackbone):
             ... Outputs: ``H_i = ceil(H / 2**(i + 2))`` (likewise ``W_i``).
     """
 
-    presets = ARCH_SETTINGS
     official_keys = OFFICIAL_KEYS
 
     def __init__(self, arch: str = 'tiny', embed_dims: Optional[int] = None,
@@ -398,3 +390,25 @@ def convert_cswin_checkpoint(state: Dict[str, torch.Tensor],
                 break
         out[k.replace('.get_v.', '.lepe.')] = v
     return out
+
+
+# ------------------------------------------------------------------ the family and its variants
+_CSWIN_TYPES = (INLINE, INLINE, SOFTMAX, SOFTMAX)
+register_family(
+    InLineCSwin, convert=convert_cswin_checkpoint, strides=(4, 8, 16, 32), first_conv='stem.conv',
+    smoke=dict(embed_dims=16, depths=(1, 2, 2, 1), num_heads=(2, 2, 4, 8),
+               stage_types=('inline', ('inline', 'softmax'), 'softmax', 'softmax'),
+               drop_path_rate=0.),
+    variants=[
+        Variant('tiny', dict(embed_dims=64, depths=(2, 4, 18, 1), num_heads=(2, 4, 8, 16),
+                             stage_types=_CSWIN_TYPES),
+                weights='cswin_t', url=official_url('49fa2ecc543647c4b970')),
+        Variant('small', dict(embed_dims=64, depths=(3, 6, 29, 2), num_heads=(2, 4, 8, 16),
+                              stage_types=_CSWIN_TYPES),
+                weights='cswin_s', url=official_url('59f4e65f776f4052b93c')),
+        Variant('base', dict(embed_dims=96, depths=(3, 6, 29, 2), num_heads=(4, 8, 16, 32),
+                             stage_types=_CSWIN_TYPES),
+                weights='cswin_b', url=official_url('91e17121df284ae38521')),
+    ])
+#: the presets by arch (declared by the variants above)
+ARCH_SETTINGS = InLineCSwin.presets

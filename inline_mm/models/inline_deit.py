@@ -11,6 +11,7 @@ from timm.layers import resample_abs_pos_embed, trunc_normal_
 
 from .attention import INLINE, InLineAttention
 from .base import InLineBackbone
+from .families import Variant, official_url, register_family
 from .checkpoint import CheckpointError
 from .layers import PatchEmbed, TransformerBlock, drop_path_rates, run_block, to_nchw
 from .norm_act import act_layer, norm_layer
@@ -22,15 +23,6 @@ __all__ = ['InLineDeiT', 'InLineAttentionWithClsToken', 'resize_pos_embed',
 #: official and converted InLine-DeiT state dicts (the names agree), and no other
 #: family's, have a class token and top-level ``blocks``
 OFFICIAL_KEYS = (r'^cls_token$', r'^blocks\.0\.')
-
-#: The released layouts (official ``inline_deit_{tiny,small,base}``) and the image side
-#: each was trained at, which fixes the grid of its stored position table (14, 18, 28).
-#: ``depths`` is the depth as the family table reads it (one "stage" of blocks).
-ARCH_SETTINGS = {
-    'tiny': dict(embed_dims=192, depth=12, depths=(12,), num_heads=6, pretrain_img_size=224),
-    'small': dict(embed_dims=320, depth=12, depths=(12,), num_heads=10, pretrain_img_size=288),
-    'base': dict(embed_dims=384, depth=12, depths=(12,), num_heads=12, pretrain_img_size=448),
-}
 
 #: LayerNorm eps of the blocks and the final norm (timm ViT/DeiT).
 NORM_EPS = 1e-6
@@ -129,7 +121,6 @@ class InLineDeiT(InLineBackbone):
             one), ``init_cfg``, ...
     """
 
-    presets = ARCH_SETTINGS
     official_keys = OFFICIAL_KEYS
     block_key = r'blocks\.(?P<block>\d+)\.'
     min_input_size = 16          # one patch (at the default patch size)
@@ -272,3 +263,27 @@ def check_position_grid(model: InLineDeiT, state: Dict[str, torch.Tensor]) -> No
         f'the position table of this checkpoint has a {side}x{side} grid{hint}, but this '
         f'{name} ({model.arch_name}) stores {model.pos_grid[0]}x{model.pos_grid[1]}: it is '
         'another variant. Build the model with the matching arch or pretrain_img_size.')
+
+
+# ------------------------------------------------------------------ the family and its variants
+# The released layouts (official inline_deit_{tiny,small,base}) and the image side each was
+# trained at, which fixes the grid of its stored position table (14, 18, 28). ``depths`` is
+# the depth as the family table reads it (one "stage" of blocks).
+register_family(
+    InLineDeiT, convert=convert_deit_checkpoint, strides=(16,), first_conv='patch_embed.proj',
+    smoke=dict(embed_dims=32, depth=12, num_heads=2, mlp_ratio=1., pretrain_img_size=64,
+               drop_path_rate=0.),
+    out_unit='block', output_norms=False,
+    variants=[
+        Variant('tiny', dict(embed_dims=192, depth=12, depths=(12,), num_heads=6,
+                             pretrain_img_size=224),
+                weights='deit_t', url=official_url('1d6b8191ad6d4114b291')),
+        Variant('small', dict(embed_dims=320, depth=12, depths=(12,), num_heads=10,
+                              pretrain_img_size=288),
+                weights='deit_s', url=official_url('2f3898b07e9247f3beb3')),
+        Variant('base', dict(embed_dims=384, depth=12, depths=(12,), num_heads=12,
+                             pretrain_img_size=448),
+                weights='deit_b', url=official_url('10bdd726d4b0435eb34e')),
+    ])
+#: the presets by arch (declared by the variants above)
+ARCH_SETTINGS = InLineDeiT.presets

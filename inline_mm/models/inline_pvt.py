@@ -13,6 +13,7 @@ from timm.layers import trunc_normal_
 
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_stage_types
+from .families import Variant, official_url, register_family
 from .layers import (BlockStage, PatchEmbed, TransformerBlock, drop_path_rates, symbolic,
                      to_nchw)
 from .norm_act import act_layer, norm_layer
@@ -25,15 +26,6 @@ __all__ = ['InLinePVT', 'PositionEmbedding', 'SpatialReductionAttention',
 #: official (``block1.``, ``pos_embed1``) and converted (``stages.0.blocks.``) InLine-PVT
 #: state dicts, and no other family's, have such keys
 OFFICIAL_KEYS = (r'^(block1\.|pos_embed1|stages\.0\.blocks\.)', r'pos_embed')
-
-_PVT_COMMON = dict(embed_dims=(64, 128, 320, 512), num_heads=(2, 4, 10, 16),
-                   mlp_ratios=(8, 8, 4, 4), stage_types=('inline',) * 4)
-ARCH_SETTINGS = {
-    'tiny': dict(_PVT_COMMON, depths=(2, 2, 2, 2)),
-    'small': dict(_PVT_COMMON, depths=(3, 4, 6, 3)),
-    'medium': dict(_PVT_COMMON, depths=(3, 4, 18, 3)),
-    'large': dict(_PVT_COMMON, depths=(3, 8, 27, 3)),
-}
 
 #: LayerNorm eps of the blocks (and of our output norms); patch embeddings use 1e-5.
 BLOCK_NORM_EPS = 1e-6
@@ -210,7 +202,6 @@ class InLinePVT(InLineBackbone):
             ``init_cfg``, ... Outputs: ``H_i = ceil(H / (patch_size * 2**i))``.
     """
 
-    presets = ARCH_SETTINGS
     official_keys = OFFICIAL_KEYS
     official_final_norm = False     # the official PVT has no final norm
     default_drop_path_rate = 0.1
@@ -319,3 +310,30 @@ def convert_pvt_checkpoint(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Te
             if q in out and kv in out:
                 out[f'{prefix}qkv.{p}'] = torch.cat([out.pop(q), out.pop(kv)], dim=0)
     return out
+
+
+# ------------------------------------------------------------------ the family and its variants
+_PVT_COMMON = dict(embed_dims=(64, 128, 320, 512), num_heads=(2, 4, 10, 16),
+                   mlp_ratios=(8, 8, 4, 4), stage_types=('inline',) * 4)
+register_family(
+    InLinePVT, convert=convert_pvt_checkpoint, strides=(4, 8, 16, 32),
+    first_conv='stages.0.patch_embed.proj',
+    # 32 channels in stage 1, not 16: on CPUs with AMX, oneDNN's bf16 convolutions
+    # whose kernel equals the stride (the patch embedding, the spatial reduction)
+    # were measured far off (rel. err. 0.1-0.3) for 8-28 input channels.
+    smoke=dict(embed_dims=(32, 32, 48, 64), depths=(1, 2, 2, 1), num_heads=(1, 2, 3, 4),
+               mlp_ratios=(2, 2, 2, 2), drop_path_rate=0.,
+               stage_types=(('softmax',), 'inline', ('inline', 'softmax'), 'softmax')),
+    variants=[
+        Variant('tiny', dict(_PVT_COMMON, depths=(2, 2, 2, 2)),
+                weights='pvt_t', url=official_url('90ac52b1555b401eb5e6')),
+        Variant('small', dict(_PVT_COMMON, depths=(3, 4, 6, 3)),
+                weights='pvt_s', url=official_url('1ab953b2479d433080a3')),
+        Variant('medium', dict(_PVT_COMMON, depths=(3, 4, 18, 3)),
+                weights='pvt_m', url=official_url('a72aec31e6084bc0a280')),
+        # the official config calls it inline_pvt_b.yaml
+        Variant('large', dict(_PVT_COMMON, depths=(3, 8, 27, 3)),
+                weights='pvt_l', url=official_url('efd91318ba964f01b288')),
+    ])
+#: the presets by arch (declared by the variants above)
+ARCH_SETTINGS = InLinePVT.presets

@@ -13,6 +13,7 @@ from timm.layers import trunc_normal_
 
 from .attention import INLINE, SOFTMAX, InLineAttention
 from .base import InLineBackbone, check_heads, parse_stage_types
+from .families import Variant, official_url, register_family
 from .checkpoint import print_log
 from .norm_act import act_layer, norm_layer
 from .layers import (BlockStage, PatchEmbed, TransformerBlock, crop, drop_path_rates,
@@ -25,20 +26,6 @@ __all__ = ['InLineSwin', 'WindowAttention', 'convert_swin_checkpoint',
 
 #: official and converted InLine-Swin state dicts, and no other family's, have such keys
 OFFICIAL_KEYS = (r'^layers\.0\.blocks\.',)
-
-
-def _b_stage3(depth=18, inline_blocks=2):
-    return (INLINE,) * inline_blocks + (SOFTMAX,) * (depth - inline_blocks)
-
-
-ARCH_SETTINGS = {
-    'tiny': dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24),
-                 stage_types=('inline', 'inline', 'inline', 'softmax')),
-    'small': dict(embed_dims=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24),
-                  stage_types=('inline', 'inline', 'softmax', 'softmax')),
-    'base': dict(embed_dims=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32),
-                 stage_types=('inline', 'inline', _b_stage3(), 'softmax')),
-}
 
 
 def _relative_index(window: int, wh: int, ww: int, device=None) -> torch.Tensor:
@@ -326,7 +313,6 @@ class InLineSwin(InLineBackbone):
             side, no shift), ``norm_cfg`` (eps 1e-5 without one), ``init_cfg``, ...
     """
 
-    presets = ARCH_SETTINGS
     official_keys = OFFICIAL_KEYS
     block_key = r'layers\.(?P<stage>\d+)\.blocks\.(?P<block>\d+)\.'
     no_weight_decay_keys = ('norm', 'relative_position_bias_table')
@@ -442,3 +428,29 @@ def convert_swin_checkpoint(state: Dict[str, torch.Tensor],
             k = f'norm{last_stage}.' + k[len('norm.'):]
         out[k] = v
     return out
+
+
+# ------------------------------------------------------------------ the family and its variants
+def _b_stage3(depth=18, inline_blocks=2):
+    return (INLINE,) * inline_blocks + (SOFTMAX,) * (depth - inline_blocks)
+
+
+register_family(
+    InLineSwin, convert=convert_swin_checkpoint, strides=(4, 8, 16, 32),
+    first_conv='patch_embed.proj',
+    smoke=dict(embed_dims=16, depths=(1, 2, 2, 2), num_heads=(1, 2, 4, 8),
+               stage_types=('inline', 'softmax', ('inline', 'softmax'), 'softmax'),
+               drop_path_rate=0.),
+    variants=[
+        Variant('tiny', dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24),
+                             stage_types=('inline', 'inline', 'inline', 'softmax')),
+                weights='swin_t', url=official_url('32810869fcc34410966b')),
+        Variant('small', dict(embed_dims=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24),
+                              stage_types=('inline', 'inline', 'softmax', 'softmax')),
+                weights='swin_s', url=official_url('e9657fd247c04c7cb1a1')),
+        Variant('base', dict(embed_dims=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32),
+                             stage_types=('inline', 'inline', _b_stage3(), 'softmax')),
+                weights='swin_b', url=official_url('bf23564bb64c420aafe1')),
+    ])
+#: the presets by arch (declared by the variants above)
+ARCH_SETTINGS = InLineSwin.presets

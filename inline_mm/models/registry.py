@@ -6,9 +6,9 @@ without an error. Importing a framework's ``registry`` module pulls in no compil
 ops and no model zoo, so registering stays cheap.
 """
 import importlib
-from typing import Iterable, List, Optional
+from typing import List
 
-__all__ = ['FRAMEWORKS', 'framework_registry', 'register_backbones', 'register_lazy']
+__all__ = ['FRAMEWORKS', 'framework_registry', 'register_backbone', 'register_lazy']
 
 #: OpenMMLab frameworks whose ``MODELS`` get the backbones
 FRAMEWORKS = ('mmdet', 'mmseg')
@@ -44,22 +44,12 @@ MMCV_HINT = ('Install one of: mmcv-lite 2.1.0 (pure Python, nothing to compile; 
              'former.')
 
 
-def register_backbones(classes: Iterable[type],
-                       frameworks: Iterable[str] = FRAMEWORKS) -> List[str]:
-    """Register every class under its name in each installed framework's ``MODELS``.
-
-    Returns:
-        list[str]: The frameworks registered into.
-    """
-    classes = list(classes)
-    done = []
-    for framework in frameworks:
-        registry: Optional[object] = framework_registry(framework)
-        if registry is None:
-            continue
-        for cls in classes:
-            registry.register_module(module=cls)
-        done.append(framework)
+def register_backbone(cls: type) -> List[str]:
+    """Register ``cls`` under its name in each installed framework's ``MODELS``; returns
+    those frameworks."""
+    done = [f for f in FRAMEWORKS if framework_registry(f) is not None]
+    for framework in done:
+        framework_registry(framework).register_module(module=cls)
     return done
 
 

@@ -1,12 +1,12 @@
 """The official InLine weights by name or URL: downloaded once, verified, cached.
 
 One resolver serves every loader of the project (``init_cfg=dict(type='Pretrained',
-checkpoint=...)``, ``tools/model_converters/convert_checkpoint.py``, :mod:`inline_mm.timm`, this
-module's command line).  A checkpoint reference is one of:
+checkpoint=...)``, ``tools/model_converters/convert_checkpoint.py``, :mod:`inline_mm.timm`, the
+command line ``python -m inline_mm.cli.weights``).  A checkpoint reference is one of:
 
 ``'inline://swin_t'``
-    one of the 13 official ImageNet-1K files, by short name (``python -m inline_mm.weights
-    list``; the table is ``Family.checkpoints`` in :mod:`inline_mm.models.families`);
+    one of the 13 official ImageNet-1K files, by short name (``python -m inline_mm.cli.weights
+    list``; each is a ``Variant``'s ``weights``, declared at the end of its family's file);
 ``'https://...'``
     any URL; an official link is recognised as its file;
 anything else
@@ -34,7 +34,7 @@ What arrives is verified before it is kept: it must be read by the safe reader
 variant; a web page, a cut-short body or another model is refused with an error naming the
 URL and what arrived, and nothing is left in the cache.  The file's sha256 is then recorded
 next to it (``<file>.sha256``, ``sha256sum`` format) and checked at every later load.  Where
-the project knows a file's hash (``Release.sha256``) that is checked instead; for the
+the project knows a file's hash (``Variant.sha256``) that is checked instead; for the
 official files it knows none.
 
 Cache layout::
@@ -44,10 +44,10 @@ Cache layout::
     <cache>/.partial/inline_swin_t.pth   a download in progress (resumed from here)
     <cache>/.locks/inline_swin_t.pth.lock
 """
-import argparse
 import difflib
 import hashlib
 import http.client
+import importlib.metadata
 import logging
 import os
 import re
@@ -59,15 +59,15 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
-from .models.checkpoint import (CheckpointError, check_layout, describe_non_checkpoint,
-                                extract_state_dict, print_log, read_checkpoint)
-from .models.families import FAMILIES, Family, Release, detect_family
-from .version import __version__
+from .checkpoint import (CheckpointError, check_layout, describe_non_checkpoint,
+                         extract_state_dict, print_log, read_checkpoint)
+from .families import FAMILIES, Family, Variant, detect_family
 
-__all__ = ['SCHEME', 'WeightsError', 'Target', 'releases', 'target', 'resolve', 'fetch',
-           'cache_dir', 'offline', 'verify_file', 'download', 'main']
+__all__ = ['SCHEME', 'MANUAL_DIR', 'WeightsError', 'Target', 'releases', 'target', 'resolve',
+           'fetch', 'cache_dir', 'offline', 'local_copy', 'verify_file', 'verify_local',
+           'download', 'format_size']
 
 #: prefix of the short names: ``'inline://swin_t'``
 SCHEME = 'inline://'
@@ -92,27 +92,27 @@ class Target:
         url (str): What is downloaded (the mirror's link when a mirror is set).
         file (str): Its name in ``checkpoints/`` and in the cache.
         family (Family, optional): The family it must be a checkpoint of (released files).
-        release (Release, optional): The table's record of it (released files).
+        release (Variant, optional): The variant whose official file it is.
     """
 
     url: str
     file: str
     family: Optional[Family] = None
-    release: Optional[Release] = None
+    release: Optional[Variant] = None
 
     @property
     def label(self) -> str:
         """How the user named it: the short name of a released file, else the URL."""
-        return SCHEME + self.release.name if self.release else self.url
+        return SCHEME + self.release.weights if self.release else self.url
 
     @property
     def known_sha256(self) -> Optional[str]:
         return self.release.sha256 if self.release else None
 
 
-def releases() -> Dict[str, Tuple[Family, Release]]:
-    """Short name -> (family, release) of every official file, in table order."""
-    return {r.name: (f, r) for f in FAMILIES.values() for r in f.checkpoints}
+def releases() -> Dict[str, Tuple[Family, Variant]]:
+    """Short name -> (family, variant) of every official file, in table order."""
+    return {v.weights: (f, v) for f in FAMILIES.values() for v in f.checkpoints}
 
 
 def target(reference: str) -> Optional[Target]:
@@ -139,10 +139,16 @@ def target(reference: str) -> Optional[Target]:
     return None
 
 
-def _release_target(family: Family, release: Release) -> Target:
+def _release_target(family: Family, release: Variant) -> Target:
     mirror = os.environ.get('INLINE_MM_WEIGHTS_MIRROR')
-    url = f"{mirror.rstrip('/')}/{release.file}" if mirror else release.url
-    return Target(url, release.file, family, release)
+    file = _file(release.weights)
+    return Target(f"{mirror.rstrip('/')}/{file}" if mirror else release.url, file, family,
+                  release)
+
+
+def _file(name: str) -> str:
+    """An official file's name in ``checkpoints/`` and in the cache: ``inline_swin_t.pth``."""
+    return f'inline_{name}.pth'
 
 
 def _url_file_name(url: str) -> str:
@@ -174,6 +180,16 @@ def _manual_path(t: Target) -> Optional[Path]:
     return Path(MANUAL_DIR) / t.file if t.release else None
 
 
+def local_copy(t: Target) -> Tuple[str, Optional[Path]]:
+    """Where ``t`` is on this machine: ``('checkpoints/', path)``, ``('cache', path)`` or
+    ``('no', None)``."""
+    manual = _manual_path(t)
+    if manual is not None and manual.is_file():
+        return f'{MANUAL_DIR}/', manual
+    cached = cache_dir() / t.file
+    return ('cache', cached) if cached.is_file() else ('no', None)
+
+
 # ------------------------------------------------------------------ resolving
 def resolve(reference) -> str:
     """A local file for checkpoint ``reference`` (a path, a URL or an ``inline://`` name),
@@ -190,7 +206,7 @@ def _refuse_missing_official_path(path: str):
     """A configured path to an official file that is not there: say how to name it."""
     if os.path.exists(path):
         return
-    named = {r.file: n for n, (_, r) in releases().items()}
+    named = {_file(n): n for n in releases()}
     name = named.get(os.path.basename(path))
     if name is not None:
         raise FileNotFoundError(
@@ -260,7 +276,7 @@ def _compare(path: Path, actual: str, expected: str, t: Target, recorded: bool):
     if recorded:
         raise WeightsError(
             f'{path} has changed since it was downloaded from {t.url} (sha256 {actual}, '
-            f'recorded {expected}): delete it, or run python -m inline_mm.weights fetch '
+            f'recorded {expected}): delete it, or run python -m inline_mm.cli.weights fetch '
             f'--force {t.label}, to download it again.')
     raise WeightsError(f'{path} is not the file {t.label} names (sha256 {actual}, expected '
                        f'{expected}): replace it with the file from {t.url}.')
@@ -325,6 +341,21 @@ def verify_file(path: Path, t: Target, content_type: str = '',
         raise WeightsError(f'{sent}: {it} has sha256 {digest}, expected '
                            f'{t.known_sha256}.')
     return digest
+
+
+def verify_local(path: Path, t: Target, in_cache: bool) -> Tuple[str, str]:
+    """:func:`verify_file` of a local copy, then its hash against the known or recorded one;
+    a cached file without a record (put there by hand) gets one. Returns ``(sha256, what
+    was compared)``."""
+    digest = verify_file(path, t, intro=f'{path} is not a checkpoint of {t.label}')
+    expected = t.known_sha256 or (_read_record(path) if in_cache else None)
+    if expected is not None:
+        _compare(path, digest, expected, t, recorded=not t.known_sha256)
+        return digest, 'hash matches'
+    if in_cache:
+        _write_record(path, digest)
+        return digest, 'hash recorded now'
+    return digest, 'no hash known to compare'
 
 
 def sha256_of(path: Path) -> str:
@@ -486,7 +517,7 @@ def _reason(error: Exception) -> str:
 
 def _attempt(opener, url: str, dst: Path, timeout: float, label: str) -> dict:
     have = dst.stat().st_size if dst.is_file() else 0
-    headers = {'User-Agent': f'inline_mm/{__version__}'}
+    headers = {'User-Agent': f'inline_mm/{_version()}'}
     if have:
         headers['Range'] = f'bytes={have}-'
     with opener.open(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:
@@ -516,7 +547,14 @@ def _attempt(opener, url: str, dst: Path, timeout: float, label: str) -> dict:
                     url=resp.geturl())
 
 
-def _size(n: float) -> str:
+def _version() -> str:
+    try:
+        return importlib.metadata.version('inline_mm')
+    except importlib.metadata.PackageNotFoundError:     # a checkout on sys.path
+        return 'dev'
+
+
+def format_size(n: float) -> str:
     for unit in ('B', 'kB', 'MB', 'GB'):
         if n < 1000 or unit == 'GB':
             return f'{n:.0f} {unit}' if unit == 'B' else f'{n:.1f} {unit}'
@@ -534,8 +572,8 @@ class _Progress:
         self.tty = hasattr(self.stream, 'isatty') and self.stream.isatty()
         self.t0 = self.shown = time.monotonic()
         if not self.tty:
-            size = _size(total) if total is not None else 'size unknown'
-            resumed = f', resuming at {_size(done)}' if done else ''
+            size = format_size(total) if total is not None else 'size unknown'
+            resumed = f', resuming at {format_size(done)}' if done else ''
             print_log(f'Downloading {label} ({size}{resumed})', logger='current')
 
     def speed(self) -> float:
@@ -543,14 +581,14 @@ class _Progress:
 
     def line(self) -> str:
         speed = self.speed()
-        text = f'{self.label}: {_size(self.done)}'
+        text = f'{self.label}: {format_size(self.done)}'
         if self.total:
             left = (self.total - self.done) / speed if speed > 0 else float('inf')
             eta = time.strftime('%H:%M:%S', time.gmtime(left)) if left < 86400 else '--:--:--'
-            text += f' / {_size(self.total)} {100 * self.done / self.total:3.0f}%'
-            text += f' {_size(speed)}/s ETA {eta}'
+            text += f' / {format_size(self.total)} {100 * self.done / self.total:3.0f}%'
+            text += f' {format_size(speed)}/s ETA {eta}'
         else:
-            text += f' {_size(speed)}/s'
+            text += f' {format_size(speed)}/s'
         return text
 
     def update(self, n: int):
@@ -565,119 +603,6 @@ class _Progress:
             self.stream.write('\r' + self.line() + '\033[K\n')
             self.stream.flush()
         else:
-            print_log(f'Downloaded {self.label}: {_size(self.done)} in '
-                      f'{time.monotonic() - self.t0:.1f} s ({_size(self.speed())}/s)',
+            print_log(f'Downloaded {self.label}: {format_size(self.done)} in '
+                      f'{time.monotonic() - self.t0:.1f} s ({format_size(self.speed())}/s)',
                       logger='current')
-
-
-# ------------------------------------------------------------------ command line
-def _reference(name: str) -> str:
-    return name if '://' in name else SCHEME + name
-
-
-def _local_state(t: Target) -> Tuple[str, Optional[Path]]:
-    manual = _manual_path(t)
-    if manual is not None and manual.is_file():
-        return f'{MANUAL_DIR}/', manual
-    cached = cache_dir() / t.file
-    return ('cache', cached) if cached.is_file() else ('no', None)
-
-
-def _cmd_list(args) -> int:
-    rows = [('NAME', 'FAMILY', 'VARIANT', 'LOCAL', 'SIZE', 'URL')]
-    for name, (family, release) in releases().items():
-        t = _release_target(family, release)
-        where, path = _local_state(t)
-        rows.append((SCHEME + name, family.name, release.arch, where,
-                     _size(path.stat().st_size) if path else '-', t.url))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    for r in rows:
-        print('  '.join(c.ljust(w) for c, w in zip(r, widths)) + '  ' + r[-1])
-    mode = f'; downloads off ({offline()}=1)' if offline() else ''
-    print(f'\ncache: {cache_dir()} (INLINE_MM_WEIGHTS){mode}; sha256 of the official files: '
-          'not published, recorded on first download')
-    return 0
-
-
-def _cmd_fetch(args) -> int:
-    names = list(releases()) if args.all else args.names
-    if not names:
-        sys.exit('error: name the files to fetch (python -m inline_mm.weights list), or --all')
-    failed = 0
-    for name in names:
-        try:
-            print(fetch(target(_reference(name)), force=args.force))
-        except (WeightsError, FileNotFoundError) as e:
-            print(f'error: {e}', file=sys.stderr)
-            failed += 1
-    return 1 if failed else 0
-
-
-def _cmd_verify(args) -> int:
-    by_file = {r.file: _release_target(f, r) for f, r in releases().values()}
-    cached = [(p, by_file.get(p.name) or Target(str(p), p.name), True)
-              for p in sorted(cache_dir().glob('*'))
-              if p.is_file() and p.suffix != '.sha256' and not p.name.startswith('.')]
-    manual = [(Path(MANUAL_DIR) / f, t, False) for f, t in by_file.items()
-              if (Path(MANUAL_DIR) / f).is_file()]
-    if not cached + manual:
-        print(f'nothing to verify: no files in {cache_dir()} or {MANUAL_DIR}/')
-        return 0
-    failed = 0
-    for path, t, in_cache in cached + manual:
-        try:
-            digest = verify_file(path, t, intro=f'{path} is not a checkpoint of {t.label}')
-            expected = t.known_sha256 or (_read_record(path) if in_cache else None)
-            if expected is not None:
-                _compare(path, digest, expected, t, recorded=not t.known_sha256)
-                note = 'hash matches'
-            elif in_cache:              # put there by hand: recorded from now on
-                _write_record(path, digest)
-                note = 'hash recorded now'
-            else:
-                note = 'no hash known to compare'
-            print(f'ok    {path}  ({t.label}, sha256 {digest[:16]}..., {note})')
-        except WeightsError as e:
-            print(f'FAIL  {path}: {e}')
-            failed += 1
-    return 1 if failed else 0
-
-
-def _cmd_path(args) -> int:
-    t = target(_reference(args.name))
-    where, path = _local_state(t)
-    if path is not None:
-        print(path)
-        return 0
-    print(cache_dir() / t.file)
-    print(f'(not on this machine yet: python -m inline_mm.weights fetch {args.name} downloads '
-          f'it from {t.url}; or put the file there)', file=sys.stderr)
-    return 1
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog='python -m inline_mm.weights',
-        description='The official InLine ImageNet weights: list, download, verify, locate.')
-    sub = parser.add_subparsers(dest='command', required=True)
-    sub.add_parser('list', help='every official file: name, family, variant, local copy, URL')
-    fetch_p = sub.add_parser('fetch', help='download (once) and verify files into the cache')
-    fetch_p.add_argument('names', nargs='*', metavar='NAME',
-                         help="short name ('swin_t' or 'inline://swin_t') or URL")
-    fetch_p.add_argument('--all', action='store_true', help='all 13 official files')
-    fetch_p.add_argument('--force', action='store_true',
-                         help='download again even if the cache has the file')
-    sub.add_parser('verify', help='check the hash and layout of every cached file')
-    path_p = sub.add_parser('path', help='print where a file is (or would be cached)')
-    path_p.add_argument('name', metavar='NAME')
-    args = parser.parse_args(argv)
-    try:
-        return dict(list=_cmd_list, fetch=_cmd_fetch, verify=_cmd_verify,
-                    path=_cmd_path)[args.command](args)
-    except WeightsError as e:
-        print(f'error: {e}', file=sys.stderr)
-        return 1
-
-
-if __name__ == '__main__':
-    sys.exit(main())
