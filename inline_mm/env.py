@@ -39,14 +39,14 @@ def stack_name() -> str:
 
 def describe_impl() -> str:
     """How InLine attention runs in models built here (``impl``,
-    :mod:`inline_mm.models.padding`)."""
-    from inline_mm.models.padding import IMPL_ENV, check_impl, resolve_impl
+    :mod:`inline_mm.models.impl`)."""
+    from inline_mm.models.impl import IMPL_ENV, check_impl, choose_path
     try:
         impl = check_impl()
     except ValueError as e:
         return f'{e}'
     where = f'${IMPL_ENV}' if os.environ.get(IMPL_ENV) else f'default; ${IMPL_ENV} unset'
-    paths = {d: resolve_impl(impl, d) for d in ('cpu', 'cuda')}
+    paths = {d: choose_path(impl, d) for d in ('cpu', 'cuda')}
     what = ', '.join(f"{'the per-sample kernel' if p == 'kernel' else 'the plain form'} on {d}"
                      for d, p in paths.items())
     return (f"impl={impl!r} ({where}): {what}; the plain (GPU) path without a GPU: "

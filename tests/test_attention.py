@@ -144,7 +144,8 @@ def test_the_path_is_configuration_only():
     attn = InLineAttention(32, 2, impl='auto')
     assert attn.uses_kernel(x) and 'impl=' in repr(attn)
     assert not InLineAttention(32, 2, impl='plain').uses_kernel(x)
-    assert not attn.uses_kernel(x, NO_PADDING.on_path(True))
+    # sizes on the device (a map of the plain path): the kernel needs them on the host
+    assert not attn.uses_kernel(x, ValidMap((4, 5), torch.tensor([[4, 5], [3, 5]])))
     assert not attn.uses_kernel(x.to('meta'), NO_PADDING)
     for switched in (dict(kernel='relu'), dict(attention='linear'), dict(window_size=2)):
         assert not InLineAttention(32, 2, **switched).uses_kernel(x)

@@ -188,22 +188,22 @@ def test_edge_cases_match_each_image_unpadded(name, case, path):
 
 def test_no_padding_at_all_takes_the_plain_path():
     model = build('InLineSwin', batched=False)
-    assert model.valid_map(torch.randn(2, 3, 64, 64)) is NO_PADDING.on_path(False)
+    assert model.valid_map(torch.randn(2, 3, 64, 64)) is NO_PADDING
     x = canvas([torch.randn(3, 64, 40)], (64, 64))
     assert model.valid_map(x).sizes == [(64, 40)]
     assert not build('InLineSwin', pad_aware=False).valid_map(x).is_padded
     # The batched path keeps the sizes on the device, unread, whatever they are.
     batched = build('InLineSwin', batched=True).valid_map(x)
-    assert batched.batched and batched.sizes is None
+    assert batched.sizes is None
     assert batched.size_tensor.tolist() == [[64, 40]]
 
 
 def test_the_path_follows_the_device_unless_chosen():
-    from inline_mm.models.padding import resolve_impl
-    assert resolve_impl('auto', torch.device('cpu')) == 'kernel'
-    assert resolve_impl('auto', torch.device('cuda')) == 'plain'   # no device needed to decide
-    assert resolve_impl('plain', torch.device('cpu')) == 'plain'
-    assert resolve_impl('kernel', torch.device('cuda')) == 'kernel'
+    from inline_mm.models.impl import choose_path
+    assert choose_path('auto', torch.device('cpu')) == 'kernel'
+    assert choose_path('auto', torch.device('cuda')) == 'plain'   # no device needed to decide
+    assert choose_path('plain', torch.device('cpu')) == 'plain'
+    assert choose_path('kernel', torch.device('cuda')) == 'kernel'
     with pytest.raises(ValueError, match='batched must be None'):
         build('InLineSwin', batched='yes')
     with pytest.raises(ValueError, match="impl='fast'"):

@@ -24,7 +24,7 @@ InLine attentions carry the paper's switches (:data:`INLINE_OPTIONS`: ``attentio
 ``kernel``, ``local_residual``, ``window_size``), set per stage by a backbone's
 ``inline_cfg`` (:func:`.base.parse_inline_cfg`); the defaults are the released model.
 
-Which form of the formula runs is the ``impl`` option (:func:`.padding.resolve_impl`):
+Which form of the formula runs is the ``impl`` option (:func:`.impl.choose_path`):
 the same code runs whether or not a hook, a profiler or a dispatch mode watches. The
 formula itself is :mod:`.inline_function`. Attention maps read a call through
 :func:`record_calls` (:class:`AttentionCall`): the record belongs to the caller's thread
@@ -41,7 +41,8 @@ import torch.nn.functional as F
 
 from .inline_function import KERNELS, apply_kernel, inline_kernel, plain_qkv
 from .layers import crop, round_up, symbolic, window_merge, window_partition
-from .padding import NO_PADDING, ValidMap, check_impl, runs_plain
+from .impl import check_impl, choose_path
+from .padding import NO_PADDING, ValidMap
 
 __all__ = ['INLINE', 'SOFTMAX', 'InLineAttention', 'AttentionCall', 'CallRecord',
            'record_calls', 'INLINE_OPTIONS', 'check_inline_options']
@@ -210,15 +211,17 @@ class InLineAttention(nn.Module):
             kernels are predicted from, and the local term (zero padding at the window
             border). None: global. Default: None.
         impl (str, optional): ``'auto'`` (the kernel on the CPU, the plain form elsewhere),
-            ``'plain'`` or ``'kernel'`` (:func:`.padding.resolve_impl`); None:
+            ``'plain'`` or ``'kernel'`` (:func:`.impl.choose_path`); None:
             ``$INLINE_MM_IMPL``, else ``'auto'``. In a backbone the backbone's ``impl``
             sets it. Default: None.
 
     The kernel (:func:`.inline_function.inline_kernel`, which folds the qkv projection in)
-    runs the released blocks (InLine attention, identity kernel, global, no autocast) where
-    ``impl`` resolves to ``'kernel'``; every other setting and ``impl`` run the plain form
-    (:func:`.inline_function.plain_qkv`). So a forward hook on ``qkv`` fires on the plain
-    form only (the kernel reads its weights); :func:`record_calls` works on both.
+    runs the released blocks (InLine attention, identity kernel, global, an ``nn.Linear``
+    qkv) where ``impl`` resolves to ``'kernel'``; every other setting and ``impl`` run the
+    plain form (:func:`.inline_function.plain_qkv`). A module the kernel cannot run says so
+    from its build: :attr:`plain_only` names the settings that rule it out (also in the
+    repr). So a forward hook on ``qkv`` fires on the plain form only (the kernel reads its
+    weights); :func:`record_calls` works on both.
     """
 
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, proj: bool = True,
@@ -256,12 +259,29 @@ class InLineAttention(nn.Module):
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim) if proj else None
         self.proj_drop = nn.Dropout(proj_drop)
+        #: the settings that rule the kernel out, by name (empty: it can run this module)
+        self.plain_only = self._plain_only()
+
+    def _plain_only(self) -> Tuple[str, ...]:
+        named = tuple(k for k in ('attention', 'kernel', 'window_size')
+                      if getattr(self, k) != INLINE_OPTIONS[k])
+        qkv = self._modules.get('qkv')
+        return named + (('qkv',) if qkv is not None and type(qkv) is not nn.Linear else ())
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        # Kept true however the module changes after its build (a switch set by hand, a qkv
+        # swapped for a quantised or low-rank layer, whose weight alone is not the layer).
+        if (name == 'qkv' or name in INLINE_OPTIONS) and 'plain_only' in self.__dict__:
+            self.plain_only = self._plain_only()
 
     def extra_repr(self) -> str:
         prefix = f', num_prefix_tokens={self.num_prefix_tokens}' if self.num_prefix_tokens else ''
         switches = ''.join(f', {k}={getattr(self, k)!r}' for k, v in INLINE_OPTIONS.items()
                            if getattr(self, k) != v)
-        return f'dim={self.dim}, num_heads={self.num_heads}{prefix}{switches}, impl={self.impl!r}'
+        plain = f', plain_only={self.plain_only}' if self.plain_only else ''
+        return (f'dim={self.dim}, num_heads={self.num_heads}{prefix}{switches}, '
+                f'impl={self.impl!r}{plain}')
 
     def phi(self, t: torch.Tensor) -> torch.Tensor:
         """The kernel applied to queries and keys (the identity returns ``t``)."""
@@ -288,16 +308,16 @@ class InLineAttention(nn.Module):
 
     def uses_kernel(self, x: torch.Tensor, valid: ValidMap = NO_PADDING,
                     projection: Optional[nn.Module] = None) -> bool:
-        """Whether :meth:`forward` runs the kernel on ``x``: the released block's settings
-        (InLine attention, identity kernel, global), a plain ``nn.Linear`` projection of
-        ``x``'s dtype, no autocast, and ``impl`` resolving to ``'kernel'`` for ``valid``'s
-        map on ``x``'s device (:func:`.padding.runs_plain`). Configuration only: nothing
-        that watches the model changes it."""
+        """Whether :meth:`forward` runs the kernel on ``x``: nothing in :attr:`plain_only`,
+        ``impl`` choosing ``'kernel'`` for ``x`` (:func:`.impl.choose_path`), and what the
+        kernel needs of this call: ``x`` in the projection's dtype, no autocast, ``valid``'s
+        sizes on the host, a given ``projection`` an ``nn.Linear``. Configuration only:
+        nothing that watches the model changes it."""
+        if self.plain_only or choose_path(self.impl, x) != 'kernel':
+            return False
         projection = self.qkv if projection is None else projection
-        return (self.attention == 'inline' and self.kernel == 'identity'
-                and self.window_size is None and type(projection) is nn.Linear
-                and x.dtype == projection.weight.dtype
-                and not runs_plain(valid, self.impl, x.device)
+        return ((projection is self.qkv or type(projection) is nn.Linear)
+                and x.dtype == projection.weight.dtype and valid.sizes is not None
                 and not torch.is_autocast_enabled(x.device.type))
 
     def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],

@@ -16,6 +16,7 @@ What a "stage" is follows the family: a resolution stage of a pyramid (InLine-Sw
 then count blocks).
 """
 import contextlib
+import inspect
 import re
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
@@ -43,19 +44,16 @@ except ModuleNotFoundError as e:  # timm-only installs (inline_mm.timm) have no 
 from timm.layers import trunc_normal_
 
 from .attention import INLINE, INLINE_OPTIONS, SOFTMAX, InLineAttention, check_inline_options
-from .checkpoint import check_layout, identify_family, load_pretrained, print_log
+from .checkpoint import check_layout, identify_family, load_pretrained
 from .families import FAMILIES
 from .layers import to_nchw
 from .norm_act import norm_layer
-from .padding import (NO_PADDING, ValidMap, check_impl, detect_valid_sizes, is_exporting,
-                      resolve_impl)
+from .impl import check_impl, choose_path, is_exporting
+from .padding import NO_PADDING, ValidMap, detect_valid_sizes
 from .tracing import is_fx_proxy, refuse_script, size_guard
 
 __all__ = ['InLineBackbone', 'parse_stage_types', 'parse_inline_cfg', 'check_out_indices',
            'resolve_arch', 'using_impl']
-
-#: the (backbone, impl, device type, path) choices logged so far (each once per process)
-_LOGGED = set()
 
 #: what :meth:`InLineBackbone.no_weight_decay` counts as a normalisation layer
 _NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm,
@@ -273,7 +271,7 @@ class InLineBackbone(BaseModule):
             ``'plain'``, plain tensor ops batched over the images (no loop over them, no
             host read: the GPU path); ``'kernel'``, the per-sample kernel (faster on a
             CPU); ``'auto'``, the kernel on the CPU and the plain form elsewhere, decided
-            from the input's device at each forward. ``torch.compile``, export and
+            from the input's device at each forward (:func:`.impl.choose_path`). ``torch.compile``, export and
             tracing run the plain form. None: ``$INLINE_MM_IMPL``, else ``'auto'``.
             Default: None.
         batched (bool, optional): The older name of ``impl``: True is ``'plain'``,
@@ -356,20 +354,30 @@ class InLineBackbone(BaseModule):
         self._with_cp_arg = with_cp
         self.inline_cfg, self.norm_cfg, self.act_cfg = inline_cfg, norm_cfg, act_cfg
 
+    def __init_subclass__(cls, **kwargs):
+        """A subclass whose ``__init__`` passes ``**kwargs`` on shows in its signature
+        what they take: the keyword arguments with defaults of the next ``__init__`` (for
+        a family, the ones every family takes, with its own ``drop_path_rate`` and
+        ``out_indices`` defaults), written once, here. The signature is documentation:
+        calls go through ``**kwargs`` as before, so an unknown keyword is the base's
+        ``TypeError`` naming it."""
+        super().__init_subclass__(**kwargs)
+        init = vars(cls).get('__init__')
+        own = list(inspect.signature(init).parameters.values()) if init else []
+        if not own or own[-1].kind is not inspect.Parameter.VAR_KEYWORD:
+            return
+        defaults = dict(drop_path_rate=cls.default_drop_path_rate,
+                        out_indices=cls.default_out_indices)
+        names = {p.name for p in own}
+        shared = [p.replace(kind=p.KEYWORD_ONLY, default=defaults.get(p.name, p.default))
+                  for p in inspect.signature(super(cls, cls).__init__).parameters.values()
+                  if p.default is not p.empty and p.name not in names]
+        init.__signature__ = inspect.Signature(own[:-1] + shared)
+
     @classmethod
     def arguments(cls) -> Dict[str, object]:
-        """Every argument the family takes, with its default: its own (its
-        ``__init__``'s) and those of this base."""
-        import inspect
-        out = {}
-        for fn in (cls.__init__, InLineBackbone.__init__):
-            own = fn is cls.__init__        # the base's positional ones are the family's job
-            for name, p in list(inspect.signature(fn).parameters.items())[1:]:
-                if p.kind is p.KEYWORD_ONLY or (own and p.kind is p.POSITIONAL_OR_KEYWORD):
-                    out.setdefault(name, p.default)
-        out['drop_path_rate'] = cls.default_drop_path_rate
-        out['out_indices'] = cls.default_out_indices
-        return out
+        """Every argument the family takes, with its default (its signature)."""
+        return {n: p.default for n, p in inspect.signature(cls).parameters.items()}
 
     def parse_inline_cfg(self, block_types: Sequence[Sequence[str]],
                          window: bool = False) -> List[Dict]:
@@ -416,20 +424,6 @@ class InLineBackbone(BaseModule):
     @batched.setter
     def batched(self, value: Optional[bool]):
         self.impl = 'auto' if value is None else check_impl(None, value)
-
-    def resolve_impl(self, device: torch.device) -> str:
-        """``'plain'`` or ``'kernel'``: what :attr:`impl` runs on ``device`` now
-        (:func:`.padding.resolve_impl`); the first time a backbone class resolves a
-        choice on a device type, it is logged."""
-        path = resolve_impl(self._impl, device)
-        key = (type(self).__name__, self._impl, torch.device(device).type, path)
-        if key not in _LOGGED and not torch.compiler.is_compiling():
-            _LOGGED.add(key)
-            what = 'the per-sample kernel' if path == 'kernel' else 'the plain form'
-            print_log(f'{key[0]}: InLine attention runs {what} on {key[2]} (impl={self._impl!r}; '
-                      "set impl= or INLINE_MM_IMPL to 'auto', 'plain' or 'kernel')",
-                      logger='current')
-        return path
 
     @classmethod
     def resolve_arch(cls, arch: str, **overrides) -> dict:
@@ -488,8 +482,8 @@ class InLineBackbone(BaseModule):
                            self.min_input_size)
 
     def valid_map(self, x: torch.Tensor, valid_sizes=None) -> ValidMap:
-        """Each image's region of the padded batch ``x``, on the path this forward takes
-        (:meth:`resolve_impl`; :mod:`.padding`, "two paths").
+        """Each image's region of the padded batch ``x``, its sizes held as the path this
+        forward takes needs them (:func:`.impl.choose_path`; :mod:`.padding`).
 
         ``valid_sizes`` (one ``(h, w)`` per image, in input pixels) is taken as given;
         otherwise, when ``pad_aware``, the regions are read from the input: trailing
@@ -504,7 +498,7 @@ class InLineBackbone(BaseModule):
         ``(B, 2)`` tensor, an input of the graph, which takes the batched path.
         """
         b, _, h, w = x.shape
-        batched = self.resolve_impl(x.device) == 'plain'
+        batched = choose_path(self._impl, x, type(self).__name__) == 'plain'
         floor_h, floor_w = min(self.min_input_size, h), min(self.min_input_size, w)
         if valid_sizes is not None:
             exporting = is_exporting()
@@ -529,7 +523,7 @@ class InLineBackbone(BaseModule):
                 raise ValueError(f'valid_sizes {bad} do not fit the {h}x{w} input: each (h, w) '
                                  f'must be within 1..{h} x 1..{w}')
         elif not self.pad_aware or is_exporting():
-            return NO_PADDING.on_path(batched)
+            return NO_PADDING
         elif batched:
             sizes = detect_valid_sizes(x)
             sizes = torch.stack([sizes[:, 0].clamp_min(floor_h), sizes[:, 1].clamp_min(floor_w)], 1)
@@ -539,8 +533,7 @@ class InLineBackbone(BaseModule):
         sizes = [(max(vh, floor_h), max(vw, floor_w)) for vh, vw in sizes]
         if batched:
             return ValidMap((h, w), torch.tensor(sizes, device=x.device), x.device)
-        valid = ValidMap.for_map((h, w), sizes, x.device)
-        return valid if valid.is_padded else NO_PADDING.on_path(False)
+        return ValidMap.for_map((h, w), sizes, x.device)
 
     def prepare_input(self, x: torch.Tensor,
                       valid_sizes=None) -> Tuple[torch.Tensor, ValidMap]:

@@ -18,7 +18,7 @@ a kernel predicted per sample from a token mean. A plain ViT (InLine-DeiT) has
 ``num_prefix_tokens`` tokens before the map (the class token): they take part in the
 linear term, and the local term convolves and adds to the map's tokens only.
 
-Which form runs is the attention's ``impl`` (:func:`.padding.resolve_impl`):
+Which form runs is the attention's ``impl`` (:func:`.impl.choose_path`):
 
 * **The plain form** (:func:`plain_qkv`): the formula as tensor operations batched over
   (B x heads), the padding as a token mask and per-image counts, the local term as one
@@ -46,7 +46,8 @@ from typing import List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from .padding import NO_PADDING, ValidMap, is_exporting, zero_outside_
+from .impl import is_capturing, is_exporting
+from .padding import NO_PADDING, ValidMap, zero_outside_
 
 __all__ = ['inline_kernel', 'plain_qkv', 'plain_attention', 'inline_attention',
            'local_residual', 'depthwise3x3', 'is_exporting', 'KERNELS', 'LINEAR_EPS',
@@ -461,7 +462,7 @@ def depthwise3x3(x_img: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     """
     b, c, h, w = x_img.shape
     kernels = kernels.to(x_img.dtype)
-    if is_exporting() or torch.compiler.is_compiling():
+    if is_capturing():
         xp = F.pad(x_img, (1, 1, 1, 1))
         out = None
         for dy in range(3):

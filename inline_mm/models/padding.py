@@ -19,90 +19,31 @@ clipping and shifts). The rule every family follows:
 * tokens outside an image are zeroed before anything reads across tokens (patch
   merging, overlapping convolutions) and when they leave the backbone.
 
-A map holds its sizes in one of two ways, one per implementation of the blocks (the
-``impl`` option, :func:`resolve_impl`; docs/padding.md, "Two paths"):
+A map holds its sizes in one of two ways; the backbone picks the one the path of its
+forward needs (:func:`.impl.choose_path`; docs/padding.md, "Two paths"):
 
-* ``impl='plain'`` (``sizes`` a ``(B, 2)`` tensor on the batch's device; the "batched"
-  map): every method is a fixed-shape tensor operation over the whole batch, with no loop
-  over the images and no device-to-host read; the graph's shapes depend on the map's size
-  only. What GPUs, ``torch.compile``, export and the paper's switches run.
-* ``impl='kernel'`` (``sizes`` Python pairs, read once on the host): the InLine kernel
-  loops over the images with their sizes known, which keeps temporaries small and is
-  faster on a CPU.
+* a ``(B, 2)`` tensor on the batch's device (the plain form's, the "batched" map): every
+  method is a fixed-shape tensor operation over the whole batch, with no loop over the
+  images and no device-to-host read; the graph's shapes depend on the map's size only.
+* Python pairs, read once on the host (the kernel's): the InLine kernel loops over the
+  images with their sizes known, which keeps temporaries small and is faster on a CPU.
 
 A map whose images all cover it is :data:`NO_PADDING`, whose methods are the plain
 operations (no masks, no copies): the backbones call the same methods either way and
 need no branches, and inputs without padding give exactly the outputs they gave
-before padding awareness existed. Only the kernel path can know a batch is unpadded
-(it reads the sizes); a plain map masks whatever the sizes are.
+before padding awareness existed. Only host sizes can tell a batch is unpadded; a map
+of device sizes masks whatever they are.
 """
-import os
 from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ['ValidMap', 'NoPadding', 'NO_PADDING', 'detect_valid_sizes', 'zero_outside_',
-           'IMPLS', 'IMPL_ENV', 'check_impl', 'resolve_impl', 'runs_plain', 'is_exporting']
+__all__ = ['ValidMap', 'NoPadding', 'NO_PADDING', 'detect_valid_sizes', 'zero_outside_']
 
 Size = Tuple[int, int]
 #: each image's ``(h, w)`` region at the top left of a padded batch's map
 Regions = Tuple[Size, ...]
-
-#: what the ``impl`` option of the attention and the backbones takes
-IMPLS = ('auto', 'plain', 'kernel')
-#: the environment variable that sets ``impl`` for every model built in the process
-IMPL_ENV = 'INLINE_MM_IMPL'
-
-
-def check_impl(impl: Optional[str] = None, batched: Optional[bool] = None) -> str:
-    """``impl`` checked: ``'auto'``, ``'plain'`` or ``'kernel'``; None takes
-    ``$INLINE_MM_IMPL``, else ``'auto'``. ``batched``, the option's older name, maps onto
-    it (True: ``'plain'``, False: ``'kernel'``, None: nothing)."""
-    if batched is not None:
-        if batched not in (True, False):
-            raise ValueError(f"batched must be None, True (impl='plain') or False "
-                             f"(impl='kernel'), got {batched!r}")
-        alias = 'plain' if batched else 'kernel'
-        if impl is not None and impl != alias:
-            raise ValueError(f'batched={batched} is impl={alias!r}, but impl={impl!r} was '
-                             'given too: give one of them')
-        impl = alias
-    where = 'impl'
-    if impl is None:
-        impl, where = os.environ.get(IMPL_ENV) or 'auto', IMPL_ENV
-    if impl not in IMPLS:
-        raise ValueError(f'{where}={impl!r}; allowed: {", ".join(map(repr, IMPLS))} (auto: the '
-                         'kernel on the CPU, the plain form elsewhere)')
-    return impl
-
-
-def is_exporting() -> bool:
-    """Whether a graph is being recorded by ``torch.jit.trace`` or the TorchScript ONNX
-    exporter (their tracer cannot record the kernel, and a loop over the batch would
-    bake its size in)."""
-    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
-
-
-def resolve_impl(impl: str, device: torch.device) -> str:
-    """``'plain'`` or ``'kernel'``: what ``impl`` runs on ``device``. ``'plain'`` under
-    ``torch.compile``, ``torch.export`` and tracing (the program's own mode: they record
-    the plain form); otherwise ``'auto'`` is the kernel on the CPU, where it is faster,
-    and the plain form on every other device (no loop over the batch, no host read)."""
-    if torch.compiler.is_compiling() or is_exporting():
-        return 'plain'
-    if impl == 'auto':
-        return 'kernel' if torch.device(device).type == 'cpu' else 'plain'
-    return impl
-
-
-def runs_plain(valid: 'ValidMap', impl: str, device: torch.device) -> bool:
-    """Whether a block runs the plain form on ``valid``'s map: the map's own path where a
-    backbone resolved its ``impl`` for the forward, else ``impl`` resolved for ``device``."""
-    if valid.batched is None:
-        return resolve_impl(impl, device) == 'plain'
-    return valid.batched or torch.compiler.is_compiling() or is_exporting()
-
 
 def zero_outside_(t: torch.Tensor, regions: Sequence[Size]) -> torch.Tensor:
     """Zero, in place, what lies outside each image of a ``(B, H, W, ...)`` tensor (any
@@ -186,13 +127,8 @@ class ValidMap:
             return NO_PADDING
         return cls(hw, sizes, device, prefix)
 
-    @property
-    def batched(self) -> bool:
-        """Whether the sizes are a device tensor (``impl='plain'``)."""
-        return self.sizes is None
-
     def __repr__(self) -> str:
-        sizes = 'tensor' if self.batched else self.sizes
+        sizes = 'tensor' if self.sizes is None else self.sizes
         return f'ValidMap(hw={self.hw}, sizes={sizes}, prefix={self.prefix})'
 
     def __len__(self) -> int:
@@ -370,21 +306,11 @@ class NoPadding(ValidMap):
     mask = counts = None
     sizes = ()
 
-    def __init__(self, batched: Optional[bool] = None):
-        self._batched = batched
+    def __init__(self):
+        pass
 
     def __repr__(self) -> str:
-        return 'NO_PADDING' if self._batched is None else f'NoPadding(batched={self._batched})'
-
-    @property
-    def batched(self) -> Optional[bool]:
-        """The path the blocks take: True (plain), False (kernel), or None (their own
-        ``impl``, :func:`runs_plain`)."""
-        return self._batched
-
-    def on_path(self, batched: bool) -> 'NoPadding':
-        """The :class:`NoPadding` of the plain (True) or the kernel path."""
-        return _NO_PADDING_ON[bool(batched)]
+        return 'NO_PADDING'
 
     def key_mask(self) -> None:
         return None
@@ -406,6 +332,5 @@ class NoPadding(ValidMap):
         return x.sum(dim=1, dtype=torch.float32).div_(x.shape[1]).to(x.dtype)
 
 
-#: what a map without padding is (the path left to the blocks: :func:`runs_plain`)
+#: what a map without padding is
 NO_PADDING = NoPadding()
-_NO_PADDING_ON = {False: NoPadding(False), True: NoPadding(True)}
