@@ -39,9 +39,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .impl import check_impl, choose_path
 from .inline_function import KERNELS, apply_kernel, inline_kernel, plain_qkv
 from .layers import crop, round_up, symbolic, window_merge, window_partition
-from .impl import check_impl, choose_path
 from .padding import NO_PADDING, ValidMap
 
 __all__ = ['INLINE', 'SOFTMAX', 'InLineAttention', 'AttentionCall', 'CallRecord',
@@ -216,12 +216,10 @@ class InLineAttention(nn.Module):
             sets it. Default: None.
 
     The kernel (:func:`.inline_function.inline_kernel`, which folds the qkv projection in)
-    runs the released blocks (InLine attention, identity kernel, global, an ``nn.Linear``
-    qkv) where ``impl`` resolves to ``'kernel'``; every other setting and ``impl`` run the
-    plain form (:func:`.inline_function.plain_qkv`). A module the kernel cannot run says so
-    from its build: :attr:`plain_only` names the settings that rule it out (also in the
-    repr). So a forward hook on ``qkv`` fires on the plain form only (the kernel reads its
-    weights); :func:`record_calls` works on both.
+    runs the released blocks where ``impl`` resolves to ``'kernel'``; other settings (named
+    from the build in :attr:`plain_only` and the repr) run the plain form
+    (:func:`.inline_function.plain_qkv`). So a forward hook on ``qkv`` fires on the plain
+    form only (the kernel reads its weights); :func:`record_calls` works on both.
     """
 
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, proj: bool = True,
@@ -259,21 +257,17 @@ class InLineAttention(nn.Module):
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim) if proj else None
         self.proj_drop = nn.Dropout(proj_drop)
-        #: the settings that rule the kernel out, by name (empty: it can run this module)
-        self.plain_only = self._plain_only()
-
-    def _plain_only(self) -> Tuple[str, ...]:
-        named = tuple(k for k in ('attention', 'kernel', 'window_size')
-                      if getattr(self, k) != INLINE_OPTIONS[k])
-        qkv = self._modules.get('qkv')
-        return named + (('qkv',) if qkv is not None and type(qkv) is not nn.Linear else ())
 
     def __setattr__(self, name: str, value) -> None:
         super().__setattr__(name, value)
-        # Kept true however the module changes after its build (a switch set by hand, a qkv
-        # swapped for a quantised or low-rank layer, whose weight alone is not the layer).
-        if (name == 'qkv' or name in INLINE_OPTIONS) and 'plain_only' in self.__dict__:
-            self.plain_only = self._plain_only()
+        # plain_only is made with qkv at build (after the switches) and kept true after it
+        # (a switch set by hand, a qkv swapped for a quantised or a low-rank layer).
+        if name == 'qkv' or (name in INLINE_OPTIONS and 'plain_only' in self.__dict__):
+            qkv = self._modules.get('qkv')
+            #: the settings that rule the kernel out, by name (empty: it can run the module)
+            self.plain_only = tuple(k for k in ('attention', 'kernel', 'window_size')
+                                    if getattr(self, k) != INLINE_OPTIONS[k]) + (
+                ('qkv',) if qkv is not None and type(qkv) is not nn.Linear else ())
 
     def extra_repr(self) -> str:
         prefix = f', num_prefix_tokens={self.num_prefix_tokens}' if self.num_prefix_tokens else ''
@@ -308,11 +302,10 @@ class InLineAttention(nn.Module):
 
     def uses_kernel(self, x: torch.Tensor, valid: ValidMap = NO_PADDING,
                     projection: Optional[nn.Module] = None) -> bool:
-        """Whether :meth:`forward` runs the kernel on ``x``: nothing in :attr:`plain_only`,
-        ``impl`` choosing ``'kernel'`` for ``x`` (:func:`.impl.choose_path`), and what the
-        kernel needs of this call: ``x`` in the projection's dtype, no autocast, ``valid``'s
-        sizes on the host, a given ``projection`` an ``nn.Linear``. Configuration only:
-        nothing that watches the model changes it."""
+        """Whether :meth:`forward` runs the kernel: nothing in :attr:`plain_only`, ``impl``
+        choosing it for ``x`` (:func:`.impl.choose_path`), and what it needs of the call:
+        ``x`` in the projection's dtype, no autocast, ``valid``'s sizes on the host, a given
+        ``projection`` an ``nn.Linear``. Nothing that watches the model changes it."""
         if self.plain_only or choose_path(self.impl, x) != 'kernel':
             return False
         projection = self.qkv if projection is None else projection

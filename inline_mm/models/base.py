@@ -46,9 +46,9 @@ from timm.layers import trunc_normal_
 from .attention import INLINE, INLINE_OPTIONS, SOFTMAX, InLineAttention, check_inline_options
 from .checkpoint import check_layout, identify_family, load_pretrained
 from .families import FAMILIES
+from .impl import check_impl, choose_path, is_exporting
 from .layers import to_nchw
 from .norm_act import norm_layer
-from .impl import check_impl, choose_path, is_exporting
 from .padding import NO_PADDING, ValidMap, detect_valid_sizes
 from .tracing import is_fx_proxy, refuse_script, size_guard
 
@@ -271,7 +271,7 @@ class InLineBackbone(BaseModule):
             ``'plain'``, plain tensor ops batched over the images (no loop over them, no
             host read: the GPU path); ``'kernel'``, the per-sample kernel (faster on a
             CPU); ``'auto'``, the kernel on the CPU and the plain form elsewhere, decided
-            from the input's device at each forward (:func:`.impl.choose_path`). ``torch.compile``, export and
+            from the input's device at each forward. ``torch.compile``, export and
             tracing run the plain form. None: ``$INLINE_MM_IMPL``, else ``'auto'``.
             Default: None.
         batched (bool, optional): The older name of ``impl``: True is ``'plain'``,
@@ -355,24 +355,20 @@ class InLineBackbone(BaseModule):
         self.inline_cfg, self.norm_cfg, self.act_cfg = inline_cfg, norm_cfg, act_cfg
 
     def __init_subclass__(cls, **kwargs):
-        """A subclass whose ``__init__`` passes ``**kwargs`` on shows in its signature
-        what they take: the keyword arguments with defaults of the next ``__init__`` (for
-        a family, the ones every family takes, with its own ``drop_path_rate`` and
-        ``out_indices`` defaults), written once, here. The signature is documentation:
-        calls go through ``**kwargs`` as before, so an unknown keyword is the base's
-        ``TypeError`` naming it."""
+        """A subclass ``__init__``'s ``**kwargs`` shown in its signature: the next
+        ``__init__``'s arguments with defaults (for a family, the shared ones, with its own
+        ``drop_path_rate`` / ``out_indices`` defaults). Calls still go through ``**kwargs``:
+        an unknown keyword is the base's ``TypeError`` naming it."""
         super().__init_subclass__(**kwargs)
         init = vars(cls).get('__init__')
         own = list(inspect.signature(init).parameters.values()) if init else []
-        if not own or own[-1].kind is not inspect.Parameter.VAR_KEYWORD:
-            return
-        defaults = dict(drop_path_rate=cls.default_drop_path_rate,
-                        out_indices=cls.default_out_indices)
-        names = {p.name for p in own}
-        shared = [p.replace(kind=p.KEYWORD_ONLY, default=defaults.get(p.name, p.default))
-                  for p in inspect.signature(super(cls, cls).__init__).parameters.values()
-                  if p.default is not p.empty and p.name not in names]
-        init.__signature__ = inspect.Signature(own[:-1] + shared)
+        if own and own[-1].kind is own[-1].VAR_KEYWORD:
+            defaults = dict(drop_path_rate=cls.default_drop_path_rate,
+                            out_indices=cls.default_out_indices)
+            shared = [p.replace(kind=p.KEYWORD_ONLY, default=defaults.get(p.name, p.default))
+                      for p in inspect.signature(super(cls, cls).__init__).parameters.values()
+                      if p.default is not p.empty and p.name not in {q.name for q in own}]
+            init.__signature__ = inspect.Signature(own[:-1] + shared)
 
     @classmethod
     def arguments(cls) -> Dict[str, object]:
@@ -501,8 +497,7 @@ class InLineBackbone(BaseModule):
         batched = choose_path(self._impl, x, type(self).__name__) == 'plain'
         floor_h, floor_w = min(self.min_input_size, h), min(self.min_input_size, w)
         if valid_sizes is not None:
-            exporting = is_exporting()
-            if exporting and not isinstance(valid_sizes, torch.Tensor):
+            if is_exporting() and not isinstance(valid_sizes, torch.Tensor):
                 raise ValueError('valid_sizes in a graph being traced or exported must be a '
                                  '(B, 2) tensor (an input of the graph): Python sizes would be '
                                  'recorded as constants of the graph')

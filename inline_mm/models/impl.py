@@ -1,13 +1,8 @@
-"""Which form of InLine attention runs: the ``impl`` option, and :func:`choose_path`, the
-one function that turns it into a path (docs/padding.md, "Two paths").
-
-``impl`` is a setting of the modules: ``'auto'``, ``'plain'`` or ``'kernel'``, read at
-build from the argument or, without one, from ``$INLINE_MM_IMPL`` (:func:`check_impl`).
-At a forward :func:`choose_path` gives ``'plain'`` or ``'kernel'`` from it, the input's
-device, and whether a program is being captured. The backbone asks it once per forward
-(the representation of its padding map follows: sizes on the device for the plain
-form, on the host for the kernel) and each InLine attention asks it for its call (the
-same answer: a backbone sets its ``impl`` on every attention it holds).
+"""Which form of InLine attention runs (docs/padding.md, "Two paths"): the ``impl`` setting,
+read at build (:func:`check_impl`), and :func:`choose_path`, the one function that turns
+it into a path at a forward. A backbone asks it once per forward (its padding map holds the
+sizes as that path needs them) and each InLine attention for its call: the same answer, as
+a backbone sets its ``impl`` on every attention it holds.
 """
 import os
 from typing import Optional, Union
@@ -57,21 +52,19 @@ def is_exporting() -> bool:
 
 
 def is_capturing(x=None) -> bool:
-    """Whether a program is being captured rather than run: ``torch.compile`` and
-    ``torch.export`` (dynamo), :func:`is_exporting`, ``torch.jit.script``, or ``x`` an FX
-    proxy. None of them can record the kernel, and a loop over the batch would bake its
-    size in."""
+    """Whether a program is being captured, not run: ``torch.compile`` / ``torch.export``,
+    :func:`is_exporting`, ``torch.jit.script``, or ``x`` an FX proxy (none can record the
+    kernel, and a loop over the batch would bake its size in)."""
     return (torch.compiler.is_compiling() or is_exporting() or torch.jit.is_scripting()
             or isinstance(x, torch.fx.Proxy))
 
 
 def choose_path(impl: str, x: Union[torch.Tensor, torch.device, str],
                 owner: Optional[str] = None) -> str:
-    """``'plain'`` or ``'kernel'``: what ``impl`` runs on the input ``x`` (or on a device
-    ``x``). ``'plain'`` while a program is captured (:func:`is_capturing`); otherwise
-    ``'auto'`` is the kernel on the CPU, where it is faster, and the plain form on every
-    other device (no loop over the batch, no host read). ``owner`` (a backbone's name):
-    log the first choice of each kind in the process."""
+    """``'plain'`` or ``'kernel'``: what ``impl`` runs on the input ``x`` (or a device).
+    ``'plain'`` while a program is captured (:func:`is_capturing`); else ``'auto'`` is the
+    kernel on the CPU, where it is faster, and the plain form elsewhere (no loop over the
+    batch, no host read). ``owner`` (a backbone's name): log each first choice."""
     if is_capturing(x):
         return 'plain'
     device = (x.device if isinstance(x, torch.Tensor) else torch.device(x)).type

@@ -46,11 +46,11 @@ from typing import List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from .impl import is_capturing, is_exporting
+from .impl import is_capturing
 from .padding import NO_PADDING, ValidMap, zero_outside_
 
 __all__ = ['inline_kernel', 'plain_qkv', 'plain_attention', 'inline_attention',
-           'local_residual', 'depthwise3x3', 'is_exporting', 'KERNELS', 'LINEAR_EPS',
+           'local_residual', 'depthwise3x3', 'KERNELS', 'LINEAR_EPS',
            'apply_kernel', 'guard_denominator']
 
 

@@ -19,14 +19,11 @@ clipping and shifts). The rule every family follows:
 * tokens outside an image are zeroed before anything reads across tokens (patch
   merging, overlapping convolutions) and when they leave the backbone.
 
-A map holds its sizes in one of two ways; the backbone picks the one the path of its
-forward needs (:func:`.impl.choose_path`; docs/padding.md, "Two paths"):
-
-* a ``(B, 2)`` tensor on the batch's device (the plain form's, the "batched" map): every
-  method is a fixed-shape tensor operation over the whole batch, with no loop over the
-  images and no device-to-host read; the graph's shapes depend on the map's size only.
-* Python pairs, read once on the host (the kernel's): the InLine kernel loops over the
-  images with their sizes known, which keeps temporaries small and is faster on a CPU.
+A map holds its sizes as the path of the forward needs them (:func:`.impl.choose_path`;
+docs/padding.md, "Two paths"): a ``(B, 2)`` tensor on the batch's device for the plain
+form (the "batched" map: every method is a fixed-shape tensor operation over the whole
+batch, no loop over the images, no device-to-host read), or Python pairs read once on
+the host for the kernel, which loops over the images with their sizes known.
 
 A map whose images all cover it is :data:`NO_PADDING`, whose methods are the plain
 operations (no masks, no copies): the backbones call the same methods either way and
@@ -306,8 +303,7 @@ class NoPadding(ValidMap):
     mask = counts = None
     sizes = ()
 
-    def __init__(self):
-        pass
+    __init__ = object.__init__      # no sizes to hold
 
     def __repr__(self) -> str:
         return 'NO_PADDING'
