@@ -7,6 +7,7 @@ family (goldens against the official code, parameter counts, its attention's
 semantics, official checkpoint files) is in tests/test_inline_<family>.py.
 """
 import contextlib
+import inspect
 import math
 import re
 
@@ -198,6 +199,39 @@ def test_invalid_arguments(family):
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
             build(family, **kwargs)
+
+
+def _shared():
+    """The keyword arguments every family takes (the base's, with their defaults)."""
+    return {n: p for n, p in inspect.signature(InLineBackbone.__init__).parameters.items()
+            if p.kind is p.KEYWORD_ONLY}
+
+
+def test_the_signature_shows_the_shared_arguments(family):
+    """``inspect.signature`` of each family: its own arguments, then every shared one,
+    keyword only, with the default it takes (``drop_path_rate`` and ``out_indices``: the
+    family's), no ``**kwargs``; the defaults are what a model built without them has; an
+    unknown keyword is a TypeError naming it."""
+    cls = family.cls
+    params = inspect.signature(cls).parameters
+    code = vars(cls)['__init__'].__code__          # what the family's code itself takes
+    own = list(code.co_varnames[1:code.co_argcount])
+    assert list(params)[:len(own)] == own and 'arch' in own
+    assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
+    its_own = dict(drop_path_rate=cls.default_drop_path_rate,
+                   out_indices=cls.default_out_indices)
+    assert set(_shared()) <= set(params) and len(_shared()) == 15
+    for arg, base in _shared().items():
+        assert params[arg].kind is params[arg].KEYWORD_ONLY, arg
+        assert params[arg].default == its_own.get(arg, base.default), arg
+    assert cls.arguments() == {n: p.default for n, p in params.items()}
+    model = cls(**{k: v for k, v in family.smoke.items() if k not in _shared()})
+    assert model.drop_path_rate == params['drop_path_rate'].default
+    assert model.out_indices == tuple(params['out_indices'].default or range(model.num_stages))
+    assert (model.in_channels, model.pad_aware, model.frozen_stages, model.with_cp) == tuple(
+        params[a].default for a in ('in_channels', 'pad_aware', 'frozen_stages', 'with_cp'))
+    with pytest.raises(TypeError, match='not_an_argument'):
+        cls(**family.smoke, not_an_argument=1)
 
 
 def test_bad_input_is_explained(family):

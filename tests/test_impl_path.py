@@ -1,9 +1,7 @@
 """Which form of InLine attention runs is chosen in one place (``inline_mm.models.impl``):
 the environment is read when a module is built, the path at a forward by
-``choose_path`` alone, a module the kernel cannot run says so from its build; and every
-family's signature shows the arguments all of them share."""
+``choose_path`` alone, and a module the kernel cannot run says so from its build."""
 import ast
-import inspect
 from pathlib import Path
 
 import pytest
@@ -11,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import inline_mm
-from inline_mm.models import FAMILIES, InLineAttention, InLineBackbone
+from inline_mm.models import InLineAttention
 from inline_mm.models.impl import IMPL_ENV, choose_path
 from inline_mm.models.padding import ValidMap
 from support import smoke_backbone
@@ -189,37 +187,3 @@ def test_a_backbones_switched_blocks_say_so_at_build():
     model = smoke_backbone('InLineSwin', impl='kernel', inline_cfg=dict(kernel='relu'))
     inline = [m for m in model.modules() if isinstance(m, InLineAttention)]
     assert inline and all(m.plain_only == ('kernel',) for m in inline)
-
-
-def _shared():
-    """The keyword arguments every family takes (the base's, with their defaults)."""
-    return {n: p for n, p in inspect.signature(InLineBackbone.__init__).parameters.items()
-            if p.kind is p.KEYWORD_ONLY}
-
-
-@pytest.mark.parametrize('name', list(FAMILIES))
-def test_every_family_signature_shows_the_shared_arguments(name):
-    """``inspect.signature`` of each family: its own arguments, then every shared one,
-    keyword only, with the default it takes (``drop_path_rate`` and ``out_indices``: the
-    family's), no ``**kwargs``; the defaults are what a model built without them has; an
-    unknown keyword is a TypeError naming it."""
-    cls = FAMILIES[name].cls
-    params = inspect.signature(cls).parameters
-    own = [n for n, p in inspect.signature(vars(cls)['__init__']).parameters.items()
-           if p.kind is p.POSITIONAL_OR_KEYWORD][1:]
-    assert list(params)[:len(own)] == own and 'arch' in own
-    assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
-    family = dict(drop_path_rate=cls.default_drop_path_rate,
-                  out_indices=cls.default_out_indices)
-    assert set(_shared()) <= set(params) and len(_shared()) == 15
-    for arg, base in _shared().items():
-        assert params[arg].kind is params[arg].KEYWORD_ONLY, arg
-        assert params[arg].default == family.get(arg, base.default), arg
-    assert cls.arguments() == {n: p.default for n, p in params.items()}
-    model = cls(**{k: v for k, v in FAMILIES[name].smoke.items() if k not in _shared()})
-    assert model.drop_path_rate == params['drop_path_rate'].default
-    assert model.out_indices == tuple(params['out_indices'].default or range(model.num_stages))
-    assert (model.in_channels, model.pad_aware, model.frozen_stages, model.with_cp) == tuple(
-        params[a].default for a in ('in_channels', 'pad_aware', 'frozen_stages', 'with_cp'))
-    with pytest.raises(TypeError, match='not_an_argument'):
-        cls(**FAMILIES[name].smoke, not_an_argument=1)
