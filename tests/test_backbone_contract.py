@@ -18,6 +18,7 @@ from conftest import build_in_each_framework, rel_err
 import inline_mm
 import inline_mm.models
 from inline_mm.models import FAMILIES, CheckpointError, save_converted
+from inline_mm.models.base import InLineBackbone
 from inline_mm.models.checkpoint import identify_family
 from support import ROOT, load_script, smoke_backbone
 
