@@ -230,7 +230,8 @@ def test_checkpoint_outside_the_allowlist_is_refused_on_either_stack(tmp_path):
         load_from_local(str(path), 'cpu')
     # the patch is on exactly where the feature check finds the retrying loader
     assert loading.installed_strict() == find('strict_checkpoint_loading').needed()[0]
-    # mmengine's own checkpoints still load (the allowlist of inline_mm.patches.mmengine_checkpoints)
+    # mmengine's own checkpoints still load (the allowlist of
+    # inline_mm.patches.mmengine_checkpoints)
     runner = _toy_runner(tmp_path, 'strict')
     runner.train()
     ckpt = load_from_local(str(tmp_path / 'iter_6.pth'), 'cpu')

@@ -124,5 +124,6 @@ def refuse_script(module: torch.nn.Module):
     raise RuntimeError(f'{type(module).__name__} cannot be compiled by torch.jit.script: its '
                        'windows, shifts and padding are decided in Python from the input size. '
                        'Use torch.jit.trace / inline_mm.deploy.backbone.trace_backbone (one graph '
-                       'per input size), torch.onnx.export (inline_mm.deploy.backbone.export_onnx), '
+                       'per input size), torch.onnx.export '
+                       '(inline_mm.deploy.backbone.export_onnx), '
                        'torch.compile, or torch.fx.symbolic_trace')

@@ -183,7 +183,8 @@ def _allowlist_install():
 
 
 PATCHES = (
-    Patch('mmcv_ext_fallback', '`import mmcv._ext` (mmcv): answered by inline_mm/patches/mmcv_ext.py, '
+    Patch('mmcv_ext_fallback', '`import mmcv._ext` (mmcv): answered by '
+          'inline_mm/patches/mmcv_ext.py, '
           'nms and RoIAlign on torchvision.ops, the sigmoid focal loss and multi-scale '
           'deformable attention in PyTorch',
           'mmcv without compiled ops cannot run Mask R-CNN (its NMS and RoIAlign are C++), nor '
