@@ -146,7 +146,7 @@ def test_one_size_check_for_every_graph():
     """The refusal of another input size is made in one function (``check_size``): no other
     module records a broadcast or a scripted check for it."""
     users = {m for m, _ in _calls('is_in_onnx_export')}
-    assert users <= {'inline_mm.models.tracing', 'inline_mm.models.padding'}, users
+    assert users <= {'inline_mm.models.tracing', 'inline_mm.models.impl'}, users
     size_checks = {m for m, _ in _calls('check_size')} | {m for m, _ in _calls('size_guard')}
     assert size_checks == {'inline_mm.models.tracing', 'inline_mm.models.base',
                            'inline_mm.deploy.backbone'}, size_checks

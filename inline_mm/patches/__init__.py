@@ -38,13 +38,15 @@ When each row is switched on:
 - ``inline_mm.engine.install()``: the tools call it, and configs list
   ``'inline_mm.engine.enable'`` in ``custom_imports`` (which calls it).
 """
+import functools
 import importlib.util
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
 __all__ = ['Patch', 'PATCHES', 'AT_START', 'AT_IMPORT', 'BY_ENGINE', 'switched_off',
-           'before_fixed_mmengine', 'always', 'mmengine_version', 'engine_rows', 'table', 'find']
+           'before_fixed_mmengine', 'always', 'mmengine_version', 'engine_rows', 'table', 'find',
+           'wrap_once', 'wrapped']
 
 AT_START = 'interpreter start'
 AT_IMPORT = 'import inline_mm'
@@ -102,6 +104,23 @@ def before_fixed_mmengine(fault: str) -> Callable[[], Tuple[bool, str]]:
 
 def always(why: str) -> Callable[[], Tuple[bool, str]]:
     return lambda: (True, why)
+
+
+def wrap_once(owner, name: str, marker: str, make: Callable, static: bool = False) -> None:
+    """Replace ``owner.name`` by ``make(original)`` unless it is already marked ``marker``:
+    the wrapper takes the original's name, docstring and markers and adds its own, so that
+    several rows can wrap one function, each once (``static``: set as a ``staticmethod``)."""
+    original = getattr(owner, name)
+    if getattr(original, marker, False):
+        return
+    wrapper = functools.wraps(original)(make(original))
+    setattr(wrapper, marker, True)
+    setattr(owner, name, staticmethod(wrapper) if static else wrapper)
+
+
+def wrapped(owner, name: str, marker: str) -> bool:
+    """Whether :func:`wrap_once` has wrapped ``owner.name`` with ``marker``."""
+    return getattr(getattr(owner, name), marker, False)
 
 
 def _hook():

@@ -7,7 +7,6 @@ it lists, and why none is left. The pre-flight checks of every file are
 :class:`inline_mm.engine.DatasetCheckHook`'s.
 """
 import difflib
-import functools
 import json
 import logging
 import os.path as osp
@@ -16,7 +15,7 @@ from typing import List, Optional
 from mmengine.logging import print_log
 
 from ..datasets.checks import base_datasets, check_coco
-from . import BY_ENGINE, Patch, always
+from . import BY_ENGINE, Patch, always, wrap_once, wrapped
 
 __all__ = ['PATCHES', 'install', 'installed']
 
@@ -102,17 +101,7 @@ def dropped_annotations(dataset) -> Optional[str]:
             f'trained on (ids {sorted(dropped)[:10]}{" ..." if len(dropped) > 10 else ""})')
 
 
-def install():
-    """Make ``Runner.build_dataloader`` say why a dataset is empty, refuse COCO class
-    names that match no category of the file in training (warn in ``test_mode``), and
-    log the annotations mmdet skips (idempotent)."""
-    from mmengine.runner import Runner
-
-    build = Runner.build_dataloader
-    if getattr(build, '_inline_mm_checked', False):
-        return
-
-    @functools.wraps(build)
+def _with_reasons(build):
     def build_dataloader(dataloader, seed=None, diff_rank_seed=False):
         dataset_cfg = dataloader.get('dataset') if isinstance(dataloader, dict) else None
         try:
@@ -142,14 +131,20 @@ def install():
             if dropped:
                 print_log(dropped, logger='current', level=logging.WARNING)
         return loader
+    return build_dataloader
 
-    build_dataloader._inline_mm_checked = True
-    Runner.build_dataloader = staticmethod(build_dataloader)
+
+def install():
+    """Make ``Runner.build_dataloader`` say why a dataset is empty, refuse COCO class
+    names that match no category of the file in training (warn in ``test_mode``), and
+    log the annotations mmdet skips (idempotent)."""
+    from mmengine.runner import Runner
+    wrap_once(Runner, 'build_dataloader', '_inline_mm_checked', _with_reasons, static=True)
 
 
 def installed() -> bool:
     from mmengine.runner import Runner
-    return getattr(Runner.build_dataloader, '_inline_mm_checked', False)
+    return wrapped(Runner, 'build_dataloader', '_inline_mm_checked')
 
 
 #: the row of the patch table this module switches on (python -m inline_mm.env)

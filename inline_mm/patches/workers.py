@@ -14,12 +14,11 @@ Other platforms have no such call (macOS has no parent-death signal, Windows kil
 child with its parent): there the row is off and torch's watchdog is what ends a worker.
 """
 import ctypes
-import functools
 import os
 import signal
 import sys
 
-from . import BY_ENGINE, Patch
+from . import BY_ENGINE, Patch, wrap_once, wrapped
 
 __all__ = ['PATCHES', 'DieWithParent', 'install', 'installed']
 
@@ -53,30 +52,26 @@ def _needed():
     return False, f'{sys.platform} has no parent-death signal (torch\'s watchdog ends idle workers)'
 
 
-def install():
-    """Make the workers of ``Runner.build_dataloader``'s loaders die with their parent
-    (idempotent)."""
-    from mmengine.runner import Runner
-
-    build = Runner.build_dataloader
-    if getattr(build, '_inline_mm_workers', False):
-        return
-
-    @functools.wraps(build)
+def _with_workers_dying(build):
     def build_dataloader(*args, **kwargs):
         loader = build(*args, **kwargs)
         init_fn = getattr(loader, 'worker_init_fn', None)
         if getattr(loader, 'num_workers', 0) > 0 and not isinstance(init_fn, DieWithParent):
             loader.worker_init_fn = DieWithParent(init_fn)
         return loader
+    return build_dataloader
 
-    build_dataloader._inline_mm_workers = True
-    Runner.build_dataloader = staticmethod(build_dataloader)
+
+def install():
+    """Make the workers of ``Runner.build_dataloader``'s loaders die with their parent
+    (idempotent)."""
+    from mmengine.runner import Runner
+    wrap_once(Runner, 'build_dataloader', '_inline_mm_workers', _with_workers_dying, static=True)
 
 
 def installed() -> bool:
     from mmengine.runner import Runner
-    return getattr(Runner.build_dataloader, '_inline_mm_workers', False)
+    return wrapped(Runner, 'build_dataloader', '_inline_mm_workers')
 
 
 #: the row of the patch table this module switches on (python -m inline_mm.env)
