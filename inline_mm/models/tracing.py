@@ -33,34 +33,26 @@ from .padding import NO_PADDING
 
 __all__ = ['check_size', 'size_guard', 'fx_leaf', 'is_fx_proxy', 'refuse_script']
 
-_check = None
-
-
 #: what a graph made for one input size says to another size (``.format(h, w, shape)``)
 SIZE_ERROR = ('this graph of an InLine backbone was made for {}x{} input (any batch), got shape '
               '{}: the windows, shifts and padding are recorded for that size; make one graph '
               'per input size (inline_mm.deploy.backbone)')
 
 
+@functools.lru_cache(maxsize=None)
 def _scripted_check():
-    # Scripted on first use, not at import: TorchScript compiles take ~0.1 s.
-    global _check
-    if _check is None:
-        @torch.jit.script
-        def check(x: torch.Tensor, h: int, w: int, error: str) -> torch.Tensor:
-            if x.dim() != 4 or x.size(2) != h or x.size(3) != w:
-                raise RuntimeError(error.format(h, w, list(x.shape)))
-            return x
-        _check = check
-    return _check
+    @torch.jit.script       # on first use, not at import: a TorchScript compile takes ~0.1 s
+    def check(x: torch.Tensor, h: int, w: int, error: str) -> torch.Tensor:
+        if x.dim() != 4 or x.size(2) != h or x.size(3) != w:
+            raise RuntimeError(error.format(h, w, list(x.shape)))
+        return x
+    return check
 
 
 def check_size(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
-    """``x`` itself if it is a ``(B, C, h, w)`` batch, else a ``RuntimeError``: the one size
-    check of traced, exported and size-locked graphs. In a graph being traced
-    (``torch.jit.trace``) it is recorded as a scripted function (raising ``torch.jit.Error``),
-    in an ONNX export (which has no raise) as a broadcast against a ``(1, 1, h, w)`` zero
-    constant, which fails at any other size and adds exactly 0."""
+    """``x`` if it is a ``(B, C, h, w)`` batch, else a ``RuntimeError``: the one size check of
+    traced, exported and size-locked graphs. Traced: a scripted check (``torch.jit.Error``);
+    exported to ONNX (no raise there): a broadcast against a ``(1, 1, h, w)`` zero constant."""
     if torch.onnx.is_in_onnx_export():
         return x + x.new_zeros((1, 1, h, w))
     if torch.jit.is_tracing():
@@ -71,10 +63,9 @@ def check_size(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
 
 
 def size_guard(x: torch.Tensor) -> torch.Tensor:
-    """``x`` itself, with :func:`check_size` against its own height and width recorded in a
-    graph being traced or exported."""
+    """``x``, with :func:`check_size` against its own size recorded in a traced or exported
+    graph (the sizes become constants: the point here)."""
     with warnings.catch_warnings():
-        # Converting the traced sizes to constants is the point here.
         warnings.simplefilter('ignore', torch.jit.TracerWarning)
         h, w = int(x.shape[-2]), int(x.shape[-1])
     return check_size(x, h, w)
