@@ -155,8 +155,7 @@ def main(argv=None):
     for k, v in collect_env().items():
         print(f'{k:>16}: {v}')
     from inline_mm.patches import BY_ENGINE
-    print("inline_mm's patches of other packages (inline_mm/patches/__init__.py and the engine's "
-          "modules); 'needed, off': "
+    print("inline_mm's patches of other packages (inline_mm/patches/); 'needed, off': "
           f'switched on by {BY_ENGINE}')
     print(f'  {"patch":<26} {"state":<13} {"applies to":<26} feature check here')
     for name, state, versions, why in describe_patches():
