@@ -20,9 +20,10 @@ backbones and registers nothing.
 
 Every change to another package is a row of the patch table (:func:`inline_mm.patches.table`);
 the ones that replace mmengine code (CPU DDP, checkpoint pruning and resume fallback,
-empty-dataset messages; :data:`inline_mm.engine.PATCHES`, beside that code) are switched on
-by :func:`inline_mm.engine.install`: the project's tools call it,
-and configs list ``'inline_mm.engine.enable'`` next to ``'inline_mm'`` in ``custom_imports``.
+empty-dataset messages; :data:`inline_mm.engine.PATCHES`, each in its module of
+:mod:`inline_mm.patches`) are switched on by :func:`inline_mm.engine.install`: the project's
+tools call it, and configs list ``'inline_mm.engine.enable'`` next to ``'inline_mm'`` in
+``custom_imports``.
 """
 from .patches import mmengine_checkpoints
 from .models import FAMILIES, InLineCSwin, InLineDeiT, InLinePVT, InLineSwin
