@@ -37,6 +37,47 @@ def stack_name() -> str:
     return 'mixed: ' + ', '.join(f'{d} {_dist_version(d)}' for d in found)
 
 
+#: CPU flags (as /proc/cpuinfo spells them) that mean bf16 arithmetic in hardware: x86's
+#: AVX512-BF16 and AMX-BF16, Arm's BF16 extension (``bf16`` in its ``Features`` line)
+BF16_CPU_FLAGS = ('avx512_bf16', 'amx_bf16', 'bf16')
+
+
+def _cpu_flags() -> set:
+    try:
+        with open('/proc/cpuinfo') as f:
+            lines = [ln for ln in f if ln.lower().startswith(('flags', 'features'))]
+    except OSError:
+        return set()
+    return set(lines[0].split(':', 1)[1].split()) if lines else set()
+
+
+def bf16_support(device='cpu') -> tuple:
+    """``(has_units, why)``: whether ``device`` computes bf16 in hardware. On a CPU without
+    bf16 units PyTorch emulates bf16 through fp32 (correct, and slower than fp32), so no tool
+    of the project picks bf16 there by itself; the benchmark and the app ask here."""
+    import torch
+    kind = torch.device(device).type
+    if kind == 'cuda':
+        if not torch.cuda.is_available():
+            return False, 'no CUDA device'
+        ok = torch.cuda.is_bf16_supported()
+        name = torch.cuda.get_device_name()
+        return ok, f"{name} {'computes' if ok else 'does not compute'} bf16"
+    if kind != 'cpu':
+        return False, f'no bf16 check for {kind!r} devices'
+    flags = _cpu_flags()
+    found = [f for f in BF16_CPU_FLAGS if f in flags]
+    if found:
+        return True, 'CPU flags ' + ', '.join(found)
+    if not flags:  # no /proc/cpuinfo (not Linux): ask PyTorch's own CPU probe
+        probe = getattr(torch.cpu, '_is_avx512_bf16_supported', None)
+        if probe is not None and probe():
+            return True, "PyTorch's CPU probe: AVX512-BF16"
+        return False, 'no bf16 units found (CPU flags not readable here)'
+    return False, ('no bf16 units (none of ' + ', '.join(BF16_CPU_FLAGS) +
+                   ' in the CPU flags): bf16 is emulated, slower than fp32')
+
+
 def describe_impl() -> str:
     """How InLine attention runs in models built here (``impl``,
     :mod:`inline_mm.models.impl`)."""
@@ -114,6 +155,8 @@ def collect_env() -> dict:
             info['GPUs'] = ', '.join(torch.cuda.get_device_name(i)
                                      for i in range(torch.cuda.device_count()))
         info['torch threads'] = torch.get_num_threads()
+        has, why = bf16_support('cpu')
+        info['CPU bf16'] = f"{'yes' if has else 'no'} ({why})"
     except ImportError as e:
         info['torch'] = f'not importable ({e})'
     for name in ('torchvision', 'numpy', 'setuptools', 'mmengine', 'mmcv', 'mmdet', 'mmseg',

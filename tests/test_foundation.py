@@ -41,6 +41,7 @@ def test_env_report():
             and 'sigmoid_focal_loss_forward' in out and 'ms_deform_attn_backward' in out) \
         or 'mmcv ops: compiled mmcv' in out
     assert 'registered: InLineSwin' in out
+    assert re.search(r'CPU bf16: (yes|no) \(', out), out
     # the stack, and the patch table: on where this process switched it on (the import and
     # the interpreter-start hook), needed where the feature check says so (measured: upstream
     # mmengine 0.10.7 keeps torch's refusal and finds mmsegmentation; onedl 0.10.12 does neither)
@@ -55,6 +56,17 @@ def test_env_report():
     assert state['checkpoint_allowlist'] == 'on' and state['inline_mm_bases'] == 'on', out
     for engine_row in ('cpu_distributed', 'checkpoint_prune_order', 'resume_fallback'):
         assert state[engine_row] == 'needed, off', out
+
+
+@pytest.mark.parametrize('flags, has', [
+    ({'avx2', 'avx512f', 'avx512_bf16'}, True), ({'amx_bf16', 'amx_tile'}, True),
+    ({'fp', 'asimd', 'bf16'}, True), ({'avx2', 'avx512f', 'avx512_vnni'}, False)])
+def test_bf16_support_reads_the_cpu_flags(monkeypatch, flags, has):
+    from inline_mm import env
+    monkeypatch.setattr(env, '_cpu_flags', lambda: flags)
+    found, why = env.bf16_support('cpu')
+    assert found is has
+    assert ('emulated' in why) is not has, why
 
 
 def _build(tmp_path, base, backbone, neck_in):
