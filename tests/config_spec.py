@@ -13,11 +13,13 @@ extrapolates from and why. Stronger evidence of the paper's own setting would wi
 found (the InLine repository holds classification only; no author answer on dense settings
 in the sister repositories' issues).
 
-The rules for backbones without a sister config: InLine-CSwin takes the Swin rule (the
-lab's Swin rates by size letter); InLine-DeiT, a plain ViT, takes mmseg's DeiT UperNet /
-ImageNet rate 0.1 (InLine-DeiT-B is DeiT-S sized; the Swin letters' rates are for 4-stage
-pyramids). Widths are not stated: the tests compute what a neck or head must take from the
-backbone itself (conftest.out_channels)."""
+Drop path follows one stated rule by head, schedule and size (DROP_PATH: Agent-Attention's
+file of the same schedule and size first, else MLLA's, else ViTTT's); InLine-CSwin takes the
+Swin rule by size letter; InLine-DeiT, a plain ViT, takes mmseg's DeiT UperNet / ImageNet
+rate 0.1 (InLine-DeiT-B is DeiT-S sized; the Swin letters' rates are for 4-stage pyramids).
+The AMP children keep their parent's optimizer (``amp_optimizer``). Widths are not stated:
+the tests compute what a neck or head must take from the backbone itself (conftest.out_channels)."""
+import re
 from typing import NamedTuple
 
 from inline_mm.models.families import FAMILIES
@@ -33,16 +35,29 @@ def ours(why: str) -> str:
 
 
 # --- the sources (repository@commit read, and file) ---------------------------------------
+# A citation is ``<repository>@<commit> <path>`` (or ``mmdet 3.3.0 configs/<path>``,
+# ``mmseg 1.2.2 configs/<path>``); ``{a,b}`` in a path stands for each alternative, and every
+# alternative names a file that exists at that commit. In a source that is not ``ours: ...``,
+# the citations outside parentheses are the files that say the value; those in parentheses
+# are context (what else the lab does); a citation followed by a `backquoted` text is a file
+# that holds that text. tools/dev/check_citations.py checks all three against local copies
+# of the repositories (docs/dev/recipes.md).
 AGENT = 'LeapLabTHU/Agent-Attention@207ce3eb357b22ef8a15f8fa21cd1f14697bbaba'
 MLLA = 'LeapLabTHU/MLLA@66b6d297e5c93ef3f8821570daf41b71b6f7782f'
 VITTT = 'LeapLabTHU/ViTTT@e3477587d099e6b9e83e9e7c80b1b999e0989a20'
 _ADET = f'{AGENT} downstream/detection/configs/'
 _ASEG = f'{AGENT} downstream/segmentation/configs/'
-A_SWIN_MRCNN = _ADET + 'agent_swin/agent_swin_{t,s}_mrcnn_{1x,3x}_9-12-14-7.py'
-A_SWIN_CRCNN = _ADET + 'agent_swin/agent_swin_{t,s,b}_crcnn_{1x,3x}_9-12-14-7.py'
-A_SWIN_DET = A_SWIN_MRCNN + ', agent_swin_{t,s,b}_crcnn_{1x,3x}_9-12-14-7.py'
+_ASWIN = _ADET + 'agent_swin/agent_swin_'
+#: The lab's Swin detectors: Mask R-CNN T/S at 1x and 3x, Cascade T at 1x and 3x, S/B at 3x.
+A_SWIN_MRCNN = _ASWIN + '{t,s}_mrcnn_{1x,3x}_9-12-14-7.py'
+A_SWIN_CRCNN = (_ASWIN + 't_crcnn_{1x,3x}_9-12-14-7.py, ' + _ASWIN +
+                '{s,b}_crcnn_3x_9-12-14-7.py')
+A_SWIN_DET = A_SWIN_MRCNN + ', ' + A_SWIN_CRCNN
+A_SWIN_1X = _ASWIN + '{t,s}_mrcnn_1x_9-12-14-7.py, ' + _ASWIN + 't_crcnn_1x_9-12-14-7.py'
+A_SWIN_3X = _ASWIN + '{t,s}_mrcnn_3x_9-12-14-7.py, ' + _ASWIN + '{t,s,b}_crcnn_3x_9-12-14-7.py'
 A_SCHED_1X = _ADET + '_base_/schedules/schedule_1x.py'
 A_COCO = _ADET + '_base_/datasets/coco_instance.py'
+A_RUNTIME = _ADET + '_base_/default_runtime.py'
 A_PVT_MRCNN = _ADET + 'agent_pvt/agent_pvt_{t,s,m,l}_mrcnn_1x_12-16-28-28.py'
 A_PVT_RTN = _ADET + 'agent_pvt/agent_pvt_{t,s,m,l}_rtn_1x_12-16-28-28.py'
 A_UPERNET = _ASEG + 'agent_swin/upernet_agent_swin_{t,s,b}_9-12-14-7.py'
@@ -50,8 +65,9 @@ A_UPERNET_MODEL = _ASEG + '_base_/models/upernet_swin.py'
 A_FPN = _ASEG + 'agent_pvt/fpn_agent_pvt_{t,s,m,l}_12-16-28-28.py'
 A_ADE = _ASEG + '_base_/datasets/ade20k.py'
 A_FPN_MODEL = _ASEG + '_base_/models/fpn_r50.py'
-M_MRCNN = f'{MLLA} downstream/detection/configs/mlla/mlla_{{t,s,b}}_mrcnn_1x.py'
-V_MRCNN = f'{VITTT} detection/configs/vittt/vittt_{{t,s,b}}_mrcnn_{{1x,3x}}.py'
+M_MRCNN = f'{MLLA} downstream/detection/configs/mlla/mlla_{{}}_mrcnn_{{}}.py'
+V_MRCNN = f'{VITTT} detection/configs/vittt/vittt_{{}}_mrcnn_{{}}.py'
+V_COCO = f'{VITTT} detection/configs/_base_/datasets/coco_instance.py'
 MMDET = 'mmdet 3.3.0 configs/'
 MMSEG = 'mmseg 1.2.2 configs/'
 
@@ -75,58 +91,143 @@ def no_decay_keys(recipe: dict, backbone_type: str) -> set:
     return NO_DECAY[backbone_type] if recipe['no_decay'].value == NORMS_AND_TABLES else set()
 
 
-# --- drop path, by head and variant ---------------------------------------------------------
-_SWIN_DET = {'t': Value(0.1, A_SWIN_DET + '; MLLA-T/S/B 1x 0.1 too: ' + M_MRCNN),
-             's': Value(0.1, A_SWIN_DET),
-             'b': Value(0.4, _ADET + 'agent_swin/agent_swin_b_crcnn_3x_9-12-14-7.py (the '
-                        "lab's Swin rates do not change with the head; MLLA-B Mask R-CNN "
-                        'takes 0.1: ' + M_MRCNN + ')')}
-_SWIN_SEG = {'t': Value(0.3, A_UPERNET), 's': Value(0.3, A_UPERNET),
-             'b': Value(0.5, A_UPERNET)}
+#: A config's schedule, as its name spells it before the data set: ``1x``, ``ms-crop-3x``,
+#: ``12e``, ``lsj-50e``, ``160k``, ``40k``, ``80k``.
+_SCHEDULE = re.compile(r'[_-]((?:ms-crop-|lsj-)?\d+[xek])_(?:coco|ade20k|cityscapes)')
+
+
+def schedule(name: str) -> str:
+    return _SCHEDULE.search(name).group(1)
+
+
+# --- drop path, by head, schedule and variant -----------------------------------------------
+# THE RULE for InLine-Swin (and InLine-CSwin, through the Swin rule by size letter): the
+# rate of the lab's file of the same head kind, size and schedule, taken from Agent-Attention
+# first (the closest kin: same first author, InLine's predecessor), else MLLA, else ViTTT.
+# The repositories disagree on the schedule: at 3x MLLA and ViTTT raise their rates (MLLA-T/S
+# 0.3; ViTTT T/S/B 0.3/0.4/0.6) where Agent-Attention keeps Swin-T/S at 0.1; Agent wins. For
+# two-stage COCO detectors the head kind is "two-stage" (Agent's Mask R-CNN and Cascade rates
+# agree wherever both exist: T 1x, T 3x, S 3x; the Base file it has is a Cascade). The rule
+# reaches InLine-PVT through Agent-PVT at 1x (Mask R-CNN, RetinaNet) and on ADE20K (Semantic
+# FPN); past the lab's files (PVT at 3x, PVT Cascade, Cityscapes, the one-stage Swin heads)
+# a rate is ours and says what it extends. InLine-DeiT, a plain ViT, is outside it: none of
+# the three repositories has a plain-ViT detector or segmenter (ViTTT's are hierarchical).
+def _swin(size, sched):
+    return f'{_ASWIN}{size}_{{mrcnn,crcnn}}_{sched}_9-12-14-7.py'
+
+
+_SWIN_TWO_STAGE = {
+    ('t', '1x'): Value(0.1, _swin('t', '1x') + ' (MLLA and ViTTT take 0.1 at 1x too: ' +
+                       M_MRCNN.format('t', '1x') + ' `drop_path_rate=0.1`, ' +
+                       V_MRCNN.format('t', '1x') + ' `drop_path_rate=0.1`)'),
+    ('t', 'ms-crop-3x'): Value(0.1, _swin('t', '3x') + ' (at 3x MLLA and ViTTT raise it: ' +
+                               M_MRCNN.format('t', '3x') + ' `drop_path_rate=0.3`, ' +
+                               V_MRCNN.format('t', '3x') + ' `drop_path_rate=0.3`)'),
+    ('s', '1x'): Value(0.1, _ASWIN + 's_mrcnn_1x_9-12-14-7.py (MLLA and ViTTT take 0.1 at 1x '
+                       'too: ' + M_MRCNN.format('s', '1x') + ' `drop_path_rate=0.1`, ' +
+                       V_MRCNN.format('s', '1x') + ' `drop_path_rate=0.1`)'),
+    ('s', 'ms-crop-3x'): Value(0.1, _swin('s', '3x') + ' (at 3x MLLA and ViTTT raise it: ' +
+                               M_MRCNN.format('s', '3x') + ' `drop_path_rate=0.3`, ' +
+                               V_MRCNN.format('s', '3x') + ' `drop_path_rate=0.4`)'),
+    ('b', '1x'): Value(0.1, M_MRCNN.format('b', '1x') + ', ' + V_MRCNN.format('b', '1x') +
+                       ' (no Base 1x in Agent-Attention: MLLA, then ViTTT, agree)'),
+    ('b', 'ms-crop-3x'): Value(0.4, _ASWIN + 'b_crcnn_3x_9-12-14-7.py (ViTTT-B 3x takes 0.6: '
+                               + V_MRCNN.format('b', '3x') + ' `drop_path_rate=0.6`)'),
+}
+_SWIN_SEG = {k: Value(r, A_UPERNET.replace('{t,s,b}', k) + ' (160k, the only schedule)')
+             for k, r in (('t', 0.3), ('s', 0.3), ('b', 0.5))}
 _CSWIN = ours('the Swin rule, by size letter ({})')
-_DEIT = Value(0.1, ours('InLine-DeiT is a plain ViT: the rate of its ImageNet recipe and of '
+_DEIT = Value(0.1, ours('outside the rule (no plain-ViT dense recipe in the lab): '
+                        "InLine-DeiT is a plain ViT, the rate of its ImageNet recipe and of "
                         + MMSEG + 'vit/vit_deit-{s16,b16}_upernet_8xb2-160k_ade20k-512x512.py'))
 _PVT_MRCNN = {'t': 0.1, 's': 0.2, 'm': 0.1, 'l': 0.2}
 _PVT_RTN = {'t': 0.1, 's': 0.1, 'm': 0.2, 'l': 0.3}
 _PVT_FPN = {'t': 0.1, 's': 0.1, 'm': 0.2, 'l': 0.1}
 
 
-def _by_variant(swin: dict, pvt: dict, pvt_source: str) -> dict:
-    rates = {f'swin-{k}': v for k, v in swin.items()}
-    rates.update({f'cswin-{k}': Value(v.value, _CSWIN.format(f'InLine-Swin-{k.upper()}'))
-                  for k, v in swin.items()})
-    rates.update({f'pvt-{k}': Value(v, pvt_source) for k, v in pvt.items()})
+def _pvt_3x_rate(source: str) -> str:
+    return ours('no PVT 3x in the lab: the 1x rate of ' + source + ', as Agent-Attention '
+                'keeps its Swin T/S rates from 1x to 3x (' + A_SWIN_MRCNN + ')')
+
+
+def _pvt_cascade_rate(source: str) -> str:
+    return ours('no PVT Cascade in the lab: the PVT Mask R-CNN rate of the schedule, ' + source)
+
+
+
+def _two_stage(sched: str, cascade: bool) -> dict:
+    rates = {f'swin-{k}': v for (k, s), v in _SWIN_TWO_STAGE.items() if s == sched}
+    rates.update({f'cswin-{k}': Value(v.value, _CSWIN.format(f'InLine-Swin-{k.upper()}, '
+                                                             + v.source))
+                  for (k, s), v in _SWIN_TWO_STAGE.items() if s == sched})
+    for k, r in _PVT_MRCNN.items():
+        source = A_PVT_MRCNN.replace('{t,s,m,l}', k)
+        if sched != '1x':
+            source = _pvt_3x_rate(source)
+        rates[f'pvt-{k}'] = Value(r, _pvt_cascade_rate(source) if cascade else source)
     rates.update({f'deit-{k}': _DEIT for k in 'tsb'})
     return rates
 
 
-_MRCNN_RATES = _by_variant(_SWIN_DET, _PVT_MRCNN, A_PVT_MRCNN)
-#: drop_path_rate by head, then variant (only the variants a head ships with are used).
+def _segmentation(swin: dict, pvt: dict, pvt_source: str, deit: bool) -> dict:
+    rates = {f'swin-{k}': v for k, v in swin.items()}
+    rates.update({f'cswin-{k}': Value(v.value, _CSWIN.format(f'InLine-Swin-{k.upper()}, '
+                                                             + v.source))
+                  for k, v in swin.items()})
+    rates.update({f'pvt-{k}': Value(v, pvt_source.replace('{t,s,m,l}', k))
+                  for k, v in pvt.items()})
+    rates.update({f'deit-{k}': _DEIT for k in 'tsb' if deit})
+    return rates
+
+
+_UPERNET = _segmentation(_SWIN_SEG, {}, '', deit=True)
+_SEM_FPN = _segmentation({}, _PVT_FPN, A_FPN + ' (40k, the only schedule)', deit=False)
+_CITYSCAPES_RATE = ours('no Cityscapes recipe in the lab: the ADE20K rate of the head, ')
+#: drop_path_rate by (head, schedule), then variant (only the variants a head ships with are
+#: used; ``schedule(config name)`` gives the schedule).
 DROP_PATH = {
-    'mask-rcnn': _MRCNN_RATES,
-    'cascade-mask-rcnn': {
-        v: Value(r.value, r.source if v.startswith(('swin', 'cswin', 'deit')) else
-                 ours('no PVT Cascade in the lab: the PVT Mask R-CNN rate, ' + r.source))
-        for v, r in _MRCNN_RATES.items()},
-    'retinanet': {'pvt-s': Value(_PVT_RTN['s'], A_PVT_RTN),
-                  'swin-t': Value(0.1, ours('no Swin RetinaNet in the lab: the Swin-T '
-                                            'detection rate, ' + A_SWIN_DET))},
-    'fcos': {'swin-t': Value(0.1, ours('as RetinaNet Swin-T: the Swin-T detection rate'))},
-    'upernet': _by_variant(_SWIN_SEG, {}, ''),
-    'fpn': {f'pvt-{k}': Value(v, A_FPN) for k, v in _PVT_FPN.items()},
-    'segformer': {'swin-t': Value(0.3, ours('the UperNet Swin-T rate, ' + A_UPERNET)),
-                  'pvt-s': Value(0.1, ours('the Semantic FPN PVT-S rate, ' + A_FPN))},
-    'mask2former': {'swin-t': Value(0.3, MMDET + 'mask2former/mask2former_swin-t-p4-w7-224_'
-                                    '8xb2-lsj-50e_coco.py')},
-    'dino': {'swin-t': Value(0.2, MMDET + 'dino/dino-5scale_swin-l_8xb2-12e_coco.py (mmdet '
-                             "ships no DINO Swin-T; also InLine-Swin-T's ImageNet rate)")},
+    ('mask-rcnn', '1x'): _two_stage('1x', cascade=False),
+    ('mask-rcnn', 'ms-crop-3x'): _two_stage('ms-crop-3x', cascade=False),
+    ('cascade-mask-rcnn', '1x'): _two_stage('1x', cascade=True),
+    ('cascade-mask-rcnn', 'ms-crop-3x'): _two_stage('ms-crop-3x', cascade=True),
+    ('retinanet', '1x'): {
+        'pvt-s': Value(_PVT_RTN['s'], A_PVT_RTN.replace('{t,s,m,l}', 's')),
+        'swin-t': Value(0.1, ours('no Swin RetinaNet in the lab: the Swin-T 1x two-stage '
+                                  'rate, ' + _swin('t', '1x')))},
+    ('fcos', '1x'): {'swin-t': Value(0.1, ours('as RetinaNet Swin-T: the Swin-T 1x two-stage '
+                                               'rate, ' + _swin('t', '1x')))},
+    ('upernet', '160k'): _UPERNET,
+    ('fpn', '40k'): _SEM_FPN,
+    ('upernet', '80k'): {v: Value(r.value, _CITYSCAPES_RATE + r.source)
+                         for v, r in _UPERNET.items()},
+    ('fpn', '80k'): {v: Value(r.value, _CITYSCAPES_RATE + r.source)
+                     for v, r in _SEM_FPN.items()},
+    ('segformer', '160k'): {
+        'swin-t': Value(0.3, ours('the UperNet Swin-T rate, ' + _SWIN_SEG['t'].source)),
+        'pvt-s': Value(0.1, ours('the Semantic FPN PVT-S rate, ' +
+                                 A_FPN.replace('{t,s,m,l}', 's')))},
+    ('mask2former', 'lsj-50e'): {'swin-t': Value(0.3, MMDET + 'mask2former/mask2former_swin-t-'
+                                                 'p4-w7-224_8xb2-lsj-50e_coco.py')},
+    ('mask2former', '160k'): {'swin-t': Value(0.3, MMSEG + 'mask2former/mask2former_swin-t_'
+                                              '8xb2-160k_ade20k-512x512.py')},
+    ('dino', '12e'): {'swin-t': Value(0.2, MMDET + 'dino/dino-5scale_swin-l_8xb2-12e_coco.py '
+                                      "(mmdet ships no DINO Swin-T; also InLine-Swin-T's "
+                                      'ImageNet rate)')},
 }
 #: The ImageNet recipes' rates, one ``--cfg-options model.backbone.drop_path_rate=...`` away
 #: (docs/detection.md, docs/segmentation.md).
-_IN1K = ('LeapLabTHU/InLine@e463a6f4dbb95893726b294ff83f61a58644bf6e cfgs/inline_{}.yaml '
-         '(PVT-L is its pvt_b; DeiT: config.py, the default 0.1)')
+INLINE = 'LeapLabTHU/InLine@e463a6f4dbb95893726b294ff83f61a58644bf6e'
+
+
+def _in1k(variant: str) -> str:
+    if variant.startswith('deit'):      # its yaml sets none: the default of config.py
+        return f'{INLINE} config.py (cfgs/inline_{variant.replace("-", "_")}.yaml sets none)'
+    return f"{INLINE} cfgs/inline_{variant.replace('-', '_').replace('pvt_l', 'pvt_b')}.yaml" \
+        + (' (PVT-L is its pvt_b)' if variant == 'pvt-l' else '')
+
+
 IMAGENET_DROP_PATH = {
-    v: Value(r, _IN1K.format(v.replace('-', '_')))
+    v: Value(r, _in1k(v))
     for v, r in (('swin-t', 0.2), ('swin-s', 0.3), ('swin-b', 0.5), ('pvt-t', 0.1),
                  ('pvt-s', 0.1), ('pvt-m', 0.3), ('pvt-l', 0.3), ('cswin-t', 0.2),
                  ('cswin-s', 0.4), ('cswin-b', 0.5), ('deit-t', 0.1), ('deit-s', 0.1),
@@ -138,10 +239,10 @@ _COCO = dict(
     optimizer=Value('AdamW', A_SWIN_DET + '; ' + A_PVT_MRCNN),
     betas=Value((0.9, 0.999), A_SWIN_DET + ' (PVT: the AdamW default)'),
     layer_decay=Value(None, A_SWIN_DET + '; ' + A_PVT_MRCNN + ' (none)'),
-    gpus=Value(8, A_COCO + ' (8 GPUs x 2, its base_batch_size note)'),
+    gpus=Value(8, A_RUNTIME + ' (its base_batch_size note: 8 GPUs x 2 samples per GPU)'),
     batch_per_gpu=Value(2, A_COCO),
     warmup=Value((500, 0.001), A_SCHED_1X + " (linear; ViTTT's mmdet-3 port takes 1000: "
-                 + V_MRCNN + ')'),
+                 + V_MRCNN.format('{t,s,b}', '{1x,3x}') + ' `end=1000`)'),
     test_scale=Value((1333, 800), A_COCO),
     grad_clip=Value(None, A_SCHED_1X),
     rpn=Value('PadAwareRPNHead', ours("mmdet's RPNHead, proposing for each image only from "
@@ -152,12 +253,15 @@ _COCO = dict(
     cascade_target_stds=Value([0.1, 0.05, 0.033],
                               _ADET + 'agent_swin/agent_swin_t_crcnn_1x_9-12-14-7.py (first '
                               'coordinate of each stage; 4 convs + 1 fc, GIoU, decoded boxes)'),
-    amp_lr_factor=Value(2, ours("the AMP children double the lr, as ViTTT's AMP runs take "
-                                '2e-4 where the fp32 Swin recipes take 1e-4: ' + V_MRCNN)),
+    # AMP changes the arithmetic, not the batch: an AMP child keeps its parent's optimizer
+    # (a recipe for a larger batch is a batch change with its lr: mmdet's auto_scale_lr).
+    amp_optimizer=Value('the parent\'s', MMDET + 'swin/mask-rcnn_swin-t-p4-w7_fpn_amp-ms-crop-'
+                        "3x_coco.py (ViTTT's AMP 2e-4, " + V_MRCNN.format('{t,s,b}', '{1x,3x}')
+                        + ' `lr=0.0002`, is at 4 images a GPU, ' + V_COCO + ' `batch_size=4`, '
+                        'twice the 2 here, with no fp32 run to compare: a batch, not AMP)'),
 )
 _SCHEDULE_1X = dict(max_epochs=Value(12, A_SCHED_1X), milestones=Value([8, 11], A_SCHED_1X))
-_SCHEDULE_3X = dict(max_epochs=Value(36, A_SWIN_DET.replace('{1x,3x}', '3x')),
-                    milestones=Value([27, 33], A_SWIN_DET.replace('{1x,3x}', '3x')))
+_SCHEDULE_3X = dict(max_epochs=Value(36, A_SWIN_3X), milestones=Value([27, 33], A_SWIN_3X))
 _MS_CROP = 'ms-crop'           # short side 480-800, or resize / crop 384-600 / resize
 _SINGLE = 'single-scale'       # 1333x800
 _SWIN_OPT = dict(lr=Value(1e-4, A_SWIN_DET), weight_decay=Value(0.05, A_SWIN_DET),
@@ -171,9 +275,10 @@ _PVT_3X = ours('no PVT 3x in the lab: the PVT 1x optimiser (' + A_PVT_MRCNN + ')
 #: R-CNN (tests/test_detection_configs.py); the lab's Cascade is Swin-only.
 DETECTION = {
     ('swin', '1x'): dict(_COCO, **_SWIN_OPT, **_SCHEDULE_1X,
-                         train_pipeline=Value(_MS_CROP, A_SWIN_DET + '; ' + M_MRCNN)),
+                         train_pipeline=Value(_MS_CROP, A_SWIN_1X + ', ' +
+                                              M_MRCNN.format('{t,s,b}', '1x'))),
     ('swin', 'ms-crop-3x'): dict(_COCO, **_SWIN_OPT, **_SCHEDULE_3X,
-                                 train_pipeline=Value(_MS_CROP, A_SWIN_DET)),
+                                 train_pipeline=Value(_MS_CROP, A_SWIN_3X)),
     ('pvt', '1x'): dict(_COCO, **_PVT_OPT, **_SCHEDULE_1X,
                         train_pipeline=Value(_SINGLE, A_PVT_MRCNN + ' (no pipeline of its '
                                              'own: ' + A_COCO + ')')),
@@ -266,16 +371,25 @@ OTHER_RECIPES = {
 }
 
 
-def sources():
-    """Every (where, source) pair of the tables, for the test that each names one."""
+def cited():
+    """Every (where, field, value, source) of the tables (field and value None for the
+    recipes stated in words): what tools/dev/check_citations.py checks, given this file."""
     for name, table in (('DETECTION', DETECTION), ('ONE_STAGE', ONE_STAGE),
                         ('SEGMENTATION', SEGMENTATION), ('DROP_PATH', DROP_PATH),
                         ('IMAGENET_DROP_PATH', {'in1k': IMAGENET_DROP_PATH})):
         for key, fields in table.items():
             for field, v in fields.items():
-                yield f'{name}[{key!r}][{field!r}]', v.source
-    yield 'CITYSCAPES', CITYSCAPES_SOURCE
-    yield from OTHER_RECIPES.items()
+                field = 'drop_path_rate' if name.endswith('DROP_PATH') else field
+                yield f'{name}[{key!r}]', field, v.value, v.source
+    yield 'CITYSCAPES', None, None, CITYSCAPES_SOURCE
+    for where, source in OTHER_RECIPES.items():
+        yield where, None, None, source
+
+
+def sources():
+    """Every (where, source) pair of the tables, for the test that each names one."""
+    for where, field, _, source in cited():
+        yield (f'{where}[{field!r}]' if field else where), source
 
 
 # --- checks of a resolved config against a recipe (used by the config tests) ---------------
@@ -283,11 +397,11 @@ def values(recipe: dict) -> dict:
     return {field: v.value for field, v in recipe.items()}
 
 
-def _check_optimiser(cfg, recipe: dict, backbone_type: str, lr_factor: float = 1):
+def _check_optimiser(cfg, recipe: dict, backbone_type: str):
     wrapper = cfg.optim_wrapper
     opt = wrapper.optimizer
     assert (opt.type, opt.lr, tuple(opt.betas), opt.weight_decay) == (
-        recipe['optimizer'], recipe['lr'] * lr_factor, recipe['betas'], recipe['weight_decay'])
+        recipe['optimizer'], recipe['lr'], recipe['betas'], recipe['weight_decay'])
     paramwise = wrapper.get('paramwise_cfg') or {}
     assert set(paramwise.get('custom_keys', {})) == no_decay_keys(
         {k: Value(v, '') for k, v in recipe.items()}, backbone_type)
@@ -296,10 +410,11 @@ def _check_optimiser(cfg, recipe: dict, backbone_type: str, lr_factor: float = 1
     assert recipe['grad_clip'] is None and wrapper.get('clip_grad') is None
 
 
-def check_coco(cfg, recipe: dict, backbone_type: str, amp: bool = False):
+def check_coco(cfg, recipe: dict, backbone_type: str):
     """A resolved COCO config (Mask R-CNN, Cascade, RetinaNet, FCOS) against ``recipe``
-    (``values(...)`` of a DETECTION or ONE_STAGE entry)."""
-    _check_optimiser(cfg, recipe, backbone_type, recipe['amp_lr_factor'] if amp else 1)
+    (``values(...)`` of a DETECTION or ONE_STAGE entry); an AMP child as its parent
+    (``amp_optimizer``: tests/test_detection_configs.py compares the two)."""
+    _check_optimiser(cfg, recipe, backbone_type)
     assert cfg.train_dataloader.batch_size == recipe['batch_per_gpu']
     assert cfg.auto_scale_lr.base_batch_size == recipe['gpus'] * recipe['batch_per_gpu']
     assert cfg.train_cfg.max_epochs == recipe['max_epochs']

@@ -55,7 +55,7 @@ def test_recipe(name):
     cls, arch = spec.BACKBONES[variant]
     bb = cfg.model.backbone
     assert (bb.type, bb.arch, bb.drop_path_rate) == \
-        (cls, arch, spec.DROP_PATH[head][variant].value)
+        (cls, arch, spec.DROP_PATH[head, spec.schedule(name)][variant].value)
     assert bb.init_cfg.checkpoint == f"inline://{variant.replace('-', '_')}"
     chans = out_channels(bb)
     assert cfg.model.decode_head.num_classes == city['num_classes']

@@ -104,17 +104,26 @@ def test_detection_config_parses(path):
         official = weights.target(ckpt)
         assert official.release and f'`{ckpt}`' in README, ckpt
         assert (official.family.name, official.release.arch) == (backbone.type, backbone.arch)
-        # the recipe of tests/config_spec.py, field by field (with drop path by head)
+        # the recipe of tests/config_spec.py, field by field (drop path by head, schedule
+        # and size)
         variant = re.search(r'_inline-([a-z]+-[a-z])_', path).group(1)
         cls, arch = spec.BACKBONES[variant]
         head = Path(path).name.split('_')[0]
+        sched = spec.schedule(Path(path).name)
         assert (backbone.type, backbone.arch, backbone.drop_path_rate) == \
-            (cls, arch, spec.DROP_PATH[head][variant].value)
-        sched = re.search(r'_(?:amp-(?:bf16-)?|fsdp-)?(1x|ms-crop-3x)_coco', path).group(1)
+            (cls, arch, spec.DROP_PATH[head, sched][variant].value)
         recipe = spec.DETECTION[spec.DETECTION_RULE[variant.split('-')[0]], sched]
-        spec.check_coco(cfg, spec.values(recipe), cls, amp='_amp-' in path)
+        spec.check_coco(cfg, spec.values(recipe), cls)
     amp = '_amp-' in path
     assert (cfg.optim_wrapper.type == 'AmpOptimWrapper') == amp
+    if amp and '_amp-bf16-' not in path:
+        # amp_optimizer: the parent's recipe but for the wrapper's type (lr included)
+        assert spec.DETECTION['swin', '1x']['amp_optimizer'].value == "the parent's"
+        parent = load(path.replace('_amp-', '_')).to_dict()
+        child = cfg.to_dict()
+        child['optim_wrapper'].pop('type')
+        parent['optim_wrapper'].pop('type')
+        assert child == parent
     # bf16 children: their fp16 AMP parent with the autocast dtype changed, nothing else
     assert cfg.optim_wrapper.get('dtype') == ('bfloat16' if '_amp-bf16-' in path else None)
     if '_amp-bf16-' in path:

@@ -91,8 +91,8 @@ def test_recipe(name):
     variant = re.search(r'inline-(\w+-\w)[_-]', name).group(1)
     bb = cfg.model.backbone
     head = re.match(r'[a-z0-9]+', Path(name).name)[0]
-    assert (bb.type, bb.arch, bb.drop_path_rate) == \
-        (*spec.BACKBONES[variant], spec.DROP_PATH[head][variant].value)
+    rate = spec.DROP_PATH[head, spec.schedule(name)][variant].value
+    assert (bb.type, bb.arch, bb.drop_path_rate) == (*spec.BACKBONES[variant], rate)
     spared = True                           # the backbone's norms and position tables
     if head in ('retinanet', 'fcos'):       # the one-stage recipe of tests/config_spec.py
         recipe = spec.ONE_STAGE[variant.split('-')[0]]

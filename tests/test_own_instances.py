@@ -388,6 +388,8 @@ def test_templates_take_root_and_classes_from_one_place(tmp_path, monkeypatch, n
     if roi.get('mask_head') is not None:
         assert roi.mask_head.num_classes == 4
     assert cfg.optim_wrapper.type == ('AmpOptimWrapper' if name == 'amp' else 'OptimWrapper')
+    if name == 'amp':       # its parent's optimizer and lr (config_spec: amp_optimizer)
+        assert cfg.optim_wrapper.optimizer == Config.fromfile(str(TEMPLATE)).optim_wrapper.optimizer
     if name == 'predict':
         assert cfg.test_evaluator.format_only and cfg.test_evaluator.ann_file == \
             f'{data}/annotations/predict.json'

@@ -139,8 +139,8 @@ def test_segmentation_recipe(path):
     variant = re.search(r'inline-([a-z]+-[a-z])[_-]', path.name).group(1)
     cls, arch = spec.BACKBONES[variant]
     bb = cfg.model.backbone
-    assert (bb.type, bb.arch, bb.drop_path_rate) == \
-        (cls, arch, spec.DROP_PATH[head][variant].value)
+    rate = spec.DROP_PATH[head, spec.schedule(path.name)][variant].value
+    assert (bb.type, bb.arch, bb.drop_path_rate) == (cls, arch, rate)
     assert bb.init_cfg.checkpoint == f"inline://{variant.replace('-', '_')}"
     chans = out_channels(bb)
     if cls == 'InLineDeiT':     # blocks 3/6/9/12 (last through the final norm), 4 scales

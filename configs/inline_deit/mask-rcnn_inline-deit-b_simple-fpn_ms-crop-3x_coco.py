@@ -1,4 +1,6 @@
 # Mask R-CNN + simple FPN, InLine-DeiT-B on COCO, 3x multi-scale + crop (36 epochs).
 _base_ = ['../_base_/mask-rcnn_fpn_ms-crop-3x_coco.py', './_base_/inline-deit-b_simple-fpn.py']
-model = {{_base_.inline_model}}
+# drop path of this schedule and size (tests/config_spec.py, DROP_PATH)
+model = dict(_base_.inline_model,
+             backbone=dict(_base_.inline_model.backbone, drop_path_rate=0.1))
 optim_wrapper = {{_base_.inline_optim_wrapper}}

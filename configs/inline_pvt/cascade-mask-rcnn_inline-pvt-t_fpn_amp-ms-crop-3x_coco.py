@@ -1,4 +1,4 @@
 _base_ = './cascade-mask-rcnn_inline-pvt-t_fpn_ms-crop-3x_coco.py'
-# Mixed precision with twice the parent's lr (2e-4 -> 4e-4), as the Mask R-CNN AMP
-# configs (../inline_swin/mask-rcnn_inline-swin-t_fpn_amp-1x_coco.py says why).
-optim_wrapper = dict(type='AmpOptimWrapper', optimizer=dict(lr=4e-4))
+# Mixed precision, the parent's optimizer and lr unchanged; see
+# ../inline_swin/mask-rcnn_inline-swin-t_fpn_amp-1x_coco.py.
+optim_wrapper = dict(type='AmpOptimWrapper')

@@ -1,4 +1,6 @@
 # Cascade Mask R-CNN + FPN, InLine-Swin-T on COCO, 1x (12 epochs) multi-scale + crop.
 _base_ = ['../_base_/cascade-mask-rcnn_fpn_ms-crop-1x_coco.py', './_base_/inline-swin-t_fpn.py']
-model = {{_base_.inline_model}}
+# drop path of this schedule and size (tests/config_spec.py, DROP_PATH)
+model = dict(_base_.inline_model,
+             backbone=dict(_base_.inline_model.backbone, drop_path_rate=0.1))
 optim_wrapper = {{_base_.inline_optim_wrapper}}

@@ -1,3 +1,4 @@
 _base_ = './mask-rcnn_inline-swin-b_fpn_ms-crop-3x_coco.py'
-# Mixed precision; see mask-rcnn_inline-swin-t_fpn_amp-1x_coco.py.
-optim_wrapper = dict(type='AmpOptimWrapper', optimizer=dict(lr=2e-4))
+# Mixed precision, the parent's optimizer and lr unchanged; see
+# mask-rcnn_inline-swin-t_fpn_amp-1x_coco.py.
+optim_wrapper = dict(type='AmpOptimWrapper')
