@@ -154,7 +154,6 @@ def _pvt_cascade_rate(source: str) -> str:
     return ours('no PVT Cascade in the lab: the PVT Mask R-CNN rate of the schedule, ' + source)
 
 
-
 def _two_stage(sched: str, cascade: bool) -> dict:
     rates = {f'swin-{k}': v for (k, s), v in _SWIN_TWO_STAGE.items() if s == sched}
     rates.update({f'cswin-{k}': Value(v.value, _CSWIN.format(f'InLine-Swin-{k.upper()}, '
