@@ -478,3 +478,75 @@ def test_op_modules_the_stand_in_cannot_serve_refuse_to_be_built():
         build_conv_layer(dict(type='DCN'), 4, 4, 3)
     # idempotent: a second pass wraps nothing again
     assert FALLBACK.refuse_unserved() == []
+
+
+# ------------------------------------ compiled mmcv in bf16 (the row mmcv_ops_bf16), stubbed
+class CompiledKernelStub:
+    """mmcv's compiled ``_ext`` as far as its RoIAlign, focal loss and deformable attention
+    kernels go: float, double and half dispatched (computed here by the stand-in), bf16
+    refused with the kernels' error; records the dtype of every call's first tensor."""
+
+    def __init__(self):
+        self.calls = []
+        for name in ('roi_align_forward', 'roi_align_backward', 'sigmoid_focal_loss_forward',
+                     'sigmoid_focal_loss_backward', 'ms_deform_attn_forward',
+                     'ms_deform_attn_backward'):
+            setattr(self, name, self._kernel(name))
+
+    def _kernel(self, name):
+        def kernel(*args, **kwargs):
+            tensors = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+            self.calls.append((name, tensors[0].dtype))
+            if any(t.dtype == torch.bfloat16 for t in tensors):
+                raise RuntimeError(f'"{name}_cuda_kernel" not implemented for \'BFloat16\'')
+            return getattr(FALLBACK, name)(*args, **kwargs)
+        return kernel
+
+
+@pytest.fixture
+def compiled_stub(monkeypatch):
+    stub = CompiledKernelStub()
+    for module in (mmcv_roi_align, mmcv_focal, mmcv_msda):
+        monkeypatch.setattr(module, 'ext_module', stub)
+    return stub
+
+
+@pytest.mark.parametrize('op', ['roi_align', 'sigmoid_focal_loss', 'ms_deform_attn'])
+def test_compiled_mmcv_ops_take_bf16_through_the_patch_row(compiled_stub, op, monkeypatch):
+    """bf16 stops in compiled mmcv's kernels; with the row on, the kernels get fp32 for bf16
+    (fp16 and fp32 as they were) and the op returns bf16 forward and backward: the fp32
+    result rounded once, as the stand-in's."""
+    from inline_mm.patches import mmcv_bf16
+    run, inputs = _low_precision_op(op, torch.bfloat16, 'cpu', torch.Generator().manual_seed(5))
+    low = [t.to(torch.bfloat16).requires_grad_() for t in inputs]
+    with pytest.raises(RuntimeError, match="not implemented for 'BFloat16'"):
+        run(*low)
+    assert not mmcv_bf16.installed()
+    mmcv_bf16.install()
+    mmcv_bf16.install()                                     # idempotent
+    assert mmcv_bf16.installed()
+    assert all(m.ext_module.ext is compiled_stub for m in (mmcv_roi_align, mmcv_focal, mmcv_msda))
+    ref_in = [t.detach().float().requires_grad_() for t in low]
+    compiled_stub.calls.clear()
+    out, ref = run(*low), run(*ref_in)
+    grad = torch.randn(ref.shape, generator=torch.Generator().manual_seed(6))
+    out.backward(grad.bfloat16())
+    ref.backward(grad.bfloat16().float())
+    assert {dtype for _, dtype in compiled_stub.calls} == {torch.float32}
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, ref.bfloat16(), rtol=0, atol=0)
+    for a, b in zip(low, ref_in):
+        assert a.grad.dtype == torch.bfloat16
+        tol = dict(rtol=1e-2, atol=1e-3) if op == 'sigmoid_focal_loss' else dict(rtol=0, atol=0)
+        torch.testing.assert_close(a.grad.float(), b.grad.bfloat16().float(), **tol)
+    compiled_stub.calls.clear()
+    run(*[t.detach().half() for t in low])                  # a dtype the kernels have
+    assert {dtype for _, dtype in compiled_stub.calls} == {torch.float16}
+
+
+def test_compiled_mmcv_bf16_row_is_on_only_with_compiled_mmcv(monkeypatch):
+    from inline_mm.patches import find
+    row = find('mmcv_ops_bf16')
+    assert row.needed()[0] == (_inline_mm_mmcv_hook.backend() == 'compiled')
+    monkeypatch.setattr(_inline_mm_mmcv_hook, 'compiled_ext_present', lambda: True)
+    assert row.needed()[0]
