@@ -241,8 +241,8 @@ class SlowCheckpointWrite(Hook):
 class LowPrecisionProbe(Hook):
     """What a run in low precision computed, written as JSON to ``out`` at its end: the
     dtypes of the InLine attention's outputs in training and in evaluation, the dtypes of
-    the floating tensors of the predictions the metrics received, and whether training
-    changed the backbone's weights. ``amp_on_cpu``: ``AmpOptimWrapper`` is let start
+    the floating tensors of the predictions the metrics received, whether training changed
+    the backbone's weights, and the optimiser wrapper's type. ``amp_on_cpu``: ``AmpOptimWrapper`` is let start
     without a GPU (mmengine refuses it; torch's CPU autocast is bf16, its GradScaler off)."""
 
     def __init__(self, out: str, amp_on_cpu: bool = False):
@@ -253,7 +253,7 @@ class LowPrecisionProbe(Hook):
             amp_optimizer_wrapper.is_cuda_available = lambda: True
         self.seen = {'train': set(), 'eval': set(), 'predictions': set()}
         self.before = None
-        self.changed = None
+        self.changed = self.optim_wrapper = None
 
     def before_run(self, runner):
         from inline_mm.models.attention import InLineAttention
@@ -274,6 +274,7 @@ class LowPrecisionProbe(Hook):
         model = runner.model.module if hasattr(runner.model, 'module') else runner.model
         self.changed = any(not torch.equal(a, b)
                            for a, b in zip(self.before, model.backbone.parameters()))
+        self.optim_wrapper = type(runner.optim_wrapper).__name__
 
     def _predictions(self, outputs):
         import torch
@@ -296,7 +297,8 @@ class LowPrecisionProbe(Hook):
 
     def after_run(self, runner):
         Path(self.out).write_text(json.dumps(
-            {**{k: sorted(v) for k, v in self.seen.items()}, 'backbone_changed': self.changed}))
+            {**{k: sorted(v) for k, v in self.seen.items()}, 'backbone_changed': self.changed,
+             'optim_wrapper': self.optim_wrapper}))
 
 
 def toy_ade(out: Path, num_train: int = 24, size: int = 64) -> Path:

@@ -9,6 +9,7 @@ tests/reliability_support.py) records in the tool's process which dtype the InLi
 ran in and which dtypes the predictions had when the metrics received them.
 """
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from mmengine.structures import InstanceData, PixelData
 
-from reliability_support import PY, run
+from reliability_support import PY, run, scalars
 from support import on_toy_coco, on_toy_seg, shrink_detector, shrink_segmentor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,16 +27,35 @@ CONFIGS = ROOT / 'configs'
 LOW = 'torch.float16' if torch.cuda.is_available() else 'torch.bfloat16'
 
 
-def _toy_config(name: str, tmp: Path, coco: Path, ade: Path, probe: Path) -> Path:
-    """The shipped config ``name`` shrunk, on the toy data, with the probe hook; written
-    into ``tmp``."""
+def _instances_for_panoptic(cfg, data: Path):
+    """The panoptic Mask2Former on the toy COCO instances: its data pipeline and metric read
+    COCO's panoptic PNGs with panopticapi (GitHub only, not installed here), so it trains on
+    the instance masks (things; mmdet's Mask2Former takes them without a semantic map) and is
+    evaluated on its instance predictions with its second metric, CocoMetric."""
+    for split in ('train', 'val'):
+        dataset = cfg[f'{split}_dataloader'].dataset
+        dataset.update(type='CocoDataset', ann_file=f'annotations/instances_{split}2017.json',
+                       data_prefix=dict(img=f'{split}2017/'))
+    cfg.val_evaluator = next(e for e in cfg.val_evaluator if e.type == 'CocoMetric')
+    return cfg
+
+
+def _toy_config(name: str, tmp: Path, coco: Path, ade: Path, probe: Path,
+                iters: int = 1) -> Path:
+    """The shipped config ``name`` shrunk, on the toy data, training ``iters`` iterations
+    and validating at their end, with NonFiniteCheckHook and the probe hook; written into
+    ``tmp``."""
     cfg = Config.fromfile(str(CONFIGS / name))
+    if 'panoptic' in name:
+        cfg = _instances_for_panoptic(cfg, coco)
     if cfg.default_scope == 'mmdet':
         cfg = on_toy_coco(shrink_detector(cfg), coco)
     else:
         cfg = on_toy_seg(shrink_segmentor(cfg), ade)
+    cfg.train_cfg.update(max_iters=iters, val_interval=iters)
+    cfg.default_hooks.checkpoint.interval = iters
     cfg.custom_imports['imports'] = [*cfg.custom_imports['imports'], 'reliability_support']
-    cfg.custom_hooks = [*cfg.get('custom_hooks', []),
+    cfg.custom_hooks = [*cfg.get('custom_hooks', []), dict(type='NonFiniteCheckHook'),
                         dict(type='LowPrecisionProbe', out=str(probe), amp_on_cpu=True)]
     path = tmp / Path(name).name
     cfg.dump(str(path))
@@ -117,3 +137,58 @@ def test_mask_rcnn_evaluates_in_low_precision_with_the_test_tool(tiny_coco, tiny
     seen = _test_tool(config, checkpoint, tmp_path / 'test', tmp_path / 'test.log', probe)
     assert seen['eval'] == [LOW]
     assert seen['predictions'] == ['torch.float32']
+
+
+# ------------------------------------------------------------------ every AMP recipe family
+#: the families with a shipped AMP config (Mask R-CNN and UperNet train in
+#: test_reliability_amp.py and evaluate above)
+SHIPPED_AMP = ['inline_pvt/cascade-mask-rcnn_inline-pvt-t_fpn_amp-1x_coco.py',
+               'inline_pvt/fpn_inline-pvt-t_4xb4-amp-bf16-40k_ade20k-512x512.py']
+#: the heads that ship no AMP config: their fp32 config with ``tools/train.py --amp``
+AMP_FLAG = ['inline_swin/retinanet_inline-swin-t_fpn_1x_coco.py',
+            'inline_swin/fcos_inline-swin-t_fpn_gn-head_1x_coco.py',
+            'inline_swin/dino-4scale_inline-swin-t_8xb2-12e_coco.py',
+            'inline_swin/mask2former_inline-swin-t_8xb2-lsj-50e_coco.py',
+            'inline_swin/mask2former_inline-swin-t_8xb2-lsj-50e_coco-panoptic.py',
+            'inline_swin/mask2former_inline-swin-t_8xb2-160k_ade20k-512x512.py',
+            'inline_swin/segformer_inline-swin-t_8xb2-160k_ade20k-512x512.py']
+ITERS = 4
+
+
+def _losses(work_dir: Path) -> dict:
+    """Every loss logged at each training iteration."""
+    return {it: {k: v for k, v in rec.items() if k.startswith('loss')}
+            for it, rec in scalars(work_dir).items()}
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.parametrize('name', SHIPPED_AMP + AMP_FLAG, ids=[
+    'cascade-mask-rcnn', 'semantic-fpn', 'retinanet', 'fcos', 'dino', 'mask2former-instance',
+    'mask2former-panoptic', 'mask2former-semantic', 'segformer'])
+def test_amp_recipe_trains_and_evaluates_in_low_precision(name, tiny_coco, tiny_ade, tmp_path):
+    """4 iterations through ``AmpOptimWrapper`` (a shipped AMP config, or the fp32 config
+    with ``--amp``; on a CPU bf16 autocast, the wrapper's CUDA check lifted) validating in
+    low precision at the end (``val_cfg.fp16=True``), then ``tools/test.py`` on the
+    checkpoint with ``test_cfg.fp16=True``: every loss finite (NonFiniteCheckHook on too),
+    the backbone's weights updated, the InLine attention run in the low dtype, the
+    predictions handed to the metrics in fp32."""
+    probe = tmp_path / 'probe.json'
+    config = _toy_config(name, tmp_path, tiny_coco, tiny_ade, probe, iters=ITERS)
+    train = tmp_path / 'train'
+    amp = ['--amp'] if name in AMP_FLAG else []
+    run([PY, str(ROOT / 'tools/train.py'), str(config), '--work-dir', str(train), *amp,
+         '--cfg-options', 'val_cfg.fp16=True'], tmp_path / 'train.log')
+    seen = json.loads(probe.read_text())
+    assert seen['optim_wrapper'] == 'AmpOptimWrapper'
+    assert seen['train'] == [LOW] and seen['eval'] == [LOW]
+    assert seen['predictions'] == ['torch.float32']
+    assert seen['backbone_changed']
+    losses = _losses(train)
+    assert sorted(losses) == list(range(1, ITERS + 1))
+    assert all(rec and all(math.isfinite(v) for v in rec.values()) for rec in losses.values())
+
+    probe.unlink()
+    seen = _test_tool(config, train / f'iter_{ITERS}.pth', tmp_path / 'test',
+                      tmp_path / 'test.log', probe)
+    assert seen['eval'] == [LOW] and seen['predictions'] == ['torch.float32']

@@ -5,7 +5,8 @@ reported with its iteration and module (NonFiniteCheckHook).
 mmengine's ``AmpOptimWrapper`` refuses to start without a GPU, and its CPU autocast is
 bf16 only. On CPU the AMP config is therefore trained with that one check lifted (bf16
 autocast, the GradScaler disabled as torch does without CUDA); the fp16 + GradScaler run
-of the same config is a CUDA test, skipped here.
+of the same config is a CUDA test, skipped here. RoIAlign runs bf16 in fp32 (the stand-in
+of mmcv's ops, or the patch row ``mmcv_ops_bf16`` with compiled mmcv).
 """
 import pytest
 import torch
@@ -133,16 +134,14 @@ def test_amp_optim_wrapper_refuses_cpu(ade, tmp_path):
 @pytest.mark.parametrize('shipped', [
     'upernet_amp',
     'upernet_bf16',
-    # mmcv's CPU NMS refuses bf16 boxes ("expected scalar type Float but found
-    # BFloat16" in the RPN), so Mask R-CNN AMP runs on GPUs only.
-    pytest.param('mask_rcnn_amp', marks=pytest.mark.skipif(
-        not torch.cuda.is_available(), reason="mmcv's CPU NMS has no bf16 kernel")),
+    'mask_rcnn_amp',
 ])
 def test_shipped_amp_config_trains_without_nonfinite_values(shipped, ade, coco, tmp_path,
                                                             monkeypatch):
-    """A shipped AMP config (UperNet fp16 and bf16; Mask R-CNN with a GPU), shrunk, 4
-    iterations under autocast (CPU: bf16) with NonFiniteCheckHook on: every loss finite,
-    weights finite and updated, the attention computed in the config's low precision."""
+    """A shipped AMP config (UperNet fp16 and bf16, Mask R-CNN), shrunk, 4 iterations under
+    autocast (CPU: bf16) with NonFiniteCheckHook on: every loss finite, weights finite and
+    updated, the attention computed in the config's low precision. (The other families, and
+    evaluation in low precision: tests/test_amp_recipes.py.)"""
     if not torch.cuda.is_available():
         monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available', lambda: True)
     kind = shipped.rsplit('_', 1)[0]
