@@ -242,8 +242,9 @@ class LowPrecisionProbe(Hook):
     """What a run in low precision computed, written as JSON to ``out`` at its end: the
     dtypes of the InLine attention's outputs in training and in evaluation, the dtypes of
     the floating tensors of the predictions the metrics received, whether training changed
-    the backbone's weights, and the optimiser wrapper's type. ``amp_on_cpu``: ``AmpOptimWrapper`` is let start
-    without a GPU (mmengine refuses it; torch's CPU autocast is bf16, its GradScaler off)."""
+    the backbone's weights, and the optimiser wrapper's type. ``amp_on_cpu``:
+    ``AmpOptimWrapper`` is let start without a GPU (mmengine refuses it; torch's CPU
+    autocast is bf16, its GradScaler off)."""
 
     def __init__(self, out: str, amp_on_cpu: bool = False):
         import torch
