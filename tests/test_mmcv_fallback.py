@@ -482,31 +482,37 @@ def test_op_modules_the_stand_in_cannot_serve_refuse_to_be_built():
 
 # ------------------------------------ compiled mmcv in bf16 (the row mmcv_ops_bf16), stubbed
 class CompiledKernelStub:
-    """mmcv's compiled ``_ext`` as far as its RoIAlign, focal loss and deformable attention
-    kernels go: float, double and half dispatched (computed here by the stand-in), bf16
-    refused with the kernels' error; records the dtype of every call's first tensor."""
+    """mmcv's compiled ``_ext`` as far as its RoIAlign, focal loss, deformable attention and
+    NMS kernels go: float, double and half dispatched (computed here by the stand-in), bf16
+    refused with the kernels' error, and NMS boxes other than float refused as its kernel
+    does; records the dtype of every call's first tensor."""
 
     def __init__(self):
         self.calls = []
         for name in ('roi_align_forward', 'roi_align_backward', 'sigmoid_focal_loss_forward',
                      'sigmoid_focal_loss_backward', 'ms_deform_attn_forward',
-                     'ms_deform_attn_backward'):
+                     'ms_deform_attn_backward', 'nms'):
             setattr(self, name, self._kernel(name))
 
     def _kernel(self, name):
         def kernel(*args, **kwargs):
             tensors = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
             self.calls.append((name, tensors[0].dtype))
+            if name == 'nms' and tensors[0].dtype != torch.float32:
+                raise RuntimeError(f'expected scalar type Float but found {tensors[0].dtype}')
             if any(t.dtype == torch.bfloat16 for t in tensors):
                 raise RuntimeError(f'"{name}_cuda_kernel" not implemented for \'BFloat16\'')
             return getattr(FALLBACK, name)(*args, **kwargs)
         return kernel
 
 
+COMPILED_OP_MODULES = (mmcv_roi_align, mmcv_focal, mmcv_msda, mmcv_nms)
+
+
 @pytest.fixture
 def compiled_stub(monkeypatch):
     stub = CompiledKernelStub()
-    for module in (mmcv_roi_align, mmcv_focal, mmcv_msda):
+    for module in COMPILED_OP_MODULES:
         monkeypatch.setattr(module, 'ext_module', stub)
     return stub
 
@@ -525,7 +531,7 @@ def test_compiled_mmcv_ops_take_bf16_through_the_patch_row(compiled_stub, op, mo
     mmcv_bf16.install()
     mmcv_bf16.install()                                     # idempotent
     assert mmcv_bf16.installed()
-    assert all(m.ext_module.ext is compiled_stub for m in (mmcv_roi_align, mmcv_focal, mmcv_msda))
+    assert all(m.ext_module.ext is compiled_stub for m in COMPILED_OP_MODULES)
     ref_in = [t.detach().float().requires_grad_() for t in low]
     compiled_stub.calls.clear()
     out, ref = run(*low), run(*ref_in)
@@ -542,6 +548,24 @@ def test_compiled_mmcv_ops_take_bf16_through_the_patch_row(compiled_stub, op, mo
     compiled_stub.calls.clear()
     run(*[t.detach().half() for t in low])                  # a dtype the kernels have
     assert {dtype for _, dtype in compiled_stub.calls} == {torch.float16}
+
+
+def test_compiled_mmcv_nms_takes_low_precision_boxes_through_the_patch_row(compiled_stub):
+    """mmcv's NMS kernels read float boxes only (CPU bf16 autocast leaves the decoded boxes
+    in bf16): with the row on they get fp32, and keep what fp32 boxes keep."""
+    from inline_mm.patches import mmcv_bf16
+    gen = torch.Generator().manual_seed(7)
+    xy = torch.rand(300, 2, generator=gen) * 200
+    boxes = torch.cat([xy, xy + torch.rand(300, 2, generator=gen) * 60 + 4], 1).bfloat16()
+    scores = torch.rand(300, generator=gen).bfloat16()
+    with pytest.raises(RuntimeError, match='expected scalar type Float'):
+        nms(boxes, scores, 0.5)
+    mmcv_bf16.install()
+    for dtype in (torch.bfloat16, torch.float16):
+        dets, keep = nms(boxes.to(dtype), scores.to(dtype), 0.5)
+        assert dets.dtype == dtype and keep.dtype == torch.long
+        assert torch.equal(keep, nms(boxes.float(), scores.float(), 0.5)[1])
+    assert {d for name, d in compiled_stub.calls[1:]} == {torch.float32}
 
 
 def test_compiled_mmcv_bf16_row_is_on_only_with_compiled_mmcv(monkeypatch):

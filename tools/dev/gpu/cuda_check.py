@@ -6,7 +6,10 @@
 2. every InLine backbone's forward and backward on CUDA against the same weights on CPU (fp32),
    which runs the fast attention's CUDA path;
 3. one AMP step (fp16 + GradScaler, mmengine's ``AmpOptimWrapper``) of the shipped Mask R-CNN
-   and UperNet AMP configs at real size, losses finite;
+   and UperNet AMP configs at real size, losses finite; and the ``amp-bf16`` Mask R-CNN trained
+   4 iterations on the toy COCO set with ``tools/train.py`` (compiled mmcv's RoIAlign in bf16
+   where it is installed: the patch row ``mmcv_ops_bf16``), then evaluated with ``tools/test.py
+   --cfg-options test_cfg.fp16=True`` (fp16 autocast; ``--only mask_rcnn_bf16``);
 4. ``python -m benchmarks --quick`` on CUDA;
 5. ``torch.compile`` (Inductor, default options) of every family's smoke preset, forward, over
    a stream of three sizes (``benchmarks.compile``): compile time per new size, graphs, error
@@ -238,6 +241,102 @@ def check_upernet(device):
         'configs/inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-amp-160k_ade20k-512x512.py',
         data, device, 'mmseg')
 
+
+
+#: the ``amp-bf16`` Mask R-CNN of the tools check (check 3)
+_MASK_RCNN_BF16 = 'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_amp-bf16-1x_coco.py'
+
+
+def _toy_coco_child(config, data, device, iters):
+    """A child of ``config`` training ``iters`` iterations on the toy COCO set in ``data`` and
+    testing on its val split: images at the shipped 1333x800 (CPU: 400x256), no ImageNet file,
+    the heads sized for its classes; on CPU a plain fp32 optimiser (mmengine's AMP wrapper is
+    CUDA-only)."""
+    from mmengine.config import Config
+    from inline_mm.datasets.toy.coco import DEFAULT_CLASSES
+    scale = (1333, 800) if device != 'cpu' else (400, 256)
+    optim = ''
+    if device == 'cpu':
+        wrapper = Config.fromfile(str(ROOT / config)).optim_wrapper.to_dict()
+        optim = 'optim_wrapper = {!r}\n'.format(dict(
+            {k: v for k, v in wrapper.items() if k not in ('dtype', 'loss_scale')},
+            type='OptimWrapper', _delete_=True))
+    meta = ("'img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'")
+    text = f"""_base_ = {str(ROOT / config)!r}
+data_root = {str(data) + '/'!r}
+classes = {DEFAULT_CLASSES!r}
+model = dict(backbone=dict(init_cfg=None),
+             roi_head=dict(bbox_head=dict(num_classes=len(classes)),
+                           mask_head=dict(num_classes=len(classes))))
+train_pipeline = [dict(type='LoadImageFromFile'),
+                  dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+                  dict(type='Resize', scale={scale!r}, keep_ratio=True),
+                  dict(type='RandomFlip', prob=0.5), dict(type='PackDetInputs')]
+test_pipeline = [dict(type='LoadImageFromFile'),
+                 dict(type='Resize', scale={scale!r}, keep_ratio=True),
+                 dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+                 dict(type='PackDetInputs', meta_keys=({meta}))]
+train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                        dataset=dict(data_root=data_root, metainfo=dict(classes=classes),
+                                     pipeline=train_pipeline))
+val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
+                      dataset=dict(data_root=data_root, metainfo=dict(classes=classes),
+                                   pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
+test_evaluator = val_evaluator
+train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters={iters},
+                 val_interval={iters})
+param_scheduler = []
+default_hooks = dict(logger=dict(interval=1),
+                     checkpoint=dict(by_epoch=False, interval={iters}))
+log_processor = dict(by_epoch=False, window_size=1)
+{optim}"""
+    path = data.parent / Path(config).name
+    path.write_text(text)
+    return path
+
+
+def _tool(args, log):
+    """``python tools/<args>`` from the repository root; its output, written to ``log``."""
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), os.environ.get('PYTHONPATH', '')]).rstrip(os.pathsep))
+    proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
+    Path(log).write_text(proc.stdout)
+    assert proc.returncode == 0, f'{args[0]} failed ({proc.returncode}):\n{proc.stdout[-3000:]}'
+    return proc.stdout
+
+
+@check(f'Mask R-CNN amp-bf16 through the tools ({_MASK_RCNN_BF16})')
+def check_mask_rcnn_bf16_tools(device, out_dir):
+    """4 iterations of the ``amp-bf16`` config with ``tools/train.py`` (AmpOptimWrapper, bf16
+    autocast; compiled mmcv where installed, its RoIAlign bf16 through ``mmcv_ops_bf16``),
+    losses finite, then ``tools/test.py`` on the checkpoint with ``test_cfg.fp16=True`` (fp16
+    autocast on CUDA, bf16 on CPU): box and mask AP reported."""
+    import json
+    import re
+    import shutil
+    from inline_mm.datasets.toy.coco import make_coco_toy
+    from inline_mm.patches import find
+    work = Path(out_dir) / 'mask_rcnn_bf16'
+    shutil.rmtree(work, ignore_errors=True)
+    data = work / 'toy_coco'
+    make_coco_toy(str(data), num_train=8, num_val=4, size=256, max_objects=3)
+    config = _toy_coco_child(_MASK_RCNN_BF16, data, device, iters=4)
+    _tool(['tools/train.py', config, '--work-dir', work / 'train'], work / 'train.log')
+    losses = [json.loads(line)['loss'] for f in (work / 'train').glob('*/vis_data/scalars.json')
+              for line in f.read_text().splitlines() if '"loss"' in line]
+    assert len(losses) == 4 and all(math.isfinite(v) for v in losses), losses
+    log = _tool(['tools/test.py', config, work / 'train' / 'iter_4.pth', '--work-dir',
+                 work / 'test', '--cfg-options', 'test_cfg.fp16=True'], work / 'test.log')
+    ap = {k: float(v) for k, v in re.findall(r'coco/(bbox_mAP|segm_mAP): (-?[\d.]+)', log)}
+    assert set(ap) == {'bbox_mAP', 'segm_mAP'}, log[-2000:]
+    row = find('mmcv_ops_bf16').needed()[0]
+    return (f'mmcv._ext {_inline_mm_mmcv_hook.backend()} (mmcv_ops_bf16 '
+            f'{"on" if row else "not needed"}); losses {", ".join(f"{v:.3f}" for v in losses)}; '
+            f'test_cfg.fp16 box/mask mAP {ap["bbox_mAP"]:.3f}/{ap["segm_mAP"]:.3f}')
 
 def _detection_batch(device):
     """Two COCO-like images (640x800 and 608x832 on the device; half each side on CPU,
@@ -658,6 +757,7 @@ CHECKS = {
     'switches': (check_switches, False),
     'mask_rcnn': (check_mask_rcnn, False),
     'upernet': (check_upernet, False),
+    'mask_rcnn_bf16': (check_mask_rcnn_bf16_tools, True),
     'benchmark': (check_benchmark, True),
     'compile': (check_compile, True),
     'floor': (check_floor_and_padding, True),
