@@ -192,3 +192,13 @@ def test_amp_recipe_trains_and_evaluates_in_low_precision(name, tiny_coco, tiny_
     seen = _test_tool(config, train / f'iter_{ITERS}.pth', tmp_path / 'test',
                       tmp_path / 'test.log', probe)
     assert seen['eval'] == [LOW] and seen['predictions'] == ['torch.float32']
+
+
+def test_the_fallback_benchmark_finds_what_it_measures(capsys):
+    """``python -m benchmarks.amp_fallbacks`` (its figures are in the issue's note) at a toy
+    size: the functions it times are reached and the predict ran in bf16 autocast."""
+    from benchmarks import amp_fallbacks
+    shares = amp_fallbacks.main(['--size', '64', '96', '--rounds', '1'])
+    assert 0 < shares['widening'] < shares['RoIAlign'] < 1
+    assert 0 < shares['to fp32'] < 1 and 0 < shares['NMS'] < 1
+    assert 'predict, bf16 autocast, 64x96' in capsys.readouterr().out
