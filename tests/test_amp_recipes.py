@@ -1,7 +1,10 @@
-"""Mixed precision with the stock tools, for every head: evaluation in low precision with
-``tools/test.py CFG CKPT --cfg-options test_cfg.fp16=True`` (mmengine's TestLoop under
-autocast: bf16 on a CPU, fp16 on CUDA), its predictions reaching the metrics in fp32 (the
-patch row ``fp32_predictions``).
+"""Mixed precision with the stock tools, for every head: training through
+``AmpOptimWrapper`` (a shipped AMP config, or ``tools/train.py --amp``; on a CPU bf16
+autocast), and evaluation in low precision with ``val_cfg.fp16=True`` and ``tools/test.py
+CFG CKPT --cfg-options test_cfg.fp16=True`` (mmengine's loops under autocast: bf16 on a CPU,
+fp16 on CUDA), the predictions reaching the metrics in fp32 (the patch row
+``fp32_predictions``). Mask R-CNN and UperNet train from their AMP configs in
+tests/test_reliability_amp.py; mmcv's ops in low precision: tests/test_mmcv_fallback.py.
 
 The configs are the shipped ones, shrunk as the other config tests shrink them
 (tests/support.py) and given the toy data; a probe hook (``LowPrecisionProbe``,
@@ -92,8 +95,10 @@ def test_predictions_are_converted_to_fp32_in_place_and_nothing_else():
     sample.seg_logits = PixelData(data=torch.rand(2, 5, 5, dtype=torch.bfloat16))
     sample.gt_instances = InstanceData(bboxes=torch.rand(1, 4, dtype=torch.float64))
     bboxes = sample.pred_instances.bboxes
-    out = to_fp32([sample, {'x': (torch.ones(1, dtype=torch.float16),)}])
-    assert out[0] is sample
+    from collections import OrderedDict
+    ordered = OrderedDict(y=torch.ones(1, dtype=torch.bfloat16))
+    out = to_fp32([sample, {'x': (torch.ones(1, dtype=torch.float16),)}, ordered])
+    assert out[0] is sample and out[2] is ordered and ordered['y'].dtype == torch.float32
     pred = sample.pred_instances
     assert (pred.bboxes.dtype, pred.scores.dtype) == (torch.float32, torch.float32)
     assert torch.equal(pred.bboxes, bboxes.float())

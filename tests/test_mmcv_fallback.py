@@ -480,6 +480,31 @@ def test_op_modules_the_stand_in_cannot_serve_refuse_to_be_built():
     assert FALLBACK.refuse_unserved() == []
 
 
+
+@pytest.mark.parametrize('dtype', LOW, ids=['fp16', 'bf16'])
+def test_low_precision_on_fake_cuda_stays_on_the_device_in_the_input_dtype(dtype):
+    """The stand-in's RoIAlign and focal loss, forward and backward, on CUDA tensors without
+    a GPU (``FakeTensorMode``: devices and dtypes, no data; a CPU tensor mixed in would
+    raise): computed in fp32 on the device, filled in the input's dtype. (The deformable
+    attention reads its level sizes on the host, which fake tensors refuse.)"""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        cuda = dict(device='cuda', dtype=dtype)
+        feats, rois = torch.randn(2, 4, 24, 24, **cuda), torch.rand(3, 5, device='cuda') * 9
+        out, no_arg = torch.zeros(3, 4, 7, 7, **cuda), torch.zeros(0, **cuda)
+        FALLBACK.roi_align_forward(feats, rois, out, no_arg, no_arg, 7, 7, 0.5, 2, 1, True)
+        grad_in = torch.zeros_like(feats)
+        FALLBACK.roi_align_backward(torch.randn(3, 4, 7, 7, **cuda), rois, no_arg, no_arg,
+                                    grad_in, 7, 7, 0.5, 2, 1, True)
+        logits, labels = torch.randn(40, 6, **cuda), torch.zeros(40, dtype=torch.long,
+                                                                 device='cuda')
+        loss, grad = torch.zeros_like(logits), torch.zeros_like(logits)
+        FALLBACK.sigmoid_focal_loss_forward(logits, labels, no_arg, loss)
+        FALLBACK.sigmoid_focal_loss_backward(logits, labels, no_arg, grad)
+        for t in (out, grad_in, loss, grad):
+            assert (t.device.type, t.dtype) == ('cuda', dtype)
+
+
 # ------------------------------------ compiled mmcv in bf16 (the row mmcv_ops_bf16), stubbed
 class CompiledKernelStub:
     """mmcv's compiled ``_ext`` as far as its RoIAlign, focal loss, deformable attention and

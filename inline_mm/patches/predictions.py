@@ -25,8 +25,8 @@ LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 def to_fp32(results):
     """``results`` with every fp16 / bf16 tensor made fp32: lists, tuples and dicts rebuilt,
-    mmengine data elements (``DetDataSample``, ``InstanceData``, ``PixelData`` ...) updated
-    in place; anything else returned as it is."""
+    other mappings and mmengine data elements (``DetDataSample``, ``InstanceData``,
+    ``PixelData`` ...) updated in place; anything else returned as it is."""
     from mmengine.structures import BaseDataElement
     if isinstance(results, torch.Tensor):
         return results.float() if results.dtype in LOW_PRECISION else results
@@ -38,8 +38,10 @@ def to_fp32(results):
         return results
     if type(results) in (list, tuple):
         return type(results)(to_fp32(r) for r in results)
-    if isinstance(results, dict):
-        return type(results)((k, to_fp32(v)) for k, v in results.items())
+    if type(results) is dict:
+        return {k: to_fp32(v) for k, v in results.items()}
+    if isinstance(results, dict):           # OrderedDict, defaultdict ...: in place
+        results.update((k, to_fp32(v)) for k, v in list(results.items()))
     return results
 
 
