@@ -20,8 +20,9 @@ changes the numbers a run draws after each validation), data workers that end wi
 (:mod:`inline_mm.patches.workers`), files that are no checkpoint named for what they are and
 onedl-mmengine's ``weights_only=False`` retry removed (:mod:`inline_mm.patches.loading`), reasons
 for empty datasets (:mod:`inline_mm.patches.empty_datasets`), plain parameter groups for
-``compile=True`` (:mod:`inline_mm.patches.compiling`). ``python -m inline_mm.env`` lists them, on or
-off.
+``compile=True`` (:mod:`inline_mm.patches.compiling`), predictions made under autocast handed on in
+fp32 (:mod:`inline_mm.patches.predictions`), compiled mmcv's ops run bf16 in fp32
+(:mod:`inline_mm.patches.mmcv_bf16`). ``python -m inline_mm.env`` lists them, on or off.
 
 Who switches them on: ``tools/train.py`` and ``tools/test.py`` call :func:`install`; the
 shipped configs list ``'inline_mm.engine.enable'`` in ``custom_imports``, so ``mim train``
@@ -30,7 +31,8 @@ and the stock mmdet/mmseg tools get them too::
     custom_imports = dict(imports=['inline_mm', 'inline_mm.engine.enable'],
                           allow_failed_imports=False)
 
-Nothing here imports mmdet/mmseg models or mmcv's compiled ops.
+Nothing here imports mmdet/mmseg models or mmcv's compiled ops (the ``mmcv_bf16`` row, on only
+with compiled mmcv, imports mmcv's op modules when :func:`install` switches it on).
 """
 from . import fsdp  # noqa: F401  (registers inline_auto_wrap_policy)
 from ..patches import engine_rows
