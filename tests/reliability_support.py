@@ -237,6 +237,68 @@ class SlowCheckpointWrite(Hook):
         LocalBackend.put = slow_put
 
 
+@HOOKS.register_module()
+class LowPrecisionProbe(Hook):
+    """What a run in low precision computed, written as JSON to ``out`` at its end: the
+    dtypes of the InLine attention's outputs in training and in evaluation, the dtypes of
+    the floating tensors of the predictions the metrics received, and whether training
+    changed the backbone's weights. ``amp_on_cpu``: ``AmpOptimWrapper`` is let start
+    without a GPU (mmengine refuses it; torch's CPU autocast is bf16, its GradScaler off)."""
+
+    def __init__(self, out: str, amp_on_cpu: bool = False):
+        import torch
+        from mmengine.optim.optimizer import amp_optimizer_wrapper
+        self.out = out
+        if amp_on_cpu and not torch.cuda.is_available():
+            amp_optimizer_wrapper.is_cuda_available = lambda: True
+        self.seen = {'train': set(), 'eval': set(), 'predictions': set()}
+        self.before = None
+        self.changed = None
+
+    def before_run(self, runner):
+        from inline_mm.models.attention import InLineAttention
+        model = runner.model.module if hasattr(runner.model, 'module') else runner.model
+
+        def record(module, inputs, output):
+            self.seen['train' if module.training else 'eval'].add(str(output.dtype))
+        for module in model.modules():
+            if isinstance(module, InLineAttention):
+                module.register_forward_hook(record)
+
+    def before_train(self, runner):
+        model = runner.model.module if hasattr(runner.model, 'module') else runner.model
+        self.before = [p.detach().clone() for p in model.backbone.parameters()]
+
+    def after_train(self, runner):
+        import torch
+        model = runner.model.module if hasattr(runner.model, 'module') else runner.model
+        self.changed = any(not torch.equal(a, b)
+                           for a, b in zip(self.before, model.backbone.parameters()))
+
+    def _predictions(self, outputs):
+        import torch
+        from mmengine.structures import BaseDataElement
+        if isinstance(outputs, torch.Tensor):
+            if outputs.is_floating_point():
+                self.seen['predictions'].add(str(outputs.dtype))
+        elif isinstance(outputs, BaseDataElement):
+            for _, value in outputs.items():
+                self._predictions(value)
+        elif isinstance(outputs, (list, tuple)):
+            for value in outputs:
+                self._predictions(value)
+
+    def after_val_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        self._predictions(outputs)
+
+    def after_test_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        self._predictions(outputs)
+
+    def after_run(self, runner):
+        Path(self.out).write_text(json.dumps(
+            {**{k: sorted(v) for k, v in self.seen.items()}, 'backbone_changed': self.changed}))
+
+
 def toy_ade(out: Path, num_train: int = 24, size: int = 64) -> Path:
     from inline_mm.datasets.toy.segmentation import make_ade_toy
     if not (out / 'images').is_dir():

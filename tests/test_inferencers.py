@@ -205,3 +205,34 @@ def test_inferencers_take_the_config_file_as_users_give_it(config, image, monkey
         from mmdet.apis import DetInferencer
         out = DetInferencer(model=config, device='cpu', show_progress=False)(img_path)
         assert set(out['predictions'][0]) >= {'labels', 'scores', 'bboxes', 'masks'}
+
+
+@pytest.mark.parametrize('config', ['inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py',
+                                    'inline_swin/inline-swin-t-in1k-pre_upernet_8xb2-160k_'
+                                    'ade20k-512x512.py'])
+def test_inferencers_under_autocast_give_fp32_results(config, image, tmp_path):
+    """Called under ``torch.autocast`` (bf16 on a CPU) the stock inferencers run the model
+    in low precision and give fp32 results, drawn and saved as in fp32 (docs/detection.md,
+    docs/segmentation.md; the patch row ``fp32_predictions``)."""
+    img_path, _ = image
+    cfg = _shrunk(CONFIGS / config)
+    if cfg.default_scope == 'mmdet':
+        from mmdet.apis import DetInferencer
+        keep_low_scores(cfg.model)
+        infer = _initialised(DetInferencer(model=cfg, device='cpu', show_progress=False))
+        fields = lambda out: out['predictions'][0].pred_instances.items()  # noqa: E731
+    else:
+        from mmseg.apis import MMSegInferencer
+        infer = _initialised(MMSegInferencer(model=cfg, device='cpu'))
+        fields = lambda out: [('seg_logits', out.seg_logits.data)]        # noqa: E731
+    from inline_mm.models.attention import InLineAttention
+    dtypes = set()
+    for module in infer.model.modules():
+        if isinstance(module, InLineAttention):
+            module.register_forward_hook(lambda m, i, o: dtypes.add(o.dtype))
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = infer(img_path, return_datasamples=True, out_dir=str(tmp_path / 'out'))
+    assert dtypes == {torch.bfloat16}
+    floating = {k: v.dtype for k, v in fields(out) if v.is_floating_point()}
+    assert floating and set(floating.values()) == {torch.float32}, floating
+    assert (tmp_path / 'out/vis/photo.jpg').is_file()

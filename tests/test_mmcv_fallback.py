@@ -356,6 +356,58 @@ def test_ms_deform_attn_gradcheck(cuda_branch_ops):
         inputs)
 
 
+
+# ------------------------------------------------ every op in the dtypes autocast hands it
+DEVICES = ['cpu', pytest.param('cuda', marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason='no CUDA device'))]
+LOW = [torch.float16, torch.bfloat16]
+
+
+def _low_precision_op(op: str, dtype, device, gen):
+    """``(run, inputs)`` of one op through mmcv's Python: ``run(*inputs)`` returns the output
+    whose gradient is taken; the inputs drawn in fp32 and rounded to ``dtype`` (the fp32
+    reference runs on the rounded values)."""
+    from mmcv.ops.multi_scale_deform_attn import MultiScaleDeformableAttnFunction
+    if op == 'roi_align':
+        feats = torch.randn(2, 4, 24, 24, generator=gen)
+        rois = torch.tensor([[0, 1.25, 2.5, 17.75, 13.5], [1, -3., 4., 30., 22.5],
+                             [1, 5., 5., 5.5, 6.]])
+        return (lambda x: roi_align(x, rois.to(device), (7, 7), 0.75, 2, 'avg', True)), [feats]
+    if op == 'sigmoid_focal_loss':
+        logits = torch.randn(40, 6, generator=gen) * 4
+        labels = torch.randint(0, 7, (40,), generator=gen).to(device)     # 6: background
+        return (lambda x: mmcv_focal.sigmoid_focal_loss(x, labels, 2.0, 0.25, None, 'none'),
+                [logits])
+    shapes, starts, *inputs = _deform_attn_case(torch.float32, gen)
+    shapes, starts = shapes.to(device), starts.to(device)
+    return (lambda v, loc, w: MultiScaleDeformableAttnFunction.apply(v, shapes, starts, loc,
+                                                                     w, 64)), inputs
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('dtype', LOW, ids=['fp16', 'bf16'])
+@pytest.mark.parametrize('op', ['roi_align', 'sigmoid_focal_loss', 'ms_deform_attn'])
+def test_low_precision_forward_and_backward_in_fp32_return_the_input_dtype(
+        use_fallback, cuda_branch_ops, op, dtype, device):
+    """fp16 and bf16 in, forward and backward, through mmcv's autograd Functions: outputs
+    and gradients in the input's dtype, each the fp32 result rounded once (computed in fp32:
+    torchvision has no bf16 RoIAlign kernel; the others keep fp32's sums)."""
+    run, inputs = _low_precision_op(op, dtype, device, torch.Generator().manual_seed(3))
+    low = [t.to(device, dtype).requires_grad_() for t in inputs]
+    ref_in = [t.detach().float().requires_grad_() for t in low]
+    out, ref = run(*low), run(*ref_in)
+    grad = torch.randn(ref.shape, generator=torch.Generator().manual_seed(4)).to(device, dtype)
+    out.backward(grad)
+    ref.backward(grad.float())
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, ref.to(dtype), rtol=0, atol=0)
+    for a, b in zip(low, ref_in):
+        assert a.grad.dtype == dtype
+        if op == 'sigmoid_focal_loss':      # mmcv scales the kernel's gradient in the dtype
+            torch.testing.assert_close(a.grad.float(), b.grad, rtol=1e-2, atol=1e-3)
+        else:
+            torch.testing.assert_close(a.grad, b.grad.to(dtype), rtol=0, atol=0)
+
 # --------------------------------------- op modules the stand-in cannot serve: refused early
 def _unserved_forward(cls):
     """A small instance of ``cls`` built past the refusal, and a call of its forward."""

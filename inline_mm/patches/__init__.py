@@ -17,6 +17,7 @@ start, outside the package)             mmcv.ops' unserved ops, mmengine's base 
 :mod:`.empty_datasets`                  why a dataset is empty
 :mod:`.workers`                         data workers die with their parent
 :mod:`.compiling`                       plain parameter groups for ``compile=True``
+:mod:`.predictions`                     fp32 predictions from low-precision evaluation
 ======================================  ==================================================
 
 :data:`PATCHES` holds the rows switched on at interpreter start and at ``import inline_mm``;
@@ -244,7 +245,7 @@ def switched_off(patch: Patch) -> bool:
 
 #: the modules of the rows ``inline_mm.engine.install()`` switches on, in the order it does
 ENGINE_MODULES = ('distributed', 'checkpointing', 'random_state', 'loading', 'empty_datasets',
-                  'workers', 'compiling')
+                  'workers', 'compiling', 'predictions')
 
 
 def engine_rows() -> tuple:

@@ -25,6 +25,14 @@ mmcv's own Python falls back to PyTorch on CPU for the focal loss (mmdet's
 ``multi_scale_deformable_attn_pytorch``) and calls ``mmcv._ext`` for them only on CUDA
 tensors, where these functions answer it; they run on any device.
 
+**Low precision.** Each served function takes fp16 and bf16 tensors, forward and backward, on
+any device, and fills (or returns) them in their dtype, computing in fp32 (:func:`_compute`):
+torchvision has no bf16 RoIAlign kernel on CPU or CUDA (``roi_align_backward_kernel "not
+implemented for 'BFloat16'"`` in the first backward of Mask R-CNN under bf16 autocast), and its
+own autocast rule runs ``roi_align``'s forward in fp32 anyway; RoIs in fp32 keep their
+coordinates (bf16 spaces them 4 px apart at 800 px); the loss and the sampled sums keep fp32's
+precision. fp32 and fp64 run in their own dtype, as before.
+
 Every other name that mmcv's loader asks for exists (mmcv checks all of them when
 ``mmcv.ops`` is imported) but raises :class:`MissingCompiledOpError` naming the op when it
 is called.  Options torchvision lacks (nms ``offset=1``, RoIAlign max pooling) raise too:
@@ -96,6 +104,15 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, offset:
     return order[_tv().nms(boxes[order].float(), ranks, float(iou_threshold))]
 
 
+#: the dtypes computed in fp32 here (the tensors given are filled or returned in their own)
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _compute(*tensors: torch.Tensor):
+    """``tensors`` in the dtype to compute in: fp32 for fp16 and bf16, their own otherwise."""
+    return [t.float() if t.dtype in LOW_PRECISION else t for t in tensors]
+
+
 def _roi_align_has_work(name: str, rois: torch.Tensor, pool_mode: int) -> bool:
     """Record the call and refuse max pooling; False when there is no RoI."""
     _record(name)
@@ -111,6 +128,7 @@ def roi_align_forward(input: torch.Tensor, rois: torch.Tensor, output: torch.Ten
     """Fill ``output`` (R, C, aligned_height, aligned_width); ``pool_mode`` 1 = average."""
     if not _roi_align_has_work('roi_align_forward', rois, pool_mode):
         return
+    input, rois = _compute(input, rois)
     out = _tv().roi_align(input, rois.to(input.dtype), float(spatial_scale), int(aligned_height),
                           int(aligned_width), int(sampling_ratio), bool(aligned))
     output.copy_(out)
@@ -124,6 +142,7 @@ def roi_align_backward(grad_output: torch.Tensor, rois: torch.Tensor, argmax_y: 
     if not _roi_align_has_work('roi_align_backward', rois, pool_mode):
         return
     n, c, h, w = grad_input.shape
+    grad_output, rois = _compute(grad_output, rois)
     grad = _tv()._roi_align_backward(
         grad_output.contiguous(), rois.to(grad_output.dtype), float(spatial_scale),
         int(aligned_height), int(aligned_width), n, c, h, w, int(sampling_ratio), bool(aligned))
@@ -160,7 +179,8 @@ def sigmoid_focal_loss_forward(input: torch.Tensor, target: torch.Tensor,
     target class, ``-(1-alpha) p^gamma log(1-p)`` elsewhere, times ``weight[target]`` when
     ``weight`` (C,) is not empty."""
     _record('sigmoid_focal_loss_forward')
-    is_target, p, q, log_p, log_1mp, scale = _focal_terms(input, target, weight)
+    is_target, p, q, log_p, log_1mp, scale = _focal_terms(*_compute(input), target,
+                                                          *_compute(weight))
     loss = torch.where(is_target, -alpha * q.pow(gamma) * log_p,
                        -(1 - alpha) * p.pow(gamma) * log_1mp)
     output.copy_(loss if scale is None else loss * scale)
@@ -172,7 +192,8 @@ def sigmoid_focal_loss_backward(input: torch.Tensor, target: torch.Tensor,
     """Fill ``grad_input`` (N, C) with the derivative of each element of the forward's loss
     by its logit (mmcv scales it by the incoming gradient afterwards)."""
     _record('sigmoid_focal_loss_backward')
-    is_target, p, q, log_p, log_1mp, scale = _focal_terms(input, target, weight)
+    is_target, p, q, log_p, log_1mp, scale = _focal_terms(*_compute(input), target,
+                                                          *_compute(weight))
     grad = torch.where(is_target, -alpha * q.pow(gamma) * (q - gamma * p * log_p),
                        -(1 - alpha) * p.pow(gamma) * (gamma * q * log_1mp - p))
     grad_input.copy_(grad if scale is None else grad * scale)
@@ -218,7 +239,9 @@ def ms_deform_attn_forward(value: torch.Tensor, value_spatial_shapes: torch.Tens
     work over the batch, which the grid-sample form does not need)."""
     _record('ms_deform_attn_forward')
     shapes, starts = _levels(value_spatial_shapes, value_level_start_index)
-    return _deform_attn(value, shapes, starts, sampling_locations, attention_weights)
+    out = _deform_attn(*_compute(value), shapes, starts,
+                       *_compute(sampling_locations, attention_weights))
+    return out.to(value.dtype)
 
 
 def ms_deform_attn_backward(value: torch.Tensor, value_spatial_shapes: torch.Tensor,
@@ -233,9 +256,9 @@ def ms_deform_attn_backward(value: torch.Tensor, value_spatial_shapes: torch.Ten
     shapes, starts = _levels(value_spatial_shapes, value_level_start_index)
     with torch.enable_grad():
         inputs = [t.detach().requires_grad_() for t in
-                  (value, sampling_locations, attention_weights)]
+                  _compute(value, sampling_locations, attention_weights)]
         out = _deform_attn(inputs[0], shapes, starts, *inputs[1:])
-        grads = torch.autograd.grad(out, inputs, grad_output)
+        grads = torch.autograd.grad(out, inputs, *_compute(grad_output))
     for buffer, grad in zip((grad_value, grad_sampling_loc, grad_attn_weight), grads):
         buffer.add_(grad)
 
