@@ -257,7 +257,11 @@ class Viewer:
                  max_side: int = DEFAULT_MAX_SIDE, out_dir: Optional[str] = None,
                  precision: str = 'fp32'):
         from ..apis import SCOPES, init_model, read_config
+        from ..engine import install
         from ..models.families import FAMILIES
+        # the engine rows on, as in every tool: among them fp32_predictions, which hands the
+        # page fp32 boxes and scores from a bf16 / fp16 model (--precision)
+        install()
         cfg = read_config(config)
         self.kind = SCOPES.get(cfg.get('default_scope'))
         if self.kind is None:
@@ -343,9 +347,8 @@ class Viewer:
                 from mmdet.apis import inference_detector
                 inst = inference_detector(self.model, bgr).pred_instances.cpu()
                 masks = inst.masks.numpy().astype(bool) if 'masks' in inst else None
-                # boxes and scores in fp32 for the page (numpy has no bf16)
-                return Prediction('detection', inst.bboxes.float().numpy(),
-                                  inst.scores.float().numpy(), inst.labels.numpy(), masks)
+                return Prediction('detection', inst.bboxes.numpy(), inst.scores.numpy(),
+                                  inst.labels.numpy(), masks)
             from mmseg.apis import inference_model
             seg = inference_model(self.model, bgr).pred_sem_seg.data[0].cpu().numpy()
             return Prediction('segmentation', seg=seg)
