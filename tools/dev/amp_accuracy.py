@@ -5,7 +5,8 @@
     python tools/dev/amp_accuracy.py --train-only       # the checkpoints only
     python tools/dev/amp_accuracy.py --app              # and the app's precision choice
 
-For each model and seed, in ``--work-dir`` (a checkpoint already there is used again):
+For each model and seed, in ``--work-dir`` (a checkpoint already there is used again, and an
+evaluation newer than it read again):
 
 - ``det``: the demo's InLine-Swin Mask R-CNN (``tools/demo.py --seed S``: its config, its toy
   COCO set, its 2-process plan), box and mask AP on the toy val split;
@@ -18,6 +19,9 @@ then ``tools/test.py CONFIG CHECKPOINT`` evaluates each checkpoint twice: in fp3
 bf16 on a CPU, fp16 on CUDA). The table gives both and the fp32 - bf16 gap per seed (mIoU as a
 fraction, as AP); exit status 1 when a gap exceeds ``--max-gap`` (0.01). Results also go to
 ``<work-dir>/amp_accuracy.json``.
+
+``--localise`` evaluates the detector in bf16 again with one part at a time kept in fp32
+(backbone, neck, RPN head, RoI head; mmengine's runner in this process): where the AP moves.
 
 ``--app`` also measures what ``python -m inline_mm.app --precision bf16`` should do with the
 weights, on the app's own model (the demo's detector, seed 0): seconds per prediction through
@@ -57,9 +61,14 @@ def parse_args(argv=None):
     p.add_argument('--max-gap', type=float, default=0.01,
                    help='the largest fp32 - bf16 gap allowed (default: 0.01)')
     p.add_argument('--train-only', action='store_true', help='train what is missing, then stop')
+    p.add_argument('--fresh-eval', action='store_true',
+                   help='evaluate again even where the work dir holds an evaluation')
     p.add_argument('--app', action='store_true',
                    help="also time the app's precisions and the AP of bf16-cast weights")
     p.add_argument('--app-rounds', type=int, default=5, help='(default: 5)')
+    p.add_argument('--localise', action='store_true',
+                   help="also evaluate the detector in bf16 with one part at a time (backbone, "
+                   'neck, RPN head, RoI head) kept in fp32: where the AP moves')
     return p.parse_args(argv)
 
 
@@ -134,24 +143,31 @@ def train(model: str, seed: int, args) -> tuple:
     return config, ckpt
 
 
-def read_test_metrics(eval_dir: str) -> dict:
-    """The metrics of the newest ``tools/test.py`` run in ``eval_dir`` (mmengine's
-    ``<work-dir>/<timestamp>/<timestamp>.json``)."""
+def test_metrics(eval_dir: str):
+    """The path of the newest ``tools/test.py`` metrics in ``eval_dir`` (mmengine's
+    ``<work-dir>/<timestamp>/<timestamp>.json``), or None."""
     found = sorted(glob.glob(osp.join(eval_dir, '*', '[0-9]*_[0-9]*.json')), key=osp.getmtime)
-    if not found:
-        sys.exit(f'amp_accuracy: tools/test.py logged no metrics under {eval_dir}')
-    with open(found[-1]) as f:
-        return json.load(f)
+    return found[-1] if found else None
 
 
 def evaluate(model: str, seed: int, config: str, ckpt: str, precision: str, args) -> dict:
+    """``tools/test.py`` on ``ckpt`` in ``precision``; an evaluation already in the work
+    dir, newer than the checkpoint, is read again unless ``--fresh-eval``."""
     eval_dir = osp.abspath(osp.join(args.work_dir, 'eval', f'{model}-seed{seed}-{precision}'))
-    os.makedirs(eval_dir, exist_ok=True)
-    opts = ['test_dataloader.num_workers=0', 'test_dataloader.persistent_workers=False',
-            *PRECISIONS[precision]]
-    run([sys.executable, 'tools/test.py', config, ckpt, '--work-dir', eval_dir,
-         '--cfg-options', *opts], eval_dir + '.log')
-    metrics = read_test_metrics(eval_dir)
+    found = test_metrics(eval_dir)
+    if found and not args.fresh_eval and osp.getmtime(found) > osp.getmtime(ckpt):
+        print(f'{model} seed {seed} {precision}: reading {found} again', flush=True)
+    else:
+        os.makedirs(eval_dir, exist_ok=True)
+        opts = ['test_dataloader.num_workers=0', 'test_dataloader.persistent_workers=False',
+                *PRECISIONS[precision]]
+        run([sys.executable, 'tools/test.py', config, ckpt, '--work-dir', eval_dir,
+             '--cfg-options', *opts], eval_dir + '.log')
+        found = test_metrics(eval_dir)
+        if found is None:
+            sys.exit(f'amp_accuracy: tools/test.py logged no metrics under {eval_dir}')
+    with open(found) as f:
+        metrics = json.load(f)
     out = {}
     for key in METRICS[model]:
         value = float(metrics[key])
@@ -177,6 +193,58 @@ def table(results: dict, max_gap: float) -> tuple:
             ranges.append(f'{model} {NAMES[key]}: fp32 - bf16 from {min(gaps):+.4f} to '
                           f'{max(gaps):+.4f} over seeds {", ".join(map(str, sorted(seeds)))}')
     return rows, ranges, ok
+
+
+# --------------------------------------------------------------------------- where it is lost
+#: the detector's parts ``--localise`` keeps in fp32 one at a time, and the method each is
+#: entered through at test time (the heads' post-processing follows their outputs' dtype)
+PARTS = {'backbone': 'forward', 'neck': 'forward', 'rpn_head': 'predict', 'roi_head': 'predict'}
+
+
+def _in_fp32(method):
+    """``method`` run with autocast off and its floating-point tensors (and tuples of them)
+    made fp32."""
+    import torch
+
+    def as_fp32(x):
+        if torch.is_tensor(x) and x.is_floating_point():
+            return x.float()
+        if isinstance(x, (tuple, list)) and x and all(torch.is_tensor(y) for y in x):
+            return type(x)(as_fp32(y) for y in x)
+        return x
+
+    def fp32(*args, **kwargs):
+        with torch.autocast('cpu', enabled=False):
+            return method(*(as_fp32(a) for a in args), **kwargs)
+    return fp32
+
+
+def localise(config: str, ckpt: str, work_dir: str) -> dict:
+    """Box and mask AP in bf16 autocast with each of :data:`PARTS` kept in fp32 (on this
+    model instance only), through mmengine's runner in this process."""
+    from mmengine.runner import Runner
+
+    from inline_mm.apis import read_config
+    from inline_mm.engine import install
+    install()
+    out = {}
+    for part in (None, *PARTS):
+        cfg = read_config(config)
+        cfg.load_from = ckpt
+        cfg.test_cfg = dict(type='TestLoop', fp16=True)
+        cfg.test_dataloader.num_workers = 0
+        cfg.test_dataloader.persistent_workers = False
+        cfg.work_dir = osp.join(work_dir, 'localise')
+        cfg.experiment_name = f'amp_accuracy_localise_{part}_{os.getpid()}'
+        runner = Runner.from_cfg(cfg)
+        runner.load_or_resume()
+        if part is not None:
+            module = getattr(runner.model, part)
+            setattr(module, PARTS[part], _in_fp32(getattr(module, PARTS[part])))
+        metrics = runner.test()
+        out[part or 'none'] = {k: float(metrics[k]) for k in METRICS['det']}
+        print(f'bf16, {part or "nothing"} in fp32: {out[part or "none"]}', flush=True)
+    return out
 
 
 # --------------------------------------------------------------------------- the app
@@ -247,11 +315,19 @@ def main(argv=None):
     rows, ranges, ok = table(results, args.max_gap)
     report = dict(results=results, ranges=ranges, max_gap=args.max_gap, within=ok,
                   bf16_units=why)
+    if args.localise and 'det' in args.models:
+        report['localise'] = {seed: localise(*trained[('det', seed)], args.work_dir)
+                              for seed in args.seeds}
     if args.app and 'det' in args.models:
         report['app'] = app_precision(*trained[('det', min(args.seeds))], args.app_rounds)
     with open(osp.join(args.work_dir, 'amp_accuracy.json'), 'w') as f:
         json.dump(report, f, indent=1)
     print('\n'.join(rows + [''] + ranges))
+    for seed, parts in report.get('localise', {}).items():
+        fp32 = results['det'][seed]['fp32']
+        print(f'det seed {seed}, fp32 - bf16 with one part in fp32: ' + '; '.join(
+            f'{part} {" / ".join(f"{fp32[k] - v[k]:+.3f}" for k in METRICS["det"])}'
+            for part, v in parts.items()))
     if 'app' in report:
         print('app:', json.dumps(report['app'], indent=1))
     print(f'every gap within {args.max_gap}: {"yes" if ok else "NO"}')
