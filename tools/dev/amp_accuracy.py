@@ -29,8 +29,9 @@ the app's ``Viewer`` in fp32, in bf16 autocast, and in bf16 autocast with the we
 bf16 once (rounds interleaved, medians and per-round ratios), and the box and mask AP of the
 cast weights (mmengine's runner in this process: ``tools/test.py`` cannot cast them).
 
-Every tool runs with ``OMP_NUM_THREADS=1`` and ``OMP_WAIT_POLICY=PASSIVE`` unless set (the
-demo's training plan is its own: 2 processes of 1 thread).
+Every tool, and this process's own runs, use ``OMP_NUM_THREADS=1`` and
+``OMP_WAIT_POLICY=PASSIVE`` unless set (the demo's training plan is its own: 2 processes of 1
+thread).
 """
 import argparse
 import glob
@@ -65,7 +66,7 @@ def parse_args(argv=None):
                    help='evaluate again even where the work dir holds an evaluation')
     p.add_argument('--app', action='store_true',
                    help="also time the app's precisions and the AP of bf16-cast weights")
-    p.add_argument('--app-rounds', type=int, default=5, help='(default: 5)')
+    p.add_argument('--app-rounds', type=int, default=7, help='(default: 7)')
     p.add_argument('--localise', action='store_true',
                    help="also evaluate the detector in bf16 with one part at a time (backbone, "
                    'neck, RPN head, RoI head) kept in fp32: where the AP moves')
@@ -73,6 +74,8 @@ def parse_args(argv=None):
 
 
 def tool_env() -> dict:
+    """The environment of the tools, and of this process's own runs (``--app``,
+    ``--localise``): one compute thread, passive waits, unless set."""
     env = dict(os.environ)
     env.setdefault('OMP_NUM_THREADS', '1')
     env.setdefault('OMP_WAIT_POLICY', 'PASSIVE')
@@ -298,6 +301,7 @@ def app_precision(config: str, ckpt: str, rounds: int) -> dict:
 def main(argv=None):
     args = parse_args(argv)
     os.chdir(ROOT)
+    os.environ.update(tool_env())       # before torch loads: its threads for --app, --localise
     from inline_mm.env import bf16_support
     import platform
     has, why = bf16_support('cpu')
