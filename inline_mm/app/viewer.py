@@ -36,8 +36,8 @@ DEFAULT_SCORE_THR = 0.3
 #: least in ratio to one user alone so (``benchmarks/app_users.py``)
 DEFAULT_CONCURRENCY = 4
 #: what the model's predictions run in (``--precision``): fp32, or autocast to bf16 or fp16
-#: with the weights left in fp32 (casting them once as well was no faster on the demo's
-#: detector, docs/dev/training_at_scale.md)
+#: with the weights left in fp32 (casting them to bf16 once as well gained nothing measurable
+#: on the demo's detector: docs/dev/training_at_scale.md, "The app's precision")
 PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 
 
