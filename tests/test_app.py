@@ -456,6 +456,54 @@ def test_the_command_line_says_what_is_wrong(tmp_path, monkeypatch):
         main([str(cfg)])
 
 
+def test_bf16_predictions_reach_the_page_in_fp32(tmp_path, detector, monkeypatch):
+    """--precision bf16: the model predicts under bf16 autocast (its neck gives bf16), the
+    page gets fp32 boxes and scores, and the attention maps are the fp32 app's, exactly (the
+    same random weights; the maps never run under autocast)."""
+    import inline_mm.env
+    # bf16 units claimed, so that the path runs on any CPU (without them PyTorch emulates bf16)
+    monkeypatch.setattr(inline_mm.env, '_cpu_flags', lambda: {'avx512f', 'avx512_bf16'})
+    viewer = Viewer(str(NANO), device='cpu', precision='bf16')
+    assert viewer.model_line().endswith('on cpu, in bf16 (autocast)')
+    assert detector.model_line().endswith('on cpu')
+    seen = []
+    hook = viewer.model.neck.register_forward_hook(
+        lambda module, args, out: seen.extend(o.dtype for o in out))
+    image = viewer.read(str(photo(tmp_path / 'p.png')))
+    try:
+        pred = viewer.predict(image)
+    finally:
+        hook.remove()
+    assert seen and set(seen) == {torch.bfloat16}
+    assert pred.boxes.dtype == np.float32 and pred.scores.dtype == np.float32
+    assert pred.boxes.shape == (len(pred.scores), 4) and pred.masks.shape[1:] == image.hw
+    drawn, _, summary = viewer.draw(image, pred, 0.0)
+    assert drawn.shape == (*image.hw, 3) and summary.startswith(f'{len(pred.scores)} of ')
+    choice = viewer.default_choice
+    mine = viewer.attention(image, (20, 30), choice)[0].maps
+    theirs = detector.attention(image, (20, 30), choice)[0].maps
+    for method, weights in theirs.weights.items():
+        assert torch.equal(mine.weights[method], weights), method
+
+
+def test_a_precision_the_device_cannot_run_is_refused_in_one_line(monkeypatch):
+    import inline_mm.env
+    from inline_mm.app.__main__ import main
+    monkeypatch.setattr(inline_mm.env, '_cpu_flags', lambda: {'fpu', 'avx2', 'avx512f'})
+    with pytest.raises(SystemExit) as e:
+        main([str(NANO), '--device', 'cpu', '--precision', 'bf16', '--port', str(free_port())])
+    message = str(e.value)
+    assert message.startswith('inline_mm.app: error: --precision bf16 on cpu: no bf16 units '), \
+        message
+    assert 'emulated, slower than fp32; start with --precision fp32' in message
+    assert '\n' not in message
+    with pytest.raises(SystemExit, match=r'^inline_mm.app: error: --precision fp16 runs on CUDA '
+                       r'only \(the device is cpu\); on a CPU use --precision bf16'):
+        main([str(NANO), '--device', 'cpu', '--precision', 'fp16', '--port', str(free_port())])
+    with pytest.raises(ValueError, match="--precision 'fp8': choose one of fp32, bf16, fp16"):
+        Viewer(str(NANO), device='cpu', precision='fp8')
+
+
 # ------------------------------------------------------------------ in a real browser
 #: run in the app's process before it starts: every connection or name look-up that leaves
 #: 127.0.0.1 is written to the file named by argv[1] (Python's audit events)

@@ -563,6 +563,24 @@ def test_pad_aware_rpn_head_proposes_from_each_images_own_anchors():
         assert torch.equal(a.bboxes, s.bboxes) and torch.equal(a.scores, s.scores)
 
 
+def test_pad_aware_rpn_head_scores_in_fp32_under_autocast():
+    """Without autocast the stock head's outputs exactly; under bf16 autocast the 3x3 conv
+    runs in bf16 and the objectness and deltas come out in fp32, computed from its output."""
+    aware, stock = _rpn_heads()
+    stock.load_state_dict(aware.state_dict())
+    feats = [torch.randn(2, 8, h, w, generator=torch.Generator().manual_seed(h))
+             for h, w in ((40, 56), (20, 28), (10, 14))]
+    for a, s in zip(aware(feats), stock(feats)):
+        assert all(torch.equal(x, y) for x, y in zip(a, s))
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        scores, deltas = aware(feats)
+        hidden = torch.relu(aware.rpn_conv(feats[0]))
+    assert hidden.dtype == torch.bfloat16
+    assert {t.dtype for t in scores + deltas} == {torch.float32}
+    assert torch.equal(scores[0], aware.rpn_cls(hidden.float()))
+    assert torch.equal(deltas[0], aware.rpn_reg(hidden.float()))
+
+
 def test_zeroing_in_place_writes_the_padding_only_and_zeroes_its_gradient():
     """``zero_`` (a norm's output, in place) and ``zero_own`` (a stage output about to be
     merged) give ``zero``'s values; the gradient outside the images is 0; ``zero_own``

@@ -5,7 +5,7 @@ import socket
 import sys
 import warnings
 
-from .viewer import DEFAULT_CONCURRENCY, DEFAULT_MAX_SIDE, DEFAULT_SCORE_THR
+from .viewer import DEFAULT_CONCURRENCY, DEFAULT_MAX_SIDE, DEFAULT_SCORE_THR, PRECISIONS
 
 
 def parse_args(argv=None):
@@ -22,6 +22,10 @@ def parse_args(argv=None):
                    help='address to serve on (default: 127.0.0.1, this machine only)')
     p.add_argument('--port', type=int, default=7860, help='(default: 7860)')
     p.add_argument('--device', default=None, help='cpu, cuda, ... (default: cuda if available)')
+    p.add_argument('--precision', default='fp32', choices=list(PRECISIONS),
+                   help='what the predictions run in: fp32, or bf16 / fp16 autocast (fp16 on '
+                   'CUDA only; bf16 where the device has bf16 units); the attention maps stay '
+                   'fp32 (default: fp32)')
     p.add_argument('--seed', type=int, default=0, help='seed of random weights (default: 0)')
     p.add_argument('--score-thr', type=float, default=DEFAULT_SCORE_THR,
                    help=f"the score slider's start (default: {DEFAULT_SCORE_THR})")
@@ -79,7 +83,7 @@ def main(argv=None):
     from .viewer import Viewer
     try:
         viewer = Viewer(args.config, args.checkpoint, device=args.device, seed=args.seed,
-                        max_side=args.max_side)
+                        max_side=args.max_side, precision=args.precision)
     except (FileNotFoundError, ValueError, CheckpointError) as e:
         fail(e)
     line = (f'{os.path.basename(args.config)}: {viewer.model_line()}; {viewer.weights_line}')

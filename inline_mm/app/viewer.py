@@ -2,6 +2,7 @@
 weights, an image read with clear refusals, its predictions drawn, and the attention views
 of a point. :mod:`inline_mm.app.ui` puts a Gradio page on it; the tests drive it directly.
 """
+import contextlib
 import copy
 import hashlib
 import html
@@ -21,7 +22,8 @@ from ..visualization.attention_views import (colour_over, kernel_picture, map_at
                                              map_scale, mark_point, method_label, save_maps)
 
 __all__ = ['AppError', 'Image', 'BlockChoice', 'Prediction', 'AttentionViews', 'Viewer',
-           'read_image', 'DEFAULT_MAX_SIDE', 'MIN_SIDE', 'DEFAULT_SCORE_THR', 'DEFAULT_CONCURRENCY']
+           'read_image', 'DEFAULT_MAX_SIDE', 'MIN_SIDE', 'DEFAULT_SCORE_THR', 'DEFAULT_CONCURRENCY',
+           'PRECISIONS']
 
 #: the longest side the app keeps; larger images are downscaled to it (``--max-side``)
 DEFAULT_MAX_SIDE = 2048
@@ -33,6 +35,10 @@ DEFAULT_SCORE_THR = 0.3
 #: its own attention (``record_calls``), so they may overlap; 4 users on 2 CPU cores wait
 #: least in ratio to one user alone so (``benchmarks/app_users.py``)
 DEFAULT_CONCURRENCY = 4
+#: what the model's predictions run in (``--precision``): fp32, or autocast to bf16 or fp16
+#: with the weights left in fp32 (casting them to bf16 once as well gained nothing measurable
+#: on the demo's detector: docs/dev/training_at_scale.md, "The app's precision")
+PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 
 
 class AppError(ValueError):
@@ -165,8 +171,9 @@ class Prediction:
 
     Attributes:
         kind (str): ``'detection'`` or ``'segmentation'``.
-        boxes (ndarray): ``(N, 4)`` x1, y1, x2, y2 (detection).
-        scores (ndarray): ``(N,)`` (detection).
+        boxes (ndarray): ``(N, 4)`` float32 x1, y1, x2, y2 (detection), whatever the
+            precision the model ran in.
+        scores (ndarray): ``(N,)`` float32 (detection).
         labels (ndarray): ``(N,)`` class indices (detection).
         masks (ndarray, optional): ``(N, H, W)`` bool (a detector with a mask head).
         seg (ndarray, optional): ``(H, W)`` class indices (segmentation).
@@ -237,13 +244,24 @@ class Viewer:
         seed (int): The random weights' seed. Default: 0.
         max_side (int): Longer image sides are downscaled to this.
         out_dir (str, optional): Where the weight files go (default: a new temporary folder).
+        precision (str): What the predictions run in (:data:`PRECISIONS`): ``'fp32'``, or
+            ``'bf16'`` / ``'fp16'`` autocast (weights stay fp32; the predictions come back
+            in fp32). fp16 on CUDA only; bf16 only where the device computes it
+            (:func:`inline_mm.env.bf16_support`: a CPU without bf16 units emulates it, slower
+            than fp32). The attention maps are computed in fp32 whatever this is: they are
+            the exact weights. Default: ``'fp32'``.
     """
 
     def __init__(self, config: str, checkpoint: Optional[str] = None,
                  device: Optional[str] = None, seed: int = 0,
-                 max_side: int = DEFAULT_MAX_SIDE, out_dir: Optional[str] = None):
+                 max_side: int = DEFAULT_MAX_SIDE, out_dir: Optional[str] = None,
+                 precision: str = 'fp32'):
         from ..apis import SCOPES, init_model, read_config
+        from ..engine import install
         from ..models.families import FAMILIES
+        # the engine rows on, as in every tool: among them fp32_predictions, which hands the
+        # page fp32 boxes and scores from a bf16 / fp16 model (--precision)
+        install()
         cfg = read_config(config)
         self.kind = SCOPES.get(cfg.get('default_scope'))
         if self.kind is None:
@@ -255,6 +273,7 @@ class Viewer:
                              f'({", ".join(FAMILIES)})')
         self.config, self.checkpoint, self.seed, self.max_side = config, checkpoint, seed, max_side
         self.device = _check_device(device)
+        self.precision = _check_precision(precision, self.device)
         self.cfg = cfg
         # seeded random weights under what the checkpoint does not hold
         self.model = init_model(copy.deepcopy(cfg), checkpoint, self.device,
@@ -323,7 +342,7 @@ class Viewer:
     def predict(self, image: Image) -> Prediction:
         """The model's predictions on ``image`` (its test pipeline, from the pixels)."""
         bgr = np.ascontiguousarray(image.pixels[..., ::-1])
-        with torch.no_grad():
+        with torch.no_grad(), self._autocast():
             if self.kind == 'detection':
                 from mmdet.apis import inference_detector
                 inst = inference_detector(self.model, bgr).pred_instances.cpu()
@@ -333,6 +352,13 @@ class Viewer:
             from mmseg.apis import inference_model
             seg = inference_model(self.model, bgr).pred_sem_seg.data[0].cpu().numpy()
             return Prediction('segmentation', seg=seg)
+
+    def _autocast(self):
+        """The predictions' precision: autocast to :attr:`precision`, or nothing (fp32)."""
+        dtype = PRECISIONS[self.precision]
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(torch.device(self.device).type, dtype)
 
     def class_name(self, label: int) -> str:
         return self.classes[label] if 0 <= label < len(self.classes) else f'class {label}'
@@ -483,12 +509,14 @@ class Viewer:
         return f'`{os.path.basename(self.config)}`: {self.model_line()}; {self.weights_note}'
 
     def model_line(self) -> str:
-        """What runs, in words: ``detection with InLineSwin-T on cpu``."""
+        """What runs, in words: ``detection with InLineSwin, the tiny size, on cpu`` (and
+        ``, in bf16 (autocast)`` where the predictions do not run in fp32)."""
         fam = type(self.backbone).__name__
         arch = getattr(self.backbone, 'arch_name', '')
         size = ('a size of its own (the config sets its widths and depths: not a released '
                 'model)') if arch == 'custom' else f'the {arch} size'
-        return f'{self.kind} with {fam}, {size}, on {self.device}'
+        amp = '' if self.precision == 'fp32' else f', in {self.precision} (autocast)'
+        return f'{self.kind} with {fam}, {size}, on {self.device}{amp}'
 
 
 def _shown(checkpoint: str) -> str:
@@ -510,6 +538,24 @@ def _check_device(device: Optional[str]) -> str:
         raise ValueError(f'--device {device}: this machine has no CUDA GPU that torch can use; '
                          'start with --device cpu (or leave --device out)')
     return device
+
+
+def _check_precision(precision: str, device: str) -> str:
+    """``precision`` checked against ``device`` (``ValueError`` in one line, saying what to
+    do, where the app cannot or should not run it there)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f'--precision {precision!r}: choose one of {", ".join(PRECISIONS)}')
+    kind = torch.device(device).type
+    if precision == 'fp16' and kind != 'cuda':
+        raise ValueError(f'--precision fp16 runs on CUDA only (the device is {device}); on a '
+                         'CPU use --precision bf16 where it has bf16 units, else fp32')
+    if precision == 'bf16':
+        from ..env import bf16_support
+        has_units, why = bf16_support(device)
+        if not has_units:
+            raise ValueError(f'--precision bf16 on {device}: {why}; start with --precision '
+                             'fp32 (the default)')
+    return precision
 
 
 def _capture_key(image: Image, choice: BlockChoice) -> tuple:
