@@ -22,7 +22,7 @@ processes falls on all alike; medians and the per-round ratios are reported. Col
 
 * GMACs of one forward (:func:`inline_mm.analysis.complexity.count_macs`: the formula's
   products for InLine, torch's ``FlopCounterMode`` for all);
-* seconds (median);
+* seconds (median; the process's CPU time with one thread, ``--clock``);
 * share of peak (forward): ``2 MACs / time`` against the best square matmul (2048, 3072)
   of the precision's product dtype measured in the same run (fp32, or bf16);
 * the ratio to each counterpart (its time / InLine's, median of the per-round ratios:
@@ -145,6 +145,10 @@ def parse_args(argv=None):
     p.add_argument('--threads', nargs='+', type=int, default=None,
                    help='torch CPU threads, one run each (default 1; --full: 1 and all)')
     p.add_argument('--rounds', type=int, default=None, help='interleaved rounds (default 3)')
+    p.add_argument('--clock', choices=('auto', 'cpu', 'wall'), default='auto',
+                   help="auto: the process's CPU time with one thread (other jobs on a shared "
+                        'machine disturb it far less than the wall clock), the wall clock with '
+                        'more')
     p.add_argument('--no-launches', action='store_true', help='skip the fake-CUDA op counts')
     p.add_argument('--out-dir', type=Path, default=ROOT / 'work_dirs' / 'precision')
     args = p.parse_args(argv)
@@ -167,16 +171,23 @@ def parse_args(argv=None):
 
 
 # ------------------------------------------------------------------------ measuring
-def peak_gflops(dtype: torch.dtype, sides=(2048, 3072), runs: int = 3) -> float:
+def clock_for(choice: str, threads: int) -> Callable[[], float]:
+    """The timer of a run with ``threads`` (``--clock``)."""
+    cpu = choice == 'cpu' or (choice == 'auto' and threads == 1)
+    return time.process_time if cpu else time.perf_counter
+
+
+def peak_gflops(dtype: torch.dtype, clock=time.perf_counter, sides=(2048, 3072),
+                runs: int = 3) -> float:
     """The best GFLOP/s of square matmuls of ``sides`` in ``dtype`` (the dtype's peak)."""
     best = 0.
     for n in sides:
         a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
         a @ b
         for _ in range(runs):
-            t = time.perf_counter()
+            t = clock()
             a @ b
-            best = max(best, 2 * n ** 3 / (time.perf_counter() - t) / 1e9)
+            best = max(best, 2 * n ** 3 / max(clock() - t, 1e-9) / 1e9)
     return best
 
 
@@ -254,12 +265,13 @@ def run_size(args, models: Dict[str, nn.Module], hw: Tuple[int, int], threads: i
                     log(f'  {name} {precision} {mode}: fails ({why})', flush=True)
     times = {k: [] for k in steps}
     keys = list(steps)
+    clock = clock_for(args.clock, threads)
     for r in range(args.rounds):
         k = r % len(keys)                    # each round starts one step further on
         for key in keys[k:] + keys[:k]:
-            t = time.perf_counter()
+            t = clock()
             steps[key]()
-            times[key].append(time.perf_counter() - t)
+            times[key].append(clock() - t)
         log(f'  round {r + 1}/{args.rounds} done', flush=True)
     shares = {k: conversion_share(steps[k]) for k in keys if k[2] == 'forward'}
     rows = []
@@ -363,9 +375,12 @@ def main(argv=None):
     rows = []
     for threads in args.threads:
         torch.set_num_threads(threads)
-        peaks = {'fp32': peak_gflops(torch.float32), 'bf16': peak_gflops(torch.bfloat16)}
-        print(f'\n{threads} thread(s): peak fp32 {peaks["fp32"]:.0f} GFLOP/s, bf16 '
-              f'{peaks["bf16"]:.0f} GFLOP/s (best square matmul 2048/3072)', flush=True)
+        clock = clock_for(args.clock, threads)
+        peaks = {'fp32': peak_gflops(torch.float32, clock),
+                 'bf16': peak_gflops(torch.bfloat16, clock)}
+        print(f'\n{threads} thread(s), {"CPU" if clock is time.process_time else "wall"} time: '
+              f'peak fp32 {peaks["fp32"]:.0f} GFLOP/s, bf16 {peaks["bf16"]:.0f} GFLOP/s (best '
+              'square matmul 2048/3072)', flush=True)
         for hw in args.sizes:
             print(f'{hw[0]}x{hw[1]}, {threads} thread(s):', flush=True)
             rows += [dict(r, peak_fp32=peaks['fp32'], peak_bf16=peaks['bf16'])
