@@ -18,6 +18,11 @@ both paths (``batched`` and ``per-sample``; docs/padding.md, "Two paths"), at ba
 1, 2 and 8, unpadded and padded (image ``i`` of ``B`` is ``1 - i / (2B)`` of each side,
 rounded down to a multiple of 32), beside mmdet's Swin-T and PVT-T, which launch the
 same number of ops at any batch size.
+
+:func:`autocast_counts` counts what a GPU would dispatch under CUDA fp16 and bf16 autocast,
+on fake CUDA tensors (no GPU needed): ops, dtype conversions (:func:`is_conversion`) and
+products run in the low dtype per block, one forward per fresh autocast region, so every
+weight's cast counts as in a training step (``python -m benchmarks.precision`` prints them).
 """
 import copy
 import csv
