@@ -30,11 +30,14 @@ def test_quick_run_writes_every_pair_precision_and_mode(tmp_path):
     assert {(r['model'], r['precision'], r['mode']) for r in rows} == {
         (m, p, mode) for m in models for p in precision.PRECISIONS for mode in precision.MODES}
     for r in rows:
-        # mmdet's Swin keeps its masks in fp32: it cannot run as a pure bf16 model.
-        if (r['model'], r['precision']) == ('Swin-T', 'bf16'):
-            assert r['status'].startswith('RuntimeError'), r
+        # Every InLine family runs in every precision; a counterpart may fail (mmdet's Swin
+        # keeps its shift masks in fp32, so a pure bf16 Swin-T fails where it shifts): the
+        # row then says why.
+        if r['status'] != 'ok':
+            assert not r['model'].startswith('InLine'), r
+            assert r['status'].split(':')[0].endswith('Error'), r
             continue
-        assert r['status'] == 'ok' and float(r['seconds']) > 0, r
+        assert float(r['seconds']) > 0, r
         if r['mode'] == 'forward':
             assert 0 <= float(r['conversion_share']) < 1 and float(r['peak_share']) > 0, r
     assert '| InLine-Swin-T |' in out and '| Swin-T |' in out
