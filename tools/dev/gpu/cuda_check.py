@@ -710,7 +710,7 @@ def check_precision(device, out_dir):
               + (f"  counterpart/InLine {r['vs_inline']:.2f}x" if r['vs_inline'] != '' else ''))
     out_dir.mkdir(parents=True, exist_ok=True)
     write_dict_rows(rows, out_dir / 'precision_cuda.csv')
-    return (f'every InLine model faster than its counterparts' if not slower else
+    return ('every InLine model faster than its counterparts' if not slower else
             'InLine slower in: ' + '; '.join(slower)) + f'; CSV in {out_dir}'
 
 
