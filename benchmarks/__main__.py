@@ -13,6 +13,7 @@
     python -m benchmarks --memory         # memory per GPU of every shipped recipe (fake tensors)
     python -m benchmarks --memory-check   # that count against a real CPU step, with_cp's time
     python -m benchmarks.compile          # torch.compile on a stream of sizes (compile.py)
+    python -m benchmarks.precision        # InLine vs Softmax in fp32, bf16 autocast, pure bf16
 
 InLine (Han et al., "Bridging the Divide: Reconsidering Softmax and Linear
 Attention", NeurIPS 2024, arXiv 2412.06590) attends over the whole feature map at

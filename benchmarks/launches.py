@@ -18,7 +18,13 @@ both paths (``batched`` and ``per-sample``; docs/padding.md, "Two paths"), at ba
 1, 2 and 8, unpadded and padded (image ``i`` of ``B`` is ``1 - i / (2B)`` of each side,
 rounded down to a multiple of 32), beside mmdet's Swin-T and PVT-T, which launch the
 same number of ops at any batch size.
+
+:func:`autocast_counts` counts what a GPU would dispatch under CUDA fp16 and bf16 autocast,
+on fake CUDA tensors (no GPU needed): ops, dtype conversions (:func:`is_conversion`) and
+products run in the low dtype per block, one forward per fresh autocast region, so every
+weight's cast counts as in a training step (``python -m benchmarks.precision`` prints them).
 """
+import copy
 import csv
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +38,8 @@ from torch.utils._pytree import tree_leaves
 from inline_mm.models import FAMILIES
 
 __all__ = ['BATCHES', 'SIZE', 'QUICK_SIZE', 'PATHS', 'Op', 'OpCounter', 'count', 'padded_sizes',
-           'make_batch', 'Row', 'run', 'table', 'write_csv']
+           'make_batch', 'Row', 'run', 'table', 'write_csv', 'PRODUCTS', 'AUTOCAST',
+           'is_conversion', 'AutocastCount', 'count_autocast', 'autocast_counts', 'autocast_table']
 
 BATCHES = (1, 2, 8)
 SIZE, QUICK_SIZE = (320, 320), (96, 96)
@@ -218,3 +225,91 @@ def write_csv(rows: Sequence[Row], path: Path):
         w.writerow(['model', 'path', 'padded', 'batch', 'ops', 'host_reads'])
         for r in rows:
             w.writerow([r.model, r.path, int(r.padded), r.batch, r.ops, r.reads])
+
+
+# ----------------------------------------------------------- autocast on fake CUDA
+#: the products autocast runs in its low dtype on CUDA
+PRODUCTS = ('aten.mm.', 'aten.addmm.', 'aten.bmm.', 'aten.baddbmm.', 'aten.convolution.',
+            'aten._scaled_dot_product')
+#: the autocast dtypes counted
+AUTOCAST = {'fp16': torch.float16, 'bf16': torch.bfloat16}
+AUTOCAST_SIZE = (224, 320)
+
+
+def is_conversion(op: Op) -> bool:
+    """A copy of floating-point data into another floating-point dtype (a cast autocast
+    or the model makes; ``copy_`` into a tensor of another dtype too)."""
+    if not op.name.startswith(('aten._to_copy.', 'aten.copy_.', 'aten.to.')):
+        return False
+    dtypes = set(op.dtypes) | set(op.out_dtypes)
+    return len(dtypes) > 1 and all(d.is_floating_point for d in dtypes)
+
+
+@dataclass
+class AutocastCount:
+    """One forward of a family on fake CUDA under autocast, per block: ops dispatched,
+    dtype conversions among them, and products (:data:`PRODUCTS`) run in the low dtype."""
+
+    model: str
+    dtype: str
+    blocks: int
+    ops: int
+    conversions: int
+    low_products: int
+    products: int
+
+    @property
+    def ops_per_block(self) -> float:
+        return self.ops / self.blocks
+
+    @property
+    def conversions_per_block(self) -> float:
+        return self.conversions / self.blocks
+
+
+def count_autocast(model: nn.Module, dtype: torch.dtype, size=AUTOCAST_SIZE,
+                   batch: int = 1) -> Tuple[OpCounter, int]:
+    """One ``no_grad`` forward of a copy of ``model`` on fake CUDA under CUDA autocast to
+    ``dtype``, in a fresh autocast region (its weight casts counted, as in a training step);
+    the recorder and the model's blocks (modules with an ``attn_type``)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from inline_mm.analysis.memory import cuda_autocast
+    blocks = sum(1 for m in model.modules() if hasattr(m, 'attn_type'))
+    model = copy.deepcopy(model).eval()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        net = model.to('cuda')
+        x = torch.randn(batch, 3, *size, device='cuda')
+        with torch.no_grad(), cuda_autocast(dtype), OpCounter(record=True) as counter:
+            net(x)
+    return counter, blocks
+
+
+def autocast_counts(names: Sequence[str] = tuple(FAMILIES), quick: bool = False,
+                    log=print) -> List[AutocastCount]:
+    """:class:`AutocastCount` of every family (``tiny``; ``quick``: ``smoke``) under fp16
+    and bf16 autocast."""
+    rows = []
+    for name in names:
+        family = FAMILIES[name]
+        torch.manual_seed(0)
+        kwargs = dict(family.smoke) if quick else dict(arch='tiny')
+        model = family.cls(**dict(kwargs, drop_path_rate=0.))
+        for label, dtype in AUTOCAST.items():
+            counter, blocks = count_autocast(model, dtype)
+            products = [op for op in counter.seen if op.name.startswith(PRODUCTS)]
+            rows.append(AutocastCount(
+                name, label, blocks, counter.ops, sum(map(is_conversion, counter.seen)),
+                sum(dtype in op.out_dtypes for op in products), len(products)))
+            log(f'  {name} {label}: {rows[-1].ops_per_block:.1f} ops and '
+                f'{rows[-1].conversions_per_block:.1f} conversions per block', flush=True)
+    return rows
+
+
+def autocast_table(rows: Sequence[AutocastCount]) -> str:
+    """Markdown: per family and dtype, ops and conversions per block, low products."""
+    lines = ['| model | autocast | blocks | ops / block | conversions / block | '
+             'products in the low dtype |', '|---|---|---|---|---|---|']
+    for r in rows:
+        lines.append(f'| {r.model} | {r.dtype} | {r.blocks} | {r.ops_per_block:.1f} | '
+                     f'{r.conversions_per_block:.1f} | {r.low_products} of {r.products} |')
+    return '\n'.join(lines)

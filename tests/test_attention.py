@@ -138,8 +138,8 @@ def test_own_tokens_are_each_images_tokens(prefix):
 
 def test_the_path_is_configuration_only():
     """The kernel runs the released settings where impl resolves to it; a switched
-    kernel, linear attention, windows, autocast, impl='plain' or another device take the
-    plain form; a hook or a dispatch mode changes nothing."""
+    kernel, linear attention, windows, impl='plain' or another device take the plain
+    form; a hook or a dispatch mode changes nothing."""
     x = torch.randn(2, 20, 32)
     attn = InLineAttention(32, 2, impl='auto')
     assert attn.uses_kernel(x) and 'impl=' in repr(attn)
@@ -149,8 +149,12 @@ def test_the_path_is_configuration_only():
     assert not attn.uses_kernel(x.to('meta'), NO_PADDING)
     for switched in (dict(kernel='relu'), dict(attention='linear'), dict(window_size=2)):
         assert not InLineAttention(32, 2, **switched).uses_kernel(x)
+    # Under autocast the kernel runs in the autocast dtype; outside it, x must be in the
+    # projection's.
     with torch.autocast('cpu', dtype=torch.bfloat16):
-        assert not attn.uses_kernel(x)
+        assert attn.uses_kernel(x) and attn.uses_kernel(x.bfloat16())
+        assert not attn.uses_kernel(x.half())
+    assert not attn.uses_kernel(x.bfloat16())
     handle = attn.qkv.register_forward_hook(lambda *a: None)
     assert attn.uses_kernel(x)
     handle.remove()

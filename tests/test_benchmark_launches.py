@@ -48,3 +48,30 @@ def test_launches_command_writes_its_table(tmp_path, capsys):
     assert '| InLinePVT | batched |' in out and '| InLinePVT | per-sample |' in out
     rows = list(csv.DictReader(open(tmp_path / 'launches.csv')))
     assert len(rows) == 2 * 5 and {r['path'] for r in rows} == {'batched', 'per-sample'}
+
+
+#: per family (smoke configuration, one forward at 224x320 on fake CUDA in a fresh autocast
+#: region): the most ops and dtype conversions it may dispatch, and the fewest products it
+#: must run in the autocast dtype (fp16 and bf16 alike). What issue 62 ended with; lower
+#: them when a change removes more.
+AUTOCAST_LIMITS = {'InLineSwin': (2602, 145, 40), 'InLinePVT': (2168, 135, 45),
+                   'InLineCSwin': (2297, 147, 43), 'InLineDeiT': (3097, 231, 97)}
+
+
+@pytest.mark.fake_cuda
+@pytest.mark.parametrize('name', list(FAMILIES))
+def test_autocast_ops_and_conversions_on_fake_cuda_stay_at_most_what_they_are(name):
+    ops, conversions, low_products = AUTOCAST_LIMITS[name]
+    rows = launches.autocast_counts([name], quick=True, log=lambda *a, **k: None)
+    assert [r.dtype for r in rows] == ['fp16', 'bf16']
+    for r in rows:
+        assert r.ops <= ops and r.conversions <= conversions, r
+        assert r.low_products >= low_products, r
+
+
+def test_a_conversion_is_a_copy_between_floating_dtypes():
+    with launches.OpCounter(record=True) as c:
+        x = torch.ones(3)
+        x.half(), x.to(torch.int64), x.clone(), x.bool().float()
+    assert [launches.is_conversion(op) for op in c.seen if 'copy' in op.name] == [
+        True, False, False, False]

@@ -39,7 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .impl import check_impl, choose_path
+from .impl import autocast_dtype, check_impl, choose_path, no_autocast
 from .inline_function import KERNELS, apply_kernel, inline_kernel, plain_qkv
 from .layers import crop, round_up, symbolic, window_merge, window_partition
 from .padding import NO_PADDING, ValidMap
@@ -304,14 +304,40 @@ class InLineAttention(nn.Module):
                     projection: Optional[nn.Module] = None) -> bool:
         """Whether :meth:`forward` runs the kernel: nothing in :attr:`plain_only`, ``impl``
         choosing it for ``x`` (:func:`.impl.choose_path`), and what it needs of the call:
-        ``x`` in the projection's dtype, no autocast, ``valid``'s sizes on the host, a given
-        ``projection`` an ``nn.Linear``. Nothing that watches the model changes it."""
+        ``x`` in the projection's dtype (or, under autocast, both in fp32 or the autocast
+        dtype: the kernel then runs in that dtype, :meth:`_kernel`), ``valid``'s sizes on
+        the host, a given ``projection`` an ``nn.Linear``. Nothing that watches the model
+        changes it."""
         if self.plain_only or choose_path(self.impl, x) != 'kernel':
             return False
         projection = self.qkv if projection is None else projection
-        return ((projection is self.qkv or type(projection) is nn.Linear)
-                and x.dtype == projection.weight.dtype and valid.sizes is not None
-                and not torch.is_autocast_enabled(x.device.type))
+        if not ((projection is self.qkv or type(projection) is nn.Linear)
+                and valid.sizes is not None):
+            return False
+        low = autocast_dtype(x.device.type)
+        if low is None:
+            return x.dtype == projection.weight.dtype
+        return {x.dtype, projection.weight.dtype} <= {torch.float32, low}
+
+    def _kernel(self, x: torch.Tensor, hw: Tuple[int, int], token_mean: Optional[torch.Tensor],
+                valid: ValidMap, projection: nn.Linear) -> torch.Tensor:
+        """The kernel (:func:`.inline_function.inline_kernel`) on ``x``. Under autocast it
+        runs in the autocast dtype with autocast off inside: ``x`` and the projection are
+        cast once (autocast would cast the projection's input and weights the same way),
+        and the kernel keeps its statistics in fp32 as it does for a bf16 model, instead of
+        the plain form's casts of K and V, its layout copies and its fp32 round trips."""
+        kernels, bias = self._local_kernels(x.shape[0], token_mean)
+        weight, qkv_bias = projection.weight, projection.bias
+        device = x.device.type
+        low = autocast_dtype(device)
+        if low is None:
+            return inline_kernel(x, weight, qkv_bias, self.num_heads, hw, self.scale, kernels,
+                                 bias, self.num_prefix_tokens, valid)
+        with no_autocast(device):
+            return inline_kernel(x.to(low), weight.to(low),
+                                 None if qkv_bias is None else qkv_bias.to(low),
+                                 self.num_heads, hw, self.scale, kernels, bias,
+                                 self.num_prefix_tokens, valid)
 
     def attend(self, qkv: torch.Tensor, hw: Tuple[int, int],
                token_mean: Optional[torch.Tensor] = None,
@@ -431,9 +457,7 @@ class InLineAttention(nn.Module):
             token_mean = valid.mean(x) if self.window_size is None \
                 else self.window_means(x, hw, valid)
         if self.uses_kernel(x, valid, projection):
-            kernels, bias = self._local_kernels(x.shape[0], token_mean)
-            out = inline_kernel(x, projection.weight, projection.bias, self.num_heads, hw,
-                                self.scale, kernels, bias, self.num_prefix_tokens, valid)
+            out = self._kernel(x, hw, token_mean, valid, projection)
         else:
             out = self._plain(projection(x), hw, token_mean, valid)
         record = _RECORD.get()

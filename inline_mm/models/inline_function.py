@@ -40,13 +40,12 @@ Which form runs is the attention's ``impl`` (:func:`.impl.choose_path`):
 Both keep the ``d x d`` statistics in fp32 under fp16/bf16: their sums run over every
 token of a high-resolution map, and a bounded mean in fp32 cannot overflow.
 """
-import contextlib
 from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
-from .impl import is_capturing
+from .impl import is_capturing, no_autocast
 from .padding import NO_PADDING, ValidMap, zero_outside_
 
 __all__ = ['inline_kernel', 'plain_qkv', 'plain_attention', 'inline_attention',
@@ -345,8 +344,7 @@ def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     phi; zero outside each image), in token layout ``(B, N, heads * d)``."""
     b, heads, n, d = q.shape
     device = q.device.type
-    with torch.autocast(device, enabled=False) if torch.amp.is_autocast_available(device) \
-            else contextlib.nullcontext():
+    with no_autocast(device):
         kf, vf = _hi(k), _hi(v)
         per = n if counts is None else counts.clamp_min(1).view(b, 1, 1, 1)
         k_mean = kf.sum(dim=2, keepdim=True) / per                       # (B, heads, 1, d)

@@ -36,6 +36,8 @@ from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple, Un
 import torch
 import torch.nn.functional as F
 
+from .impl import no_autocast
+
 __all__ = ['ValidMap', 'NoPadding', 'NO_PADDING', 'detect_valid_sizes', 'zero_outside_']
 
 Size = Tuple[int, int]
@@ -254,7 +256,9 @@ class ValidMap:
         weights = self.memo('mean-weights',
                             lambda: (self.mask.float() / self.counts[:, None]).unsqueeze(1))
         xf = x if x.dtype == torch.float32 else x.float()
-        return torch.bmm(weights, xf).squeeze(1).to(x.dtype)
+        # Autocast off: it would run the product (and cast both operands) in half precision.
+        with no_autocast(x.device.type):
+            return torch.bmm(weights, xf).squeeze(1).to(x.dtype)
 
     def table(self, table: torch.Tensor, hw: Size) -> torch.Tensor:
         """``(B, H * W, C)``: a ``(1, C, gh, gw)`` position table resized to each image's
@@ -324,7 +328,14 @@ class NoPadding(ValidMap):
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         # A sum, then the division of the (B, C) result: the backward is then a broadcast
-        # (Tensor.mean's divides a whole (B, N, C) gradient); in fp32, as ValidMap.mean.
+        # (Tensor.mean's divides a whole (B, N, C) gradient). Sums of fp16/bf16 accumulate
+        # in fp32 (CPU and CUDA) and round once: bf16 (fp32's range) sums in its own dtype,
+        # where dtype=float32 would first copy the whole input to fp32 (on the CPU); fp16,
+        # whose sum over a large map may overflow, takes the mean, which divides first.
+        if x.dtype == torch.bfloat16:
+            return x.sum(dim=1).div_(x.shape[1])
+        if x.dtype == torch.float16:
+            return x.mean(dim=1)
         return x.sum(dim=1, dtype=torch.float32).div_(x.shape[1]).to(x.dtype)
 
 

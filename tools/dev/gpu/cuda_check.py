@@ -37,7 +37,11 @@
 12. the memory count before the run (``inline_mm.analysis.memory``, fake tensors) against
     ``torch.cuda.max_memory_allocated`` of a real step: InLine-Swin-T UperNet, batch 2,
     512x512, fp32 and fp16 AMP, ``with_cp`` off, stages 0-1 and all (``benchmarks.memory``;
-    ``--only memory``).
+    ``--only memory``);
+13. the pairs of ``python -m benchmarks.precision`` (InLine-Swin-T / Swin-T, InLine-PVT-S /
+    PVT-S, InLine-DeiT-B / DeiT-S, each family against itself with every stage Softmax)
+    under fp16 and bf16 autocast, forward and forward + backward, 800x1280 and 1024x2048:
+    CUDA-event times and counterpart / InLine (``--only precision``).
 
 Check 2 runs every backbone on a padded batch too (the padding-aware kernel on the device).
 
@@ -749,6 +753,66 @@ def check_memory(device):
     return '\n     ' + '\n     '.join(lines)
 
 
+# --------------------------------------------------------------------------- precision
+@check('InLine vs Softmax pairs under fp16 and bf16 autocast (benchmarks.precision.PAIRS)')
+def check_precision(device, out_dir):
+    """Each pair of ``benchmarks.precision`` (InLine model and its counterparts) on the device
+    under fp16 and bf16 autocast, forward and forward + backward, at 800x1280 and 1024x2048:
+    CUDA-event medians and counterpart / InLine (above 1: InLine faster). The CPU dry run:
+    the quick models at 64x96 under CPU bf16 autocast."""
+    from benchmarks.measure import write_dict_rows
+    from benchmarks.precision import PAIRS
+    quick = device == 'cpu'
+    dtypes = {'bf16': torch.bfloat16} if quick else {'fp16': torch.float16,
+                                                      'bf16': torch.bfloat16}
+    sizes = [(64, 96)] if quick else [(800, 1280), (1024, 2048)]
+    rows, slower = [], []
+    for inline, (build, others) in PAIRS.items():
+        torch.manual_seed(0)
+        models = {inline: build(quick)}
+        models.update({name: b(quick) for name, b, _ in others})
+        models = {k: m.to(device) for k, m in models.items()}
+        for (h, w) in sizes:
+            x = torch.randn(1, 3, h, w, device=device)
+            for label, dtype in dtypes.items():
+                for mode in ('forward', 'forward+backward'):
+                    times = {}
+                    for name, model in models.items():
+                        def step(model=model):
+                            model.train(mode != 'forward')
+                            with torch.autocast(device, dtype):
+                                if mode == 'forward':
+                                    with torch.no_grad():
+                                        return model(x)
+                                outs = model(x)
+                            sum(o.float().square().mean() for o in outs).backward()
+                        try:
+                            times[name] = _timed(step, device, 2 if quick else 5)
+                        except torch.cuda.OutOfMemoryError:
+                            times[name] = None
+                            torch.cuda.empty_cache()
+                    for name, t in times.items():
+                        ratio = (None if name == inline or t is None or times[inline] is None
+                                 else t / times[inline])
+                        rows.append(dict(size=f'{h}x{w}', dtype=label, mode=mode, model=name,
+                                         seconds='OOM' if t is None else t,
+                                         vs_inline=ratio if ratio is not None else ''))
+                        if ratio is not None and ratio < 1:
+                            slower.append(f'{inline} vs {name} {label} {mode} {h}x{w}: '
+                                          f'{ratio:.2f}x')
+        del models
+        if device == 'cuda':
+            torch.cuda.empty_cache()
+    for r in rows:
+        print(f"     {r['size']:>9} {r['dtype']} {r['mode']:>16} {r['model']:>16}: "
+              + (r['seconds'] if r['seconds'] == 'OOM' else f"{r['seconds'] * 1e3:8.1f} ms")
+              + (f"  counterpart/InLine {r['vs_inline']:.2f}x" if r['vs_inline'] != '' else ''))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_dict_rows(rows, out_dir / 'precision_cuda.csv')
+    return ('every InLine model faster than its counterparts' if not slower else
+            'InLine slower in: ' + '; '.join(slower)) + f'; CSV in {out_dir}'
+
+
 #: --only key -> (check, whether it takes the output folder), in the order they run
 CHECKS = {
     'batched': (check_batched, False),
@@ -767,6 +831,7 @@ CHECKS = {
     'mask2former': (check_mask2former, False),
     'tensorrt': (check_tensorrt, True),
     'memory': (check_memory, False),
+    'precision': (check_precision, True),
 }
 
 
