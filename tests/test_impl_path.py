@@ -26,6 +26,8 @@ EXPECTED = {
     ('models/base.py', 'InLineBackbone.valid_map', 'choose_path'),
     ('models/attention.py', 'InLineAttention.uses_kernel', 'choose_path'),
     ('env.py', 'describe_impl', 'choose_path'),
+    # not a path: whether a device type has bf16 units (the app's and benchmark's one check)
+    ('env.py', 'bf16_support', 'device'),
     # the setting itself: kept, shown, set, handed to choose_path
     ('models/attention.py', 'InLineAttention.uses_kernel', 'impl'),
     ('models/attention.py', 'InLineAttention.extra_repr', 'impl'),
