@@ -15,9 +15,10 @@ docs/deploy.md): inputs ``input`` and each image's ``sizes``, outputs ``dets``, 
 (and ``masks``) or ``seg``; the check runs ONNX Runtime against PyTorch on a padded batch
 of random images.  ``--canvas filled`` exports the graph for batches whose every image has
 the ``--size`` exactly, without the padding masks (faster; recorded in the file, and
-``OnnxModel`` refuses smaller images for it).  A graph is made for one height and width (``inline_mm.deploy.backbone`` says
-why) and refuses any other; the batch is free.  TorchScript exporter (``dynamo=False``),
-opset 17 by default.  ``--arch smoke`` is the family table's tiny test model.  With
+``OnnxModel`` refuses smaller images for it).  A graph is made for one height and width
+(``inline_mm.deploy.backbone`` says why) and refuses any other; the batch is free.
+TorchScript exporter (``dynamo=False``), opset 17 by default.  ``--arch smoke`` is the
+family table's tiny test model.  With
 ``--checkpoint`` the file goes through the project's safe loader (official,
 converted or mm checkpoints).  The backbone check runs ONNX Runtime (CPU) at each
 ``--batches`` size against PyTorch eager and fails above ``--atol``; ``--bench``
