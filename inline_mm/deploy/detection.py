@@ -24,8 +24,8 @@ Each image gets what mmdet's ``test_step`` gives it alone (with ``rescale`` and 
 boxes in input pixels; :mod:`.runtime` maps them to the original image), whatever the
 batch: see :mod:`.common`; or, built with ``canvas='filled'``, what it gives a batch of
 images that each fill the canvas, without the padding masks. Supported: two-stage detectors
-with ``RPNHead`` / ``PadAwareRPNHead`` and ``StandardRoIHead`` (Faster / Mask R-CNN), and ``RetinaHead``
-one-stage detectors, on an InLine backbone with mmdet's ``FPN``.
+with ``RPNHead`` / ``PadAwareRPNHead`` and ``StandardRoIHead`` (Faster / Mask R-CNN), and
+``RetinaHead`` one-stage detectors, on an InLine backbone with mmdet's ``FPN``.
 """
 from typing import List, Optional, Tuple
 
