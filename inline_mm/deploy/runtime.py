@@ -116,7 +116,7 @@ def _openvino(path: str, threads: Optional[int], precision: str):
         config['INFERENCE_NUM_THREADS'] = int(threads)
     core = ov.Core()
     compiled = core.compile_model(core.read_model(path), 'CPU', config)
-    ports = {o.get_any_name(): o for o in compiled.outputs}
+    ports = {name: o for o in compiled.outputs for name in o.get_names()}
 
     def run(names, feed):
         out = compiled(feed)
