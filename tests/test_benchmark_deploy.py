@@ -37,7 +37,8 @@ def test_whole_models_quick_run_checks_times_and_writes(tmp_path, capsys):
     bf16 units)."""
     from benchmarks import deploy_whole
     from inline_mm.env import bf16_support
-    times, checks = deploy_whole.main(['--quick', '--threads', '1', '--out-dir', str(tmp_path)])
+    times, checks = deploy_whole.main(['--quick', '--threads', '1', '--clock', 'cpu',
+                                       '--out-dir', str(tmp_path)])
     for graph in ('padded', 'filled'):
         det = checks['mask_rcnn_toy'][f'onnxruntime {graph}']
         assert det['matched'] == det['detections_pytorch'] == det['detections_onnxruntime'], det
@@ -48,8 +49,9 @@ def test_whole_models_quick_run_checks_times_and_writes(tmp_path, capsys):
     assert ('pytorch bf16' in columns) == bf16_support('cpu')[0], columns
     out = capsys.readouterr().out
     assert '| mask_rcnn_toy | 1 |' in out and '| onnxruntime filled |' in out
+    assert '(CPU time of this process)' in out
     with open(tmp_path / 'deploy_whole.csv') as f:
         rows = list(csv.DictReader(f))
-    assert rows and all(float(r['seconds']) > 0 for r in rows)
+    assert rows and all(float(r['seconds']) > 0 and float(r['cpu_seconds']) > 0 for r in rows)
     meta = json.loads((tmp_path / 'deploy_whole_meta.json').read_text())
     assert meta['rounds'] == 1 and meta['checks'] == json.loads(json.dumps(checks))
