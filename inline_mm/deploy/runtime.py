@@ -146,9 +146,11 @@ class OnnxModel:
                  precision: Optional[str] = None):
         if runtime not in RUNTIMES:
             raise ValueError(f'runtime={runtime!r}: choose among {", ".join(RUNTIMES)}')
-        if precision not in RUNTIMES[runtime]:
-            raise ValueError(f'precision={precision!r} for {runtime}: choose among '
-                             + ', '.join(map(repr, RUNTIMES[runtime])))
+        if precision is not None and precision not in RUNTIMES[runtime]:
+            offered = [p for p in RUNTIMES[runtime] if p]
+            raise ValueError(f'precision={precision!r} for {runtime}: ' + (
+                'choose among ' + ', '.join(map(repr, offered)) if offered else
+                "it runs the file's fp32; precisions are OpenVINO's (runtime='openvino')"))
         if providers is not None and runtime != 'onnxruntime':
             raise ValueError('providers are ONNX Runtime\'s: not for runtime='
                              f'{runtime!r}')
