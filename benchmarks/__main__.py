@@ -147,7 +147,8 @@ PARTS = {
     'deploy': 'whole Mask R-CNN, RetinaNet and UperNet exported (inline_mm.deploy), and the '
               "demo's trained Mask R-CNN: ONNX Runtime and "
               'OpenVINO against PyTorch eager, 1 thread and all cores (benchmarks.deploy_whole; '
-              '--threads sets one count)',
+              '--threads sets one count); the padded and the canvas-filling graph; PyTorch bf16 '
+              'autocast and OpenVINO bf16 where the CPU has bf16 units',
     'memory-check': "the memory count against the CPU allocator on a real step of InLine-Swin-T "
                     "UperNet (batch 2, 512x512), and with_cp's step time",
 }

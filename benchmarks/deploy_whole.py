@@ -12,7 +12,9 @@ Models: InLine-Swin-T as the shipped configs build it with random weights
 (``mask-rcnn_inline-swin-nano_fpn_1xb4-550it_toy-coco.py``) with the checkpoint ``make demo``
 trained (``--demo-checkpoint``; default ``work_dirs/demo/last_checkpoint``; the case is left
 out, saying so, when there is none) on a validation image of its toy set. Each is exported
-with ``inline_mm.deploy`` for its input size. The random detectors are biased so that they
+with ``inline_mm.deploy`` for its input size, twice: the ``padded`` graph (any image up to
+the size, the padding masked) and the ``filled`` one (images that fill it, no masks;
+``--graphs`` chooses). The random detectors are biased so that they
 find what trained ones find: each RoI of Mask R-CNN scores two classes above the 0.05
 threshold (as a trained COCO model leaves about 2,000 candidates for the NMS and 100
 detections with masks per image), and each RetinaNet anchor two classes (``nms_pre``
@@ -21,14 +23,17 @@ PyTorch runs ``model.test_step`` (mmdet's / mmseg's data preprocessor, ``predict
 post-processing, masks pasted to the image, ``no_grad``), ONNX Runtime and OpenVINO the file
 and :meth:`OnnxModel.results <inline_mm.deploy.OnnxModel.results>` (the masks pasted to the
 image as ``test_step`` pastes them), OpenVINO with ``INFERENCE_PRECISION_HINT=f32`` (its
-default on CPUs with bf16 units is bf16, which changes the results). Before timing, the
-runtimes' results are compared with PyTorch's (detections matched, or the share of equal
-pixels).
+default on CPUs with bf16 units is bf16, which changes the results) on every graph, and with
+``bf16`` on the filled graph. Where the CPU has bf16 units (``inline_mm.env.bf16_support``),
+PyTorch also runs ``test_step`` under bf16 autocast, and OpenVINO in bf16; elsewhere bf16 is
+emulated (slower than fp32) and those columns are left out, saying so. Before timing, the
+runtimes' results are compared with PyTorch's fp32 (detections matched, or the share of
+equal pixels).
 
 Then ``--rounds`` rounds run every (model, thread count, runtime) once (a case shorter
 than half a second several times, the mean), interleaved, so that load from other processes
 hits them alike; the table gives medians and each
-runtime's time over PyTorch's (and its range over the rounds). Outputs in ``--out-dir``:
+runtime's time over PyTorch's fp32 (and its range over the rounds). Outputs in ``--out-dir``:
 ``deploy_whole.csv``, ``deploy_whole_meta.json`` (machine, versions, load averages, the
 comparisons, export times).
 """
@@ -71,6 +76,22 @@ TRAINED = {'mask_rcnn_demo_256x256'}
 MIN_ROUND_S = 0.5
 #: --quick: the toy models of inline_mm.deploy.toy (random weights) at small sizes
 QUICK = {'mask_rcnn_toy': ('mask_rcnn', (96, 128)), 'upernet_toy': ('upernet', (64, 96))}
+#: the graphs exported per case (inline_mm.deploy.build_graph's canvas)
+GRAPHS = ('padded', 'filled')
+#: the columns: (runtime, precision, graph); PyTorch's graph is the model itself
+RUNTIMES = [('pytorch', 'fp32', None), ('pytorch', 'bf16', None),
+            ('onnxruntime', 'fp32', 'padded'), ('onnxruntime', 'fp32', 'filled'),
+            ('openvino', 'f32', 'padded'), ('openvino', 'f32', 'filled'),
+            ('openvino', 'bf16', 'filled')]
+#: the reference every column is divided by
+EAGER = ('pytorch', 'fp32', None)
+
+
+def label(key) -> str:
+    """A column's name, e.g. ``onnxruntime filled`` or ``pytorch bf16``."""
+    runtime, precision, graph = key
+    return ' '.join([runtime] + ([precision] if precision not in ('fp32', 'f32') else [])
+                    + ([graph] if graph else []))
 
 
 def demo_checkpoint(given=None):
@@ -152,26 +173,29 @@ def _compare(model, data, outputs, task, threshold) -> dict:
     return summary
 
 
-def _openvino(path: str, threads: int):
+def _has_openvino() -> bool:
     try:
-        import openvino as ov
+        import openvino  # noqa: F401
     except ImportError:
-        return None
-    core = ov.Core()
-    compiled = core.compile_model(core.read_model(path), 'CPU', {
-        'INFERENCE_PRECISION_HINT': 'f32', 'INFERENCE_NUM_THREADS': threads})
-    names = [o.get_any_name() for o in compiled.outputs]
-
-    def run(feed):
-        out = compiled(feed)
-        return {n: out[o] for n, o in zip(names, compiled.outputs)}
-    return run
+        return False
+    return True
 
 
-def build_case(name: str, tmp: Path, checkpoint=None, onnx_dir=None):
+def columns(graphs=GRAPHS, bf16=None) -> list:
+    """The columns that run here: OpenVINO's where it is installed, bf16 ones where the CPU
+    has bf16 units (``bf16``: that answer, default ``inline_mm.env.bf16_support``)."""
+    if bf16 is None:
+        from inline_mm.env import bf16_support
+        bf16 = bf16_support('cpu')[0]
+    ov = _has_openvino()
+    return [k for k in RUNTIMES if (k[2] is None or k[2] in graphs)
+            and (k[0] != 'openvino' or ov) and (k[1] != 'bf16' or bf16)]
+
+
+def build_case(name: str, tmp: Path, checkpoint=None, onnx_dir=None, graphs=GRAPHS):
     """A case's model (eval, on the CPU), its config's scope, its one-image batch and its
-    exported file (in ``onnx_dir``, reused if there; else in ``tmp``): ``(model, scope,
-    data, path, export seconds or None)``."""
+    exported files (in ``onnx_dir``, reused if there; else in ``tmp``), one per graph of
+    ``graphs``: ``(model, scope, data, {graph: path}, export seconds or None)``."""
     from inline_mm.apis import init_model
     from inline_mm.deploy import build_graph, export_graph
     cfg, size = _config(name, tmp)
@@ -185,24 +209,31 @@ def build_case(name: str, tmp: Path, checkpoint=None, onnx_dir=None):
         _like_trained(model)
         data = _data(model, size)
     model.eval()
-    start = time.perf_counter()
-    path = Path(onnx_dir or tmp) / f'{name}.onnx'
-    export_s = None
-    if onnx_dir is None or not path.is_file():
-        export_graph(build_graph(model, size), str(path))
-        export_s = time.perf_counter() - start
-    return model, cfg.default_scope, data, str(path), export_s
+    paths, export_s = {}, None
+    for graph in graphs:
+        start = time.perf_counter()
+        path = Path(onnx_dir or tmp) / (f'{name}.onnx' if graph == 'padded' else
+                                        f'{name}_{graph}.onnx')
+        if onnx_dir is None or not path.is_file():
+            export_graph(build_graph(model, size, graph), str(path))
+            export_s = (export_s or 0.) + time.perf_counter() - start
+        paths[graph] = str(path)
+    return model, cfg.default_scope, data, paths, export_s
 
 
-def prepare(names: List[str], threads: List[int], tmp: Path, checkpoint=None, onnx_dir=None):
+def prepare(names: List[str], threads: List[int], tmp: Path, checkpoint=None, onnx_dir=None,
+            keys=None):
     """Build, export (into ``onnx_dir``, reusing a file of the case already there) and
-    check every model; the callables to time."""
+    check every model; the callables to time, per ``(case, threads, column)`` of ``keys``
+    (default :func:`columns`)."""
     from mmengine.registry import DefaultScope
 
     from inline_mm.deploy import OnnxModel
+    keys = keys or columns()
+    graphs = [g for g in GRAPHS if any(k[2] == g for k in keys)]
     runs, checks, export_s = {}, {}, {}
     for name in names:
-        model, scope, data, path, seconds = build_case(name, tmp, checkpoint, onnx_dir)
+        model, scope, data, paths, seconds = build_case(name, tmp, checkpoint, onnx_dir, graphs)
         if seconds is not None:
             export_s[name] = seconds
         image = data['inputs'][0]
@@ -212,51 +243,51 @@ def prepare(names: List[str], threads: List[int], tmp: Path, checkpoint=None, on
                      shapes=[meta.get('ori_shape', tuple(image.shape[1:]))])
         raw = {}
         for t in threads:
-            session = OnnxModel(path, threads=t)
-            canvas, sizes = session.pad([image])
-            feed = {'input': canvas, 'sizes': sizes}
-            # each runtime's outputs, and its results as test_step's (the paste included)
-            raw[t, 'onnxruntime'] = lambda s=session, c=canvas, z=sizes: s(c, z)
-            ov_run = _openvino(path, t)
-            if ov_run is not None:
-                raw[t, 'openvino'] = lambda r=ov_run, f=feed: r(f)
-            for rt in ('onnxruntime', 'openvino'):
-                if (t, rt) in raw:
-                    runs[name, t, rt] = (lambda s=session, fn=raw[t, rt], z=sizes, w=where:
-                                         s.results(fn(), z, **w))
-
-            def eager(m=model, d=data, n=t):
-                torch.set_num_threads(n)
-                with torch.no_grad():
-                    return m.test_step(d)
-            runs[name, t, 'pytorch'] = eager
-        task = session.task
+            for key in keys:
+                runtime, precision, graph = key
+                if runtime == 'pytorch':
+                    def eager(m=model, d=data, n=t, bf16=precision == 'bf16'):
+                        torch.set_num_threads(n)
+                        with torch.no_grad(), torch.autocast('cpu', torch.bfloat16,
+                                                             enabled=bf16):
+                            return m.test_step(d)
+                    runs[name, t, key] = eager
+                    continue
+                session = OnnxModel(paths[graph], threads=t, runtime=runtime,
+                                    precision=None if runtime == 'onnxruntime' else precision)
+                canvas, sizes = session.pad([image])
+                # each runtime's outputs, and its results as test_step's (the paste included)
+                raw[t, key] = lambda s=session, c=canvas, z=sizes: s(c, z)
+                runs[name, t, key] = (lambda s=session, c=canvas, z=sizes, w=where:
+                                      s.results(s(c, z), z, **w))
+        task = session.task if raw else None
         with DefaultScope.overwrite_default_scope(scope):
-            checks[name] = {rt: _compare(model, data, raw[threads[0], rt](), task,
-                                         session.mask_thr_binary)
-                            for rt in ('onnxruntime', 'openvino') if (threads[0], rt) in raw}
+            checks[name] = {label(k): _compare(model, data, raw[threads[0], k](), task,
+                                               session.mask_thr_binary)
+                            for k in keys if (threads[0], k) in raw}
         print(f'{name}: ' + (f'exported in {export_s[name]:.0f} s' if name in export_s
-                             else f'reusing {path}') + '; against PyTorch: '
-              f'{json.dumps(checks[name])}', flush=True)
+                             else f'reusing {", ".join(paths.values())}') + '; against '
+              f'PyTorch fp32: {json.dumps(checks[name])}', flush=True)
     return runs, checks, export_s
 
 
-def table(times: Dict[Tuple[str, int, str], List[float]], names, threads, rounds) -> str:
-    runtimes = [rt for rt in ('onnxruntime', 'openvino')
-                if any(k[2] == rt for k in times)]
-    head = ' | '.join(f'{rt} (s) | {rt} / PyTorch' for rt in runtimes)
-    lines = [f'whole models, batch 1, medians of {rounds} interleaved rounds', '',
-             f'| model | threads | PyTorch (s) | {head} |',
-             '|---|---|---|' + '---|---|' * len(runtimes)]
+def table(times: Dict[Tuple[str, int, tuple], List[float]], names, threads, rounds) -> str:
+    """PyTorch fp32's median seconds, then each other column's median time over it (the
+    median of the per-round ratios, and their range)."""
+    keys = [k for k in RUNTIMES if k != EAGER and any(t[2] == k for t in times)]
+    lines = [f'whole models, batch 1, medians of {rounds} interleaved rounds; each column: '
+             'its time / PyTorch fp32 (median of the rounds\' ratios, range)', '',
+             '| model | threads | pytorch (s) | ' + ' | '.join(map(label, keys)) + ' |',
+             '|---|---|---|' + '---|' * len(keys)]
     for name in names:
         for t in threads:
-            eager = statistics.median(times[name, t, 'pytorch'])
+            eager = times[name, t, EAGER]
             cells = []
-            for rt in runtimes:
-                med = statistics.median(times[name, t, rt])
-                per = [a / b for a, b in zip(times[name, t, rt], times[name, t, 'pytorch'])]
-                cells.append(f'{med:.2f} | {med / eager:.2f}x ({min(per):.2f}-{max(per):.2f})')
-            lines.append(f'| {name} | {t} | {eager:.2f} | ' + ' | '.join(cells) + ' |')
+            for k in keys:
+                per = [a / b for a, b in zip(times[name, t, k], eager)]
+                cells.append(f'{statistics.median(per):.2f}x ({min(per):.2f}-{max(per):.2f})')
+            lines.append(f'| {name} | {t} | {statistics.median(eager):.2f} | '
+                         + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 
@@ -275,6 +306,15 @@ def main(argv=None):
     p.add_argument('--onnx-dir', type=Path, default=None,
                    help='keep the exported files here and reuse those already there (export '
                         'once, time in later runs; default: a temporary folder)')
+    p.add_argument('--clock', choices=['wall', 'cpu'], default='wall',
+                   help="what the table divides: 'wall' seconds (default), or 'cpu', this "
+                        "process's CPU time: with --threads 1 on a machine other jobs load, "
+                        'the work done, not the share of the cores it got (the CSV has both)')
+    p.add_argument('--graphs', nargs='+', choices=GRAPHS, default=list(GRAPHS),
+                   help='the graphs to export and run (default: both)')
+    p.add_argument('--columns', nargs='+', default=None, metavar='COLUMN',
+                   help='only these columns besides PyTorch fp32, by their names in the table '
+                        '(e.g. "onnxruntime filled" "openvino bf16 filled")')
     args = p.parse_args(argv)
     names = list(QUICK) if args.quick else (args.models or list(DEFAULT))
     checkpoint = demo_checkpoint(args.demo_checkpoint)
@@ -285,14 +325,31 @@ def main(argv=None):
         print(f"(no demo checkpoint: {', '.join(sorted(TRAINED))} left out; `make demo` "
               'trains one)', flush=True)
         names = [n for n in names if n not in TRAINED]
+    from inline_mm.env import bf16_support
+    bf16, why = bf16_support('cpu')
+    keys = columns(args.graphs, bf16)
+    if not bf16:
+        print(f'(bf16 columns left out: {why})', flush=True)
+    if not _has_openvino():
+        print("(OpenVINO columns left out: openvino is not installed; pip install "
+              "'inline_mm[openvino]')", flush=True)
+    if args.columns:
+        unknown = set(args.columns) - {label(k) for k in keys}
+        if unknown:
+            p.error(f'--columns: {", ".join(sorted(unknown))} not among those that run here: '
+                    + ', '.join(f'"{label(k)}"' for k in keys if k != EAGER))
+        keys = [k for k in keys if k == EAGER or label(k) in args.columns]
     threads = args.threads or sorted({1, os.cpu_count() or 1})
+    if args.clock == 'cpu' and threads != [1]:
+        p.error('--clock cpu measures one thread: give --threads 1')
     rounds = args.rounds or (1 if args.quick else 3)
     if rounds < 1 or min(threads) < 1:
         p.error('--rounds and --threads must be >= 1')
     import onnxruntime
     meta = dict(machine_info(), models=names, threads=threads, rounds=rounds,
                 demo_checkpoint=checkpoint if TRAINED & set(names) else None,
-                onnxruntime=onnxruntime.__version__)
+                onnxruntime=onnxruntime.__version__, bf16=[bf16, why], clock=args.clock,
+                columns=[label(k) for k in keys])
     try:
         import openvino
         meta['openvino'] = openvino.__version__
@@ -302,7 +359,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         if args.onnx_dir:
             args.onnx_dir.mkdir(parents=True, exist_ok=True)
-        runs, checks, export_s = prepare(names, threads, Path(tmp), checkpoint, args.onnx_dir)
+        runs, checks, export_s = prepare(names, threads, Path(tmp), checkpoint, args.onnx_dir,
+                                         keys)
         reps = {}
         for key, fn in runs.items():               # warm-up; short runs repeat in a round
             start = time.perf_counter()
@@ -314,28 +372,34 @@ def main(argv=None):
                 n = max(v for k, v in reps.items() if k[:2] == (name, t))
                 reps.update({k: n for k in reps if k[:2] == (name, t)})
         times = {k: [] for k in runs}
+        cpu = {k: [] for k in runs}
         for r in range(rounds):
             for key, fn in runs.items():
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 for _ in range(reps[key]):
                     fn()
                 times[key].append((time.perf_counter() - start) / reps[key])
+                cpu[key].append((time.process_time() - start_cpu) / reps[key])
             print(f'round {r + 1}/{rounds} done' + (
                 f' (load average {os.getloadavg()[0]:.1f})' if hasattr(os, 'getloadavg')
                 else ''), flush=True)
     torch.set_num_threads(torch_threads)
+    wall = times
+    if args.clock == 'cpu':
+        times = cpu
     if hasattr(os, 'getloadavg'):
         meta['load_average_end'] = os.getloadavg()
     meta.update(checks=checks, export_s=export_s)
     print()
-    print(table(times, names, threads, rounds))
+    print(table(times, names, threads, rounds)
+          + ('\n(CPU time of this process)' if args.clock == 'cpu' else ''))
     args.out_dir.mkdir(parents=True, exist_ok=True)
     with open(args.out_dir / 'deploy_whole.csv', 'w', newline='') as f:
         w = csv.writer(f)
-        w.writerow(['model', 'threads', 'runtime', 'round', 'seconds'])
-        for (name, t, rt), ts in times.items():
-            for i, s in enumerate(ts):
-                w.writerow([name, t, rt, i, f'{s:.6f}'])
+        w.writerow(['model', 'threads', 'runtime', 'round', 'seconds', 'cpu_seconds'])
+        for (name, t, key), ts in wall.items():
+            for i, (s, c) in enumerate(zip(ts, cpu[name, t, key])):
+                w.writerow([name, t, label(key), i, f'{s:.6f}', f'{c:.6f}'])
     (args.out_dir / 'deploy_whole_meta.json').write_text(json.dumps(meta, indent=2, default=str))
     return times, checks
 

@@ -4,9 +4,11 @@
 of each after a warm-up, at ``--threads`` threads (default 1).
 
     python -m benchmarks.profile_deploy_whole mask_rcnn_800x1344 --onnx-dir work_dirs/deploy_onnx
+    python -m benchmarks.profile_deploy_whole mask_rcnn_800x1344 --graph filled
     python -m benchmarks.profile_deploy_whole retinanet_512x512 --threads 2
 
-ONNX Runtime: its own profiler (``enable_profiling``) on the file, kernel time summed by the
+ONNX Runtime: its own profiler (``enable_profiling``) on the file (``--graph``: the padded
+graph, default, or the one for images that fill the canvas), kernel time summed by the
 graph's top-level module (the node names' first part) and by op; the mask paste after it
 (``OnnxModel.results``) timed apart. PyTorch: ``model.test_step`` with forward hooks timing
 the model's parts it has of backbone, neck, RPN head, RoI extractors, box and mask heads,
@@ -94,17 +96,20 @@ def main(argv=None):
     p.add_argument('--threads', type=int, default=1)
     p.add_argument('--onnx-dir', type=Path, default=None)
     p.add_argument('--demo-checkpoint', default=None)
+    p.add_argument('--graph', choices=deploy_whole.GRAPHS, default='padded',
+                   help="the exported graph: 'padded' (default) or 'filled' (no padding masks)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         onnx_dir = args.onnx_dir or Path(tmp)
         onnx_dir.mkdir(parents=True, exist_ok=True)
-        model, _, data, path, _ = deploy_whole.build_case(
-            args.case, Path(tmp), deploy_whole.demo_checkpoint(args.demo_checkpoint), onnx_dir)
-        run_s, paste_s, by_module, by_op = _ort_profile(path, data, str(Path(tmp) / 'ort'),
-                                                          args.threads)
+        model, _, data, paths, _ = deploy_whole.build_case(
+            args.case, Path(tmp), deploy_whole.demo_checkpoint(args.demo_checkpoint), onnx_dir,
+            [args.graph])
+        run_s, paste_s, by_module, by_op = _ort_profile(paths[args.graph], data,
+                                                          str(Path(tmp) / 'ort'), args.threads)
     total = sum(by_op.values())
     t = f'{args.threads} thread{"s" if args.threads > 1 else ""}'
-    print(f'ONNX Runtime, {t}: run {run_s:.2f} s (kernels {total:.2f} s), '
+    print(f'ONNX Runtime ({args.graph} graph), {t}: run {run_s:.2f} s (kernels {total:.2f} s), '
           f'paste {paste_s:.2f} s')
     for name, s in by_module.most_common(8):
         print(f'  {name:32s} {s:6.2f} s {100 * s / total:5.1f}%')

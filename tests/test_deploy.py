@@ -256,6 +256,82 @@ def test_upernet_miou_and_padded_batch(toy):
         assert np.array_equal(one['seg'][0], batch['seg'][i])
 
 
+@pytest.mark.xdist_group('deploy')
+@pytest.mark.parametrize('kind', ['mask_rcnn', 'retinanet', 'upernet'])
+def test_filled_graph_gives_each_image_what_pytorch_gives_it(toy, kind):
+    """The graph for images that fill the canvas (canvas='filled'), on one batch of the toy
+    images cut to its size: each gets what test_step gives it alone, with none of the
+    padded graph's masks (no Where in the preprocessing, backbone, neck or heads); the file
+    records its canvas, and OnnxModel refuses a smaller image for it."""
+    import onnx
+    from mmdet.structures import DetDataSample
+    from mmseg.structures import SegDataSample
+
+    from inline_mm.deploy import read_metadata
+    from inline_mm.deploy.evaluate import SegmentationParity
+    t = toy(kind)
+    side = 64 if kind == 'upernet' else 96                 # toy images: 72-120 px, 96 px
+    sample = SegDataSample if kind == 'upernet' else DetDataSample
+    images, samples = [], []
+    for img, ds in _train_images(t['cfg']):
+        images.append(img[:, :side, :side].contiguous())
+        samples.append(sample(metainfo=dict(img_path=ds.img_path, img_shape=(side, side),
+                                            ori_shape=(side, side), scale_factor=(1., 1.))))
+    path = export_graph(build_graph(t['model'], (side, side), 'filled'),
+                        str(t['work'] / 'filled.onnx'))
+    runtime = OnnxModel(path)
+    assert runtime.canvas == read_metadata(path)['canvas'] == 'filled'
+    assert "canvas='filled'" in repr(runtime)
+    canvas, sizes = runtime.pad(images)
+    got = to_data_samples(runtime(canvas, sizes), sizes, samples, runtime.task,
+                          runtime.mask_thr_binary)
+    with torch.no_grad():
+        alone = [t['model'].test_step(dict(inputs=[img], data_samples=[s]))[0]
+                 for img, s in zip(images, samples)]
+    parity = SegmentationParity() if kind == 'upernet' else DetectionParity()
+    parity.add(alone, got)
+    if kind == 'upernet':
+        assert parity.summary()['worst_image_agreement'] >= 0.999, parity.summary()
+    else:
+        _assert_same_detections(parity.summary())
+
+    def masks(file):
+        parts = ('/preprocess', '/backbone', '/neck', '/rpn_head', '/bbox_head', '/decode_head')
+        return [n.name for n in onnx.load(file).graph.node
+                if n.op_type == 'Where' and n.name.startswith(parts)]
+    assert not masks(path) and masks(t['onnx'])
+    filled = f"fill its {side}x{side} canvas .canvas='filled'"
+    with pytest.raises(ValueError, match=f'image 1 is {side}x{side - 32}: .*{filled}'):
+        runtime.pad([images[0], images[1][:, :, :side - 32]])
+    with pytest.raises(ValueError, match=f'sizes .\\({side - 32}, {side}\\).: .*{filled}'):
+        runtime(canvas[:1], np.array([[side - 32, side]]))
+
+
+@pytest.mark.xdist_group('deploy')
+def test_openvino_runs_the_file_as_onnx_runtime(toy):
+    """OnnxModel(runtime='openvino') on the toy Mask R-CNN (the openvino extra; skipped
+    without it, as in CI): at f32 the same metrics and detections as PyTorch."""
+    pytest.importorskip('openvino')
+    t = toy('mask_rcnn')
+    result = evaluate(t['cfg'], t['onnx'], model=t['model'], runtime='openvino',
+                      precision='f32')
+    for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
+        assert abs(result['openvino'][key] - result['pytorch'][key]) <= AP, result
+    _assert_same_detections(result['parity'])
+    assert 'runtime=openvino' in repr(OnnxModel(t['onnx'], runtime='openvino'))
+
+
+def test_a_runtime_or_precision_not_offered_is_refused():
+    with pytest.raises(ValueError, match="runtime='tensorrt': choose among onnxruntime, "
+                                         'openvino'):
+        OnnxModel('any.onnx', runtime='tensorrt')
+    with pytest.raises(ValueError, match="precision='bf16' for onnxruntime"):
+        OnnxModel('any.onnx', precision='bf16')
+    model = init_model(_config('inline_swin/retinanet_inline-swin-t_fpn_1x_coco.py'))
+    with pytest.raises(ValueError, match="canvas='full': choose 'padded' .* or 'filled'"):
+        build_graph(model, (64, 96), canvas='full')
+
+
 # --------------------------------------------------------------------------- bad input
 def _config(path, shrink=shrink_detector):
     from mmengine.config import Config

@@ -13,9 +13,12 @@
 segmentor (UperNet) with its preprocessing and post-processing (``inline_mm.deploy``,
 docs/deploy.md): inputs ``input`` and each image's ``sizes``, outputs ``dets``, ``labels``
 (and ``masks``) or ``seg``; the check runs ONNX Runtime against PyTorch on a padded batch
-of random images.  A graph is made for one height and width (``inline_mm.deploy.backbone`` says
-why) and refuses any other; the batch is free.  TorchScript exporter (``dynamo=False``),
-opset 17 by default.  ``--arch smoke`` is the family table's tiny test model.  With
+of random images.  ``--canvas filled`` exports the graph for batches whose every image has
+the ``--size`` exactly, without the padding masks (faster; recorded in the file, and
+``OnnxModel`` refuses smaller images for it).  A graph is made for one height and width
+(``inline_mm.deploy.backbone`` says why) and refuses any other; the batch is free.
+TorchScript exporter (``dynamo=False``), opset 17 by default.  ``--arch smoke`` is the
+family table's tiny test model.  With
 ``--checkpoint`` the file goes through the project's safe loader (official,
 converted or mm checkpoints).  The backbone check runs ONNX Runtime (CPU) at each
 ``--batches`` size against PyTorch eager and fails above ``--atol``; ``--bench``
@@ -42,6 +45,10 @@ def parse_args(argv=None):
                         'mm checkpoint of that model')
     p.add_argument('--size', type=int, nargs=2, required=True, metavar=('H', 'W'),
                    help='input height and width the graph is made for')
+    p.add_argument('--canvas', choices=['padded', 'filled'], default='padded',
+                   help="with --whole: 'padded' (default), images of any size up to --size, "
+                        "each computed as alone; 'filled', every image of --size exactly, "
+                        'without the padding masks (faster)')
     p.add_argument('--out', help='output .onnx path (default: <family>_<arch>_<H>x<W>.onnx)')
     p.add_argument('--opset', type=int, default=17)
     p.add_argument('--batches', type=int, nargs='+', default=[1, 2],
@@ -80,7 +87,7 @@ def export_whole(args):
     h, w = args.size
     try:
         model = init_model(args.config, args.checkpoint)
-        graph = build_graph(model, (h, w))
+        graph = build_graph(model, (h, w), args.canvas)
     except (NotExportable, CheckpointError) as e:
         raise SystemExit(f'error: {e}')
     if args.checkpoint is None:
@@ -90,8 +97,8 @@ def export_whole(args):
     out = args.out or f'{Path(args.config).stem}_{h}x{w}.onnx'
     export_graph(graph, out, opset=args.opset, classes=classes,
                  extra=dict(config=Path(args.config).name))
-    report = dict(onnx=out, size=[h, w], opset=args.opset, task=graph.task,
-                  outputs=graph.output_names())
+    report = dict(onnx=out, size=[h, w], canvas=graph.canvas, opset=args.opset,
+                  task=graph.task, outputs=graph.output_names())
     if not args.no_check:
         report['check'] = check_export(graph, out, batch=max(args.batches))
     print(json.dumps(report))

@@ -3,8 +3,10 @@ test set with ONNX Runtime, as ``tools/test.py`` evaluates the PyTorch model.
 
     inline-mm-test-onnx CONFIG model.onnx                        # ONNX Runtime's metrics
     inline-mm-test-onnx CONFIG model.onnx --checkpoint model.pth # and PyTorch's, compared
+    inline-mm-test-onnx CONFIG model.onnx --runtime openvino --precision bf16   # OpenVINO's
 
-Prints one JSON line: ``onnxruntime`` (the config's test metrics: COCO box / mask AP, mIoU),
+Prints one JSON line: ``onnxruntime`` (or ``openvino``: the config's test metrics: COCO box /
+mask AP, mIoU),
 and with ``--checkpoint`` ``pytorch`` (the same metrics from ``model.test_step`` on the
 same batches) and ``parity`` (detections matched by label and IoU, the worst box and score
 difference and the lowest mask IoU of a matched pair; or the share of pixels whose class
@@ -21,7 +23,12 @@ def parse_args(argv=None):
     p.add_argument('config', help='the mmdet/mmseg config the file was exported from')
     p.add_argument('onnx', help='the .onnx file (tools/deployment/export_onnx.py --whole)')
     p.add_argument('--checkpoint', help='the PyTorch checkpoint: evaluate it too and compare')
-    p.add_argument('--threads', type=int, default=None, help='ONNX Runtime intra-op threads')
+    p.add_argument('--threads', type=int, default=None, help="the runtime's intra-op threads")
+    p.add_argument('--runtime', choices=['onnxruntime', 'openvino'], default='onnxruntime',
+                   help='run the file in ONNX Runtime (default) or OpenVINO (the openvino '
+                        'extra); the report names it')
+    p.add_argument('--precision', choices=['f32', 'bf16', 'f16'], default=None,
+                   help="with --runtime openvino: its INFERENCE_PRECISION_HINT (default f32)")
     p.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
                    metavar='KEY=VALUE',
                    help="override config settings, as tools/test.py's --cfg-options")
@@ -37,8 +44,9 @@ def main(argv=None):
     from inline_mm.deploy import NotExportable, evaluate
     try:
         report = evaluate(args.config, args.onnx, checkpoint=args.checkpoint,
-                          threads=args.threads, cfg_options=args.cfg_options)
-    except (NotExportable, ValueError, FileNotFoundError) as e:
+                          threads=args.threads, cfg_options=args.cfg_options,
+                          runtime=args.runtime, precision=args.precision)
+    except (NotExportable, ValueError, FileNotFoundError, ImportError) as e:
         raise SystemExit(f'error: {e}')
     line = json.dumps(report, default=float)
     print(line)
@@ -46,12 +54,12 @@ def main(argv=None):
         with open(args.out, 'w') as f:
             f.write(line + '\n')
     if args.fail_above is not None and report['pytorch'] is not None:
-        worst = max(abs(v - report['pytorch'][k]) for k, v in report['onnxruntime'].items()
+        worst = max(abs(v - report['pytorch'][k]) for k, v in report[args.runtime].items()
                     if isinstance(v, (int, float)))
         unmatched = len(report['parity'].get('unmatched', []))
         if worst > args.fail_above or unmatched:
-            print(f'error: ONNX Runtime and PyTorch differ: largest metric difference {worst}, '
-                  f'{unmatched} unmatched detections', file=sys.stderr)
+            print(f'error: {args.runtime} and PyTorch differ: largest metric difference '
+                  f'{worst}, {unmatched} unmatched detections', file=sys.stderr)
             return 1
     return 0
 

@@ -5,8 +5,9 @@ docs/export_and_timm.md).
   ``export_onnx``, ``check_onnx``, and what the graphs refuse.
 * Whole detectors and segmentors as single ONNX files that ONNX Runtime runs with no
   custom-op library: :func:`build_graph` (a model of :func:`inline_mm.apis.init_model` with
-  its preprocessing and post-processing for one input size), :func:`export_graph` (the
-  ``.onnx`` file); :class:`OnnxModel` (an ONNX Runtime session of such a file: padding,
+  its preprocessing and post-processing for one input size; ``canvas='filled'``: for images
+  that fill it, without the padding masks), :func:`export_graph` (the ``.onnx`` file);
+  :class:`OnnxModel` (an ONNX Runtime session of such a file, or OpenVINO's: padding,
   running, per-image results), :func:`paste_masks` (each detection's mask into its image, as
   mmdet pastes it), :func:`to_data_samples` (its outputs as mmdet / mmseg results);
   :func:`evaluate` (``tools/test.py`` for a file, with the comparison against PyTorch).

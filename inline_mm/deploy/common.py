@@ -13,6 +13,13 @@ test: its ``test_cfg``, usually nothing) and run the model on that map, the imag
   image's region at its map (``ceil(region / stride)`` cells), as its own zero padding
   would be there: :class:`RegionConvs`;
 * resizes, pooling, anchors and RoIAlign work on the region (the modules of each task).
+
+**Or every image fills the canvas** (``canvas='filled'``, chosen when the graph is built and
+recorded in the file): then each image's region is the whole canvas and the graph computes
+what mmdet and mmseg compute on such a batch, without any of the masks above (the backbone
+padding-unaware, the convolutions, anchors and resizes as the model's own). It is the faster
+graph where every image of a deployment has the canvas's size; it gives wrong results for
+smaller images, which :class:`~.runtime.OnnxModel` refuses for it.
 """
 import math
 from typing import Iterable, Optional, Sequence, Tuple
@@ -24,11 +31,25 @@ from torch import Tensor
 from .ops import cells_at
 
 __all__ = ['NotExportable', 'Preprocess', 'RegionConvs', 'stride_of', 'check_type',
-           'region_of']
+           'region_of', 'CANVASES', 'check_canvas']
+
+#: what a graph is made for: ``'padded'``, each image of a batch at the top left of the
+#: canvas, any size up to it (each computed as alone); ``'filled'``, every image of the
+#: canvas's size (no padding masks in the graph)
+CANVASES = ('padded', 'filled')
 
 
 class NotExportable(ValueError):
     """A model (or a part of it) this package cannot export with its post-processing."""
+
+
+def check_canvas(canvas: str) -> str:
+    """``canvas`` if it is one of :data:`CANVASES`, else a clear error."""
+    if canvas not in CANVASES:
+        raise ValueError(f"canvas={canvas!r}: choose 'padded' (images of any size up to the "
+                         "graph's, each computed as alone) or 'filled' (every image of the "
+                         "graph's size: no padding masks, faster)")
+    return canvas
 
 
 def check_type(module, allowed: Sequence[type], where: str, advice: str):
@@ -43,7 +64,8 @@ def check_type(module, allowed: Sequence[type], where: str, advice: str):
 class Preprocess(nn.Module):
     """The data preprocessor of mmdet / mmseg at test time, in the graph: ``(B, 3, H, W)``
     images (pixel values, the channel order the test pipeline loads them in) -> channel
-    conversion, ``(x - mean) / std``, and ``pad_value`` outside each image's ``(h, w)``."""
+    conversion, ``(x - mean) / std``, and ``pad_value`` outside each image's ``(h, w)``
+    (nothing outside for ``sizes=None``: images that fill the canvas)."""
 
     def __init__(self, data_preprocessor: nn.Module):
         super().__init__()
@@ -58,12 +80,14 @@ class Preprocess(nn.Module):
                                  persistent=False)
         self.pad_value = float(getattr(dp, 'pad_value', getattr(dp, 'pad_val', 0)))
 
-    def forward(self, images: Tensor, sizes: Tensor) -> Tensor:
+    def forward(self, images: Tensor, sizes: Optional[Tensor]) -> Tensor:
         x = images.float()
         if self.swap:
             x = x[:, [2, 1, 0]]
         if self.normalize:
             x = (x - self.mean) / self.std
+        if sizes is None:
+            return x
         h, w = x.shape[-2:]
         rows = torch.arange(h, device=x.device)[None, :] < sizes[:, :1]
         cols = torch.arange(w, device=x.device)[None, :] < sizes[:, 1:]

@@ -22,18 +22,20 @@ dynamic), never on empty rows.
 
 Each image gets what mmdet's ``test_step`` gives it alone (with ``rescale`` and no resize:
 boxes in input pixels; :mod:`.runtime` maps them to the original image), whatever the
-batch: see :mod:`.common`. Supported: two-stage detectors with ``RPNHead`` /
-``PadAwareRPNHead`` and ``StandardRoIHead`` (Faster / Mask R-CNN), and ``RetinaHead``
-one-stage detectors, on an InLine backbone with mmdet's ``FPN``.
+batch: see :mod:`.common`; or, built with ``canvas='filled'``, what it gives a batch of
+images that each fill the canvas, without the padding masks. Supported: two-stage detectors
+with ``RPNHead`` / ``PadAwareRPNHead`` and ``StandardRoIHead`` (Faster / Mask R-CNN), and
+``RetinaHead`` one-stage detectors, on an InLine backbone with mmdet's ``FPN``.
 """
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .common import NotExportable, Preprocess, RegionConvs, check_type, region_of
+from .common import (NotExportable, Preprocess, RegionConvs, check_canvas, check_type,
+                     region_of)
 from .ops import cells_at, extend_edges, masked_max, nms_keep, roi_align
 
 __all__ = ['DetectorGraph', 'TwoStageGraph', 'OneStageGraph', 'detector_graph']
@@ -96,12 +98,14 @@ def _take(x: Tensor, index: Tensor) -> Tensor:
 
 class DetectorGraph(nn.Module):
     """The parts every exportable detector shares: preprocessing, the padding-aware
-    backbone, the neck with convolutions limited to each image's region, anchors."""
+    backbone, the neck with convolutions limited to each image's region, anchors; with
+    ``canvas='filled'`` (:data:`~.common.CANVASES`) the model's own, unmasked."""
 
     task = 'detection'
 
-    def __init__(self, detector: nn.Module, hw: Tuple[int, int]):
+    def __init__(self, detector: nn.Module, hw: Tuple[int, int], canvas: str = 'padded'):
         super().__init__()
+        self.canvas = check_canvas(canvas)
         from mmdet.models.necks import FPN
 
         from ..models import InLineBackbone
@@ -125,11 +129,17 @@ class DetectorGraph(nn.Module):
 
     def features(self, images: Tensor, sizes: Tensor, heads: List[nn.Module]):
         """Backbone and neck, then ``heads``' forwards on the neck's maps, every
-        convolution limited to each image's region; returns (maps, region, head outputs)."""
+        convolution limited to each image's region; returns (maps, sizes, region, head
+        outputs). A ``'filled'`` graph masks nothing: its region is None (the canvas)."""
         sizes = torch.minimum(sizes.clamp_min(1), sizes.new_tensor(self.hw)[None])
+        det = self.detector
+        if self.canvas == 'filled':
+            feats = det.backbone(self.preprocess(images, None))      # padding-unaware
+            if getattr(det, 'with_neck', False):
+                feats = det.neck(feats)
+            return feats, sizes, None, [head(feats) for head in heads]
         x = self.preprocess(images, sizes)
         region = region_of(sizes, self.divisor, None, self.hw)
-        det = self.detector
         with RegionConvs([det.neck] + heads, region, self.hw):
             feats = det.backbone(x, valid_sizes=sizes)
             if getattr(det, 'with_neck', False):
@@ -137,11 +147,14 @@ class DetectorGraph(nn.Module):
             outs = [head(feats) for head in heads]
         return feats, sizes, region, outs
 
-    def anchors(self, prior_generator, maps: List[Tensor], region: Tensor):
+    def anchors(self, prior_generator, maps: List[Tensor], region: Optional[Tensor]):
         """Each level's anchors on the canvas (constants), and ``(B, N)`` whether each lies
-        on a cell of each image's region (``PadAwareRPNHead``'s own cells)."""
+        on a cell of each image's region (``PadAwareRPNHead``'s own cells; None for every
+        level when ``region`` is None: all do)."""
         sizes = [tuple(m.shape[-2:]) for m in maps]
         anchors = prior_generator.grid_priors(sizes, dtype=maps[0].dtype, device=maps[0].device)
+        if region is None:
+            return anchors, [None] * len(maps)
         on = []
         for (h, w), n, (sw, sh) in zip(sizes, prior_generator.num_base_priors,
                                        prior_generator.strides):
@@ -163,8 +176,8 @@ class TwoStageGraph(DetectorGraph):
     """Faster / Mask R-CNN: ``RPNHead`` (or ``PadAwareRPNHead``) proposals, ``StandardRoIHead``
     boxes and (with a mask head) each detection's mask probabilities."""
 
-    def __init__(self, detector: nn.Module, hw: Tuple[int, int]):
-        super().__init__(detector, hw)
+    def __init__(self, detector: nn.Module, hw: Tuple[int, int], canvas: str = 'padded'):
+        super().__init__(detector, hw, canvas)
         from mmdet.models.dense_heads import RPNHead
         from mmdet.models.roi_heads import StandardRoIHead
         from mmdet.models.roi_heads.bbox_heads import (BBoxHead, ConvFCBBoxHead,
@@ -217,8 +230,9 @@ class TwoStageGraph(DetectorGraph):
         feats, sizes, region, ((cls_scores, bbox_preds),) = self.features(images, sizes, [rpn])
         proposals, p_valid = self.proposals(cls_scores, bbox_preds, sizes, region)
         # RoIAlign of the image alone clamps at its map's border: the region's edge
-        maps = [extend_edges(f, cells_at(region, s)) for f, s in
-                zip(feats, roi.bbox_roi_extractor.featmap_strides)]
+        maps = feats if region is None else [
+            extend_edges(f, cells_at(region, s))
+            for f, s in zip(feats, roi.bbox_roi_extractor.featmap_strides)]
         boxes, scores, labels, valid = self.boxes(maps, proposals, p_valid, sizes)
         dets, labels_out = self.outputs(boxes, scores, labels, valid)
         if not self.with_mask:
@@ -238,7 +252,8 @@ class TwoStageGraph(DetectorGraph):
                 cls_scores, bbox_preds, *self.anchors(rpn.prior_generator, cls_scores, region))):
             scores = cls.permute(0, 2, 3, 1).reshape(b, -1).sigmoid()
             deltas = reg.permute(0, 2, 3, 1).reshape(b, -1, 4)
-            scores = torch.where(on, scores, scores.new_full((), -1.))
+            if on is not None:
+                scores = torch.where(on, scores, scores.new_full((), -1.))
             k = scores.shape[1] if nms_pre <= 0 else min(nms_pre, scores.shape[1])
             scores, index = scores.topk(k, dim=1)
             valid = scores > -0.5
@@ -331,8 +346,8 @@ class OneStageGraph(DetectorGraph):
     """RetinaNet: ``RetinaHead`` scores and boxes, per level ``nms_pre`` candidates over
     ``score_thr``, then ``batched_nms``."""
 
-    def __init__(self, detector: nn.Module, hw: Tuple[int, int]):
-        super().__init__(detector, hw)
+    def __init__(self, detector: nn.Module, hw: Tuple[int, int], canvas: str = 'padded'):
+        super().__init__(detector, hw, canvas)
         from mmdet.models.dense_heads import AnchorHead, RetinaHead
         head = detector.bbox_head
         check_type(head, [RetinaHead, AnchorHead], 'model.bbox_head', _ADVICE)
@@ -356,7 +371,9 @@ class OneStageGraph(DetectorGraph):
             scores = logits.sigmoid() if head.use_sigmoid_cls else logits.softmax(-1)[..., :-1]
             n_cls = scores.shape[-1]
             deltas = reg.permute(0, 2, 3, 1).reshape(b, -1, 4)
-            on = on_cells[..., None] & (scores > cfg.score_thr)
+            on = scores > cfg.score_thr
+            if on_cells is not None:
+                on = on_cells[..., None] & on
             scores = torch.where(on, scores, scores.new_full((), -1.)).reshape(b, -1)
             k = scores.shape[1] if nms_pre <= 0 else min(nms_pre, scores.shape[1])
             scores, index = scores.topk(k, dim=1)
@@ -377,13 +394,14 @@ class OneStageGraph(DetectorGraph):
         return self.outputs(_take(boxes, index), top, _take(labels, index), d_valid)
 
 
-def detector_graph(detector: nn.Module, hw: Tuple[int, int]) -> DetectorGraph:
+def detector_graph(detector: nn.Module, hw: Tuple[int, int],
+                   canvas: str = 'padded') -> DetectorGraph:
     """The graph module of an mmdet detector: :class:`TwoStageGraph` or
     :class:`OneStageGraph`; a clear :class:`~.common.NotExportable` for other models."""
     from mmdet.models.detectors import SingleStageDetector, TwoStageDetector
     if isinstance(detector, TwoStageDetector):
-        return TwoStageGraph(detector, hw)
+        return TwoStageGraph(detector, hw, canvas)
     if isinstance(detector, SingleStageDetector):
-        return OneStageGraph(detector, hw)
+        return OneStageGraph(detector, hw, canvas)
     raise NotExportable(f'the model is {type(detector).__name__}: the export supports '
                         f'two-stage (Faster / Mask R-CNN) and RetinaNet detectors. {_ADVICE}')

@@ -7,6 +7,7 @@ per-pixel) comparison of the two.
     report['onnxruntime']   # {'coco/bbox_mAP': ..., ...}  (mIoU for segmentors)
     report['pytorch']       # the same metrics of model.test_step on the same batches
     report['parity']        # detections matched, worst box / score difference, mask IoU
+    evaluate(..., runtime='openvino', precision='bf16')['openvino']     # OpenVINO's, in bf16
 """
 from typing import Dict, List, Optional
 
@@ -90,13 +91,16 @@ class SegmentationParity:
 
 
 def evaluate(config, onnx_path: str, checkpoint: Optional[str] = None, model=None,
-             threads: Optional[int] = None, cfg_options: Optional[dict] = None) -> Dict:
+             threads: Optional[int] = None, cfg_options: Optional[dict] = None,
+             runtime: str = 'onnxruntime', precision: Optional[str] = None) -> Dict:
     """Run the ``config``'s test dataloader through the exported file and its test
     evaluator (what ``tools/test.py`` does with the PyTorch model); with ``checkpoint`` (or
     a built ``model``) also the PyTorch model on the same batches and the comparison.
+    ``runtime`` and ``precision``: :class:`~.runtime.OnnxModel`'s (e.g. ``'openvino'``,
+    ``'bf16'``).
 
-    Returns ``{'onnxruntime': metrics, 'pytorch': metrics or None, 'parity': dict or
-    None}``."""
+    Returns ``{runtime: metrics, 'pytorch': metrics or None, 'parity': dict or None}``
+    (``runtime`` is ``'onnxruntime'`` by default)."""
     import torch
     from mmengine.evaluator import Evaluator
     from mmengine.registry import DefaultScope
@@ -107,7 +111,8 @@ def evaluate(config, onnx_path: str, checkpoint: Optional[str] = None, model=Non
     cfg = read_config(config, cfg_options)
     if model is None and checkpoint is not None:
         model = init_model(cfg, checkpoint)
-    runtime = OnnxModel(onnx_path, threads=threads)
+    name = runtime
+    runtime = OnnxModel(onnx_path, threads=threads, runtime=runtime, precision=precision)
     scope = cfg.get('default_scope', 'mmdet')
     expected = 'segmentation' if scope == 'mmseg' else 'detection'
     if runtime.task != expected:
@@ -115,18 +120,18 @@ def evaluate(config, onnx_path: str, checkpoint: Optional[str] = None, model=Non
                          'one: pass the config the file was exported from')
     with DefaultScope.overwrite_default_scope(scope):
         loader = Runner.build_dataloader(cfg.test_dataloader)
-        evaluators = {'onnxruntime': Evaluator(cfg.test_evaluator)}
+        evaluators = {name: Evaluator(cfg.test_evaluator)}
         if model is not None:
             evaluators['pytorch'] = Evaluator(cfg.test_evaluator)
         for e in evaluators.values():
             e.dataset_meta = loader.dataset.metainfo
         parity = (SegmentationParity() if expected == 'segmentation'
-                  else DetectionParity()) if model is not None else None
+                  else DetectionParity(('pytorch', name))) if model is not None else None
         for data in loader:
             canvas, sizes = runtime.pad(data['inputs'])
             got = to_data_samples(runtime(canvas, sizes), sizes, data['data_samples'],
                                   runtime.task, runtime.mask_thr_binary)
-            evaluators['onnxruntime'].process(data_samples=got, data_batch=data)
+            evaluators[name].process(data_samples=got, data_batch=data)
             if model is not None:
                 with torch.no_grad():
                     ref = model.test_step(data)
@@ -134,8 +139,8 @@ def evaluate(config, onnx_path: str, checkpoint: Optional[str] = None, model=Non
                 parity.add(ref, got)
         n = len(loader.dataset)
         metrics = {k: e.evaluate(n) for k, e in evaluators.items()}
-    return dict(onnxruntime=metrics['onnxruntime'], pytorch=metrics.get('pytorch'),
-                parity=parity.summary() if parity is not None else None)
+    return {name: metrics[name], 'pytorch': metrics.get('pytorch'),
+            'parity': parity.summary() if parity is not None else None}
 
 
 def compare_outputs(reference: Dict[str, np.ndarray], other: Dict[str, np.ndarray],
@@ -161,13 +166,14 @@ def compare_outputs(reference: Dict[str, np.ndarray], other: Dict[str, np.ndarra
     return parity.summary()
 
 
-def random_batch(size, batch: int = 2, seed: int = 0) -> list:
+def random_batch(size, batch: int = 2, seed: int = 0, filled: bool = False) -> list:
     """``batch`` random ``(3, h, w)`` images for a graph of ``size``: the first fills it,
-    the others are smaller (a padded batch)."""
+    the others are smaller (a padded batch), or with ``filled`` all fill it."""
     import torch
     h, w = size
     gen = torch.Generator().manual_seed(seed)
-    shapes = [(h, w)] + [(max(32, h * (3 + i % 2) // 5), max(32, w * (4 - i % 2) // 5))
+    shapes = [(h, w)] + [(h, w) if filled else
+                         (max(32, h * (3 + i % 2) // 5), max(32, w * (4 - i % 2) // 5))
                          for i in range(batch - 1)]
     return [torch.randint(0, 256, (3, ih, iw), generator=gen).float() for ih, iw in shapes]
 
@@ -184,9 +190,11 @@ def run_graph(graph, canvas: np.ndarray, sizes: np.ndarray) -> Dict[str, np.ndar
 def check_export(graph, onnx_path: str, batch: int = 2, seed: int = 0,
                  threads: Optional[int] = None) -> dict:
     """ONNX Runtime against the graph module in PyTorch on a padded batch of random
-    images (:func:`random_batch`): the comparison summary (:func:`compare_outputs`)."""
+    images (:func:`random_batch`; for a ``'filled'`` graph, images that fill it): the
+    comparison summary (:func:`compare_outputs`)."""
     from .runtime import OnnxModel
     runtime = OnnxModel(onnx_path, threads=threads)
-    canvas, sizes = runtime.pad(random_batch(runtime.size, batch, seed))
+    canvas, sizes = runtime.pad(random_batch(runtime.size, batch, seed,
+                                             runtime.canvas == 'filled'))
     return compare_outputs(run_graph(graph, canvas, sizes), runtime(canvas, sizes), sizes,
                            runtime.task, mask_thr_binary=runtime.mask_thr_binary)

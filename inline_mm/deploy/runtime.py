@@ -1,4 +1,5 @@
-"""Running an exported file with ONNX Runtime, and its outputs as mmdet / mmseg results.
+"""Running an exported file with ONNX Runtime (or OpenVINO), and its outputs as mmdet / mmseg
+results.
 
     from inline_mm.deploy import OnnxModel
     model = OnnxModel('mask-rcnn_800x1344.onnx', threads=4)
@@ -11,6 +12,10 @@ Mask R-CNN files give each detection's ``M x M`` mask probabilities (``masks`` `
 one row per detection of the batch, in the order of ``dets[labels >= 0]``);
 :func:`paste_masks` (``OnnxModel.paste_masks``) pastes them into an image as mmdet does.
 
+A file exported with ``canvas='filled'`` takes batches whose every image fills its canvas
+(``OnnxModel.canvas``; smaller images are refused). ``OnnxModel(path, runtime='openvino',
+precision='bf16')`` runs the same file in OpenVINO (the ``openvino`` extra).
+
 Only ``onnxruntime`` (and numpy) is needed to run a file; the conversion to
 ``DetDataSample`` / ``SegDataSample`` (:func:`to_data_samples`) needs mmdet / mmseg.
 """
@@ -21,7 +26,11 @@ import numpy as np
 
 from .build import read_metadata
 
-__all__ = ['OnnxModel', 'to_data_samples', 'paste_masks', 'detections']
+__all__ = ['OnnxModel', 'to_data_samples', 'paste_masks', 'detections', 'RUNTIMES']
+
+#: the runtimes :class:`OnnxModel` runs a file in -> the precisions it takes (the first: the
+#: default)
+RUNTIMES = {'onnxruntime': (None,), 'openvino': ('f32', 'bf16', 'f16')}
 
 
 def _array(x) -> np.ndarray:
@@ -95,19 +104,56 @@ def detections(outputs: Dict[str, np.ndarray], sizes, scale_factors=None, shapes
     return results
 
 
+def _openvino(path: str, threads: Optional[int], precision: str):
+    """The file compiled by OpenVINO for the CPU: a function of the feed -> outputs by name."""
+    try:
+        import openvino as ov
+    except ImportError:
+        raise ImportError("runtime='openvino' needs the openvino package: pip install "
+                          "'inline_mm[openvino]' (docs/deploy.md)") from None
+    config = {'INFERENCE_PRECISION_HINT': precision}
+    if threads:
+        config['INFERENCE_NUM_THREADS'] = int(threads)
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(path), 'CPU', config)
+    ports = {name: o for o in compiled.outputs for name in o.get_names()}
+
+    def run(names, feed):
+        out = compiled(feed)
+        return [out[ports[n]] for n in names]
+    return run
+
+
 class OnnxModel:
-    """A file written by :func:`~.build.export_graph` in an ONNX Runtime session.
+    """A file written by :func:`~.build.export_graph` in an ONNX Runtime session (or
+    compiled by OpenVINO).
 
     Args:
         path (str): The ``.onnx`` file.
-        threads (int, optional): Intra-op threads (default: ONNX Runtime's choice, all
+        threads (int, optional): Intra-op threads (default: the runtime's choice, all
             cores).
-        providers (Sequence[str], optional): Execution providers (default: CPU).
+        providers (Sequence[str], optional): ONNX Runtime's execution providers (default:
+            CPU).
+        runtime (str): ``'onnxruntime'`` or ``'openvino'`` (its CPU plugin; the
+            ``openvino`` extra). Default: ``'onnxruntime'``.
+        precision (str, optional): OpenVINO's ``INFERENCE_PRECISION_HINT``: ``'f32'``
+            (the default here; OpenVINO's own default on a CPU with bf16 units is bf16),
+            ``'bf16'`` or ``'f16'``. ONNX Runtime runs the file's fp32.
     """
 
     def __init__(self, path: str, threads: Optional[int] = None,
-                 providers: Optional[Sequence[str]] = None):
-        import onnxruntime as ort
+                 providers: Optional[Sequence[str]] = None, runtime: str = 'onnxruntime',
+                 precision: Optional[str] = None):
+        if runtime not in RUNTIMES:
+            raise ValueError(f'runtime={runtime!r}: choose among {", ".join(RUNTIMES)}')
+        if precision is not None and precision not in RUNTIMES[runtime]:
+            offered = [p for p in RUNTIMES[runtime] if p]
+            raise ValueError(f'precision={precision!r} for {runtime}: ' + (
+                'choose among ' + ', '.join(map(repr, offered)) if offered else
+                "it runs the file's fp32; precisions are OpenVINO's (runtime='openvino')"))
+        if providers is not None and runtime != 'onnxruntime':
+            raise ValueError('providers are ONNX Runtime\'s: not for runtime='
+                             f'{runtime!r}')
         self.path = path
         self.meta = read_metadata(path)
         if not self.meta:
@@ -115,6 +161,9 @@ class OnnxModel:
                              'metadata): export it with tools/deployment/export_onnx.py --whole')
         self.task = self.meta['task']
         self.size: Tuple[int, int] = tuple(self.meta['size'])
+        #: ``'padded'`` (any image up to :attr:`size`) or ``'filled'`` (every image of
+        #: :attr:`size`): what the file was exported for (older files: padded)
+        self.canvas: str = self.meta.get('canvas', 'padded')
         self.output_names: List[str] = list(self.meta['outputs'])
         self.classes = self.meta.get('classes')
         if 'masks' in self.output_names and 'mask_thr_binary' not in self.meta:
@@ -122,16 +171,32 @@ class OnnxModel:
                              'export it again (tools/deployment/export_onnx.py --whole)')
         #: the threshold of :meth:`paste_masks` (the config's ``mask_thr_binary``)
         self.mask_thr_binary = float(self.meta.get('mask_thr_binary', 0.5))
+        self.runtime = runtime
+        self.precision = precision or RUNTIMES[runtime][0]
+        if runtime == 'openvino':
+            self.session = None
+            self._run = _openvino(path, threads, self.precision)
+            return
+        import onnxruntime as ort
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = int(threads)
             options.inter_op_num_threads = 1
         self.session = ort.InferenceSession(path, options,
                                             providers=list(providers or ['CPUExecutionProvider']))
+        self._run = self.session.run
 
     def __repr__(self) -> str:
+        how = self.runtime + (f', precision={self.precision!r}' if self.precision else '')
         return (f'OnnxModel({self.path!r}, task={self.task!r}, size={self.size[0]}x'
-                f'{self.size[1]}, outputs={self.output_names})')
+                f'{self.size[1]}, canvas={self.canvas!r}, outputs={self.output_names}, '
+                f'runtime={how})')
+
+    def _filled(self, where: str) -> str:
+        return (f'{where}: this graph ({self.path}) was exported for images that fill its '
+                f'{self.size[0]}x{self.size[1]} canvas (canvas=\'filled\': no padding masks); '
+                'resize every image to that size, or export the padded graph (export_onnx.py '
+                '--whole without --canvas filled) for smaller images')
 
     def pad(self, images: Sequence) -> Tuple[np.ndarray, np.ndarray]:
         """``(3, h, w)`` images (tensors or arrays, pixel values in the test pipeline's
@@ -154,6 +219,8 @@ class OnnxModel:
                                  f'graph ({self.path}) was exported for: resize it to fit (the '
                                  "config's test pipeline Resize does), or export a graph for a "
                                  'larger size (tools/deployment/export_onnx.py --size H W)')
+            if self.canvas == 'filled' and (ih, iw) != (h, w):
+                raise ValueError(self._filled(f'image {i} is {ih}x{iw}'))
             canvas[i, :, :ih, :iw] = img
             sizes[i] = ih, iw
         return canvas, sizes
@@ -182,13 +249,17 @@ class OnnxModel:
                if not (1 <= s[0] <= self.size[0] and 1 <= s[1] <= self.size[1])]
         if bad:
             raise ValueError(f'sizes {bad} do not fit the {self.size[0]}x{self.size[1]} input')
+        if self.canvas == 'filled':
+            small = [tuple(int(v) for v in s) for s in sizes if tuple(s) != self.size]
+            if small:
+                raise ValueError(self._filled(f'sizes {small}'))
         top = float(images.max())
         if 0 < top <= 1:
             warnings.warn(f'the pixel values lie within 0-1 (largest {top:.3g}): this graph takes '
                           "them as the config's test pipeline loads them (0-255) and normalises "
                           'them itself; scaled to 0-1, images give no detections (or wrong '
                           'classes)', stacklevel=2)
-        out = self.session.run(self.output_names, {'input': images, 'sizes': sizes})
+        out = self._run(self.output_names, {'input': images, 'sizes': sizes})
         return dict(zip(self.output_names, out))
 
     def paste_masks(self, masks, boxes, shape: Tuple[int, int]) -> np.ndarray:

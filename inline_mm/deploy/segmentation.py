@@ -9,7 +9,10 @@ Each image gets what mmseg computes for it alone at its own size: the pyramid po
 averages over the image's own cells (``nn.AdaptiveAvgPool2d`` of its map), and every
 bilinear resize maps the image's own cells to its own cells at the other level, with the
 scale ``F.interpolate`` takes for those sizes (:func:`.ops.resize_bilinear`), so an image
-of any size in a padded batch gets its own class map; convolutions see zeros beyond it.
+of any size in a padded batch gets its own class map; convolutions see zeros beyond it. A
+graph built with ``canvas='filled'`` (every image of the canvas's size) computes the same with
+the canvas as every image's region and no padding masks (the backbone padding-unaware, the
+convolutions unmasked).
 """
 from typing import List, Tuple
 
@@ -17,7 +20,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .common import NotExportable, Preprocess, RegionConvs, check_type, region_of, stride_of
+from .common import (NotExportable, Preprocess, RegionConvs, check_canvas, check_type,
+                     region_of, stride_of)
 from .ops import cells_at, region_adaptive_avg_pool, resize_bilinear
 
 __all__ = ['SegmentorGraph', 'segmentor_graph']
@@ -32,8 +36,9 @@ class SegmentorGraph(nn.Module):
 
     task = 'segmentation'
 
-    def __init__(self, segmentor: nn.Module, hw: Tuple[int, int]):
+    def __init__(self, segmentor: nn.Module, hw: Tuple[int, int], canvas: str = 'padded'):
         super().__init__()
+        self.canvas = check_canvas(canvas)
         from mmseg.models.decode_heads import UPerHead
         from mmseg.models.segmentors import EncoderDecoder
 
@@ -68,12 +73,17 @@ class SegmentorGraph(nn.Module):
 
     def forward(self, images: Tensor, sizes: Tensor):
         sizes = torch.minimum(sizes.clamp_min(1), sizes.new_tensor(self.hw)[None])
-        x = self.preprocess(images, sizes)
-        region = region_of(sizes, self.divisor, self.fixed, self.hw)
         head = self.segmentor.decode_head
-        with RegionConvs([head], region, self.hw):
-            feats = self.segmentor.backbone(x, valid_sizes=sizes)
+        if self.canvas == 'filled':          # every image's region is the canvas: no masks
+            region = sizes.new_tensor(self.hw)[None].expand_as(sizes)
+            feats = self.segmentor.backbone(self.preprocess(images, None))
             logits = self.uper(head, feats, region)
+        else:
+            x = self.preprocess(images, sizes)
+            region = region_of(sizes, self.divisor, self.fixed, self.hw)
+            with RegionConvs([head], region, self.hw):
+                feats = self.segmentor.backbone(x, valid_sizes=sizes)
+                logits = self.uper(head, feats, region)
         level0 = cells_at(region, stride_of(tuple(logits.shape[-2:]), self.hw))
         logits = resize_bilinear(logits, level0, region, self.hw, head.align_corners)
         seg = logits.argmax(dim=1)
@@ -109,7 +119,8 @@ class SegmentorGraph(nn.Module):
         return head.cls_seg(head.fpn_bottleneck(torch.cat(outs, dim=1)))
 
 
-def segmentor_graph(segmentor: nn.Module, hw: Tuple[int, int]) -> SegmentorGraph:
+def segmentor_graph(segmentor: nn.Module, hw: Tuple[int, int],
+                    canvas: str = 'padded') -> SegmentorGraph:
     """The graph module of an mmseg segmentor (UperNet), or a clear
     :class:`~.common.NotExportable`."""
-    return SegmentorGraph(segmentor, hw)
+    return SegmentorGraph(segmentor, hw, canvas)
