@@ -16,6 +16,9 @@ after one warm-up, each function below inside a ``torch.profiler.record_function
   (``inline_mm/patches/mmcv_bf16.py``, on with compiled mmcv only);
 - ``to fp32``: the conversion of the predictions (the patch row ``fp32_predictions``,
   ``inline_mm/patches/predictions.py``);
+- ``RPN in fp32``: ``PadAwareRPNHead``'s objectness and box deltas, computed in fp32 under
+  autocast (``inline_mm/models/detection/pad_aware_rpn.py``, ``outputs_in_fp32``): the cast
+  of its features and its two 1x1 convolutions, which would run in bf16 otherwise;
 - ``RoIAlign``, ``NMS``: everything the stand-in's ``roi_align_forward`` and ``nms`` run, in
   fp32 (the widening above included): an upper bound of what computing in fp32 costs, since
   both ran in fp32 under autocast before too (torchvision's autocast rule for RoIAlign; the
@@ -39,6 +42,7 @@ CONFIG = ROOT / 'configs/inline_swin/mask-rcnn_inline-swin-t_fpn_1x_coco.py'
 CATEGORIES = {
     'widening': (('mmcv._ext', '_compute'), ('inline_mm.patches.mmcv_bf16', '_widened')),
     'to fp32': (('inline_mm.patches.predictions', 'to_fp32'),),
+    'RPN in fp32': (('inline_mm.models.detection.pad_aware_rpn', 'outputs_in_fp32'),),
     'RoIAlign': (('mmcv._ext', 'roi_align_forward'),),
     'NMS': (('mmcv._ext', 'nms'),),
 }

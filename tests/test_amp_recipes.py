@@ -206,4 +206,5 @@ def test_the_fallback_benchmark_finds_what_it_measures(capsys):
     shares = amp_fallbacks.main(['--size', '64', '96', '--rounds', '1'])
     assert 0 < shares['widening'] < shares['RoIAlign'] < 1
     assert 0 < shares['to fp32'] < 1 and 0 < shares['NMS'] < 1
+    assert 0 < shares['RPN in fp32'] < 1
     assert 'predict, bf16 autocast, 64x96' in capsys.readouterr().out

@@ -33,7 +33,17 @@ import torch.nn.functional as F
 from mmdet.models.dense_heads import RPNHead
 from torch import Tensor
 
-__all__ = ['PadAwareRPNHead']
+__all__ = ['PadAwareRPNHead', 'outputs_in_fp32']
+
+
+def outputs_in_fp32(head: RPNHead, hidden: Tensor) -> Tuple[Tensor, Tensor]:
+    """``head``'s objectness and box deltas from its 3x3 conv's output ``hidden``: in fp32 under
+    autocast (the module's docstring says why), else as the stock head computes them."""
+    if not torch.is_autocast_enabled(hidden.device.type):
+        return head.rpn_cls(hidden), head.rpn_reg(hidden)
+    with torch.autocast(hidden.device.type, enabled=False):
+        hidden = hidden.float()
+        return head.rpn_cls(hidden), head.rpn_reg(hidden)
 
 
 class PadAwareRPNHead(RPNHead):
@@ -43,12 +53,7 @@ class PadAwareRPNHead(RPNHead):
     fp32 (the module's docstring says why)."""
 
     def forward_single(self, x: Tensor) -> Tuple[Tensor, Tensor]:
-        x = F.relu(self.rpn_conv(x))
-        if not torch.is_autocast_enabled(x.device.type):
-            return self.rpn_cls(x), self.rpn_reg(x)
-        with torch.autocast(x.device.type, enabled=False):
-            x = x.float()
-            return self.rpn_cls(x), self.rpn_reg(x)
+        return outputs_in_fp32(self, F.relu(self.rpn_conv(x)))
 
     def own_cells(self, meta: dict, maps: Sequence[Tensor]) -> List[Tuple[int, int]]:
         """``(rows, cols)`` of each level that one image covers alone (as mmdet's
