@@ -599,3 +599,26 @@ def test_compiled_mmcv_bf16_row_is_on_only_with_compiled_mmcv(monkeypatch):
     assert row.needed()[0] == (_inline_mm_mmcv_hook.backend() == 'compiled')
     monkeypatch.setattr(_inline_mm_mmcv_hook, 'compiled_ext_present', lambda: True)
     assert row.needed()[0]
+
+
+def test_batched_nms_past_split_thr_takes_bf16_scores_with_fp32_boxes():
+    """The row ``nms_scores_dtype``: under CPU autocast mmdet's RoI head hands mmcv's
+    batched_nms fp32 boxes and bf16 scores; past ``split_thr`` mmcv writes the kept scores
+    into a bf16 tensor and stopped ("Index put requires ... dtypes match")."""
+    from mmcv.ops import batched_nms
+
+    from inline_mm.patches import find
+    row = find('nms_scores_dtype')
+    row.install()
+    assert row.active()
+    gen = torch.Generator().manual_seed(0)
+    xy = torch.rand(40, 2, generator=gen) * 100
+    boxes = torch.cat([xy, xy + 10 + torch.rand(40, 2, generator=gen) * 20], dim=1)
+    scores = torch.rand(40, generator=gen)
+    idxs = torch.randint(0, 3, (40,), generator=gen)
+    cfg = dict(type='nms', iou_threshold=0.5, split_thr=5)       # the split path
+    want, keep_want = batched_nms(boxes, scores.bfloat16().float(), idxs, dict(cfg))
+    dets, keep = batched_nms(boxes, scores.bfloat16(), idxs, dict(cfg))
+    assert torch.equal(keep, keep_want)
+    assert torch.equal(dets[:, :4].float(), want[:, :4])
+    assert torch.equal(dets[:, 4].float(), want[:, 4])

@@ -188,6 +188,13 @@ class _InLineKernel(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        # The kernel picks its own dtypes (statistics in fp32) both ways: autocast off, also
+        # when the backward runs inside an autocast region (as mmengine's train_step runs it).
+        with no_autocast(grad.device.type):
+            return _InLineKernel._backward(ctx, grad)
+
+    @staticmethod
+    def _backward(ctx, grad):
         x, weight, qkv_bias, v, m, w_fold, kernels, counts, x_mean, cov_x, sv = ctx.saved_tensors
         need_x, need_w, need_qb, need_kernels, need_bias = ctx.needs_input_grad[:5]
         hw, scale, heads, p, regions = ctx.hw, ctx.scale, ctx.heads, ctx.prefix, ctx.regions

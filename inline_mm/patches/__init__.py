@@ -19,6 +19,7 @@ start, outside the package)             mmcv.ops' unserved ops, mmengine's base 
 :mod:`.compiling`                       plain parameter groups for ``compile=True``
 :mod:`.predictions`                     fp32 predictions from low-precision evaluation
 :mod:`.mmcv_bf16`                       bf16 through compiled mmcv's RoIAlign and others
+:mod:`.nms_scores`                      mmcv's nms: kept scores in the scores' own dtype
 ======================================  ==================================================
 
 :data:`PATCHES` holds the rows switched on at interpreter start and at ``import inline_mm``;
@@ -246,7 +247,7 @@ def switched_off(patch: Patch) -> bool:
 
 #: the modules of the rows ``inline_mm.engine.install()`` switches on, in the order it does
 ENGINE_MODULES = ('distributed', 'checkpointing', 'random_state', 'loading', 'empty_datasets',
-                  'workers', 'compiling', 'predictions', 'mmcv_bf16')
+                  'workers', 'compiling', 'predictions', 'mmcv_bf16', 'nms_scores')
 
 
 def engine_rows() -> tuple:
