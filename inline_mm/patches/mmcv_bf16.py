@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from . import BY_ENGINE, Patch
+from . import BY_ENGINE, Patch, _hook
 
 __all__ = ['PATCHES', 'OPS', 'Bf16InFp32', 'install', 'installed']
 
@@ -86,11 +86,8 @@ class Bf16InFp32:
 
 
 def _needed():
-    try:
-        import _inline_mm_mmcv_hook as hook
-    except ImportError:
-        hook = None
     import importlib.util
+    hook = _hook()
     if importlib.util.find_spec('mmcv') is None:
         return False, 'mmcv is not installed'
     if hook is None or not hook.compiled_ext_present():
