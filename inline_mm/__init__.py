@@ -13,7 +13,10 @@
   downloaded or created until a checkpoint is loaded;
 - the one change: mmengine's own checkpoint types on torch's ``weights_only`` allowlist
   (:mod:`inline_mm.patches.mmengine_checkpoints`), so that every loader of mmengine checkpoints
-  works on torch >= 2.6 without switching safe loading off.
+  works on torch >= 2.6 without switching safe loading off;
+- the module paths of 0.1.x that moved (:data:`inline_mm.version.MOVED_MODULES`) answered, with
+  a ``FutureWarning`` naming the new one, by a finder on ``sys.meta_path``
+  (:class:`inline_mm.version.MovedPathFinder`; it answers those names only).
 
 Without mmengine (a timm-only install, see :mod:`inline_mm.timm`) it imports the
 backbones and registers nothing.
@@ -25,10 +28,13 @@ empty-dataset messages; :data:`inline_mm.engine.PATCHES`, each in its module of
 tools call it, and configs list ``'inline_mm.engine.enable'`` next to ``'inline_mm'`` in
 ``custom_imports``.
 """
-from .patches import mmengine_checkpoints
-from .models import FAMILIES, InLineCSwin, InLineDeiT, InLinePVT, InLineSwin
-from .models.checkpoint import set_locator
-from .version import __version__  # noqa: E402
+from .version import __version__, install_finder
+
+install_finder()    # before anything else: a moved path imported by a module below still works
+
+from .patches import mmengine_checkpoints  # noqa: E402
+from .models import FAMILIES, InLineCSwin, InLineDeiT, InLinePVT, InLineSwin  # noqa: E402
+from .models.checkpoint import set_locator  # noqa: E402
 
 
 def _locate_weights(reference: str) -> str:
