@@ -1,6 +1,6 @@
 """Every change inline_mm makes to code of another package, and the table of them.
 
-The :class:`Patch` record each change is, and one module per change (or per patched
+The :class:`Patch` record each change is (:mod:`.patch`), and one module per change (or per patched
 function), beside its row:
 
 ======================================  ==================================================
@@ -41,103 +41,19 @@ When each row is switched on:
 - ``inline_mm.engine.install()``: the tools call it, and configs list
   ``'inline_mm.engine.enable'`` in ``custom_imports`` (which calls it).
 """
-import functools
 import importlib.util
-import re
-from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+
+from .patch import (AT_IMPORT, AT_START, BY_ENGINE, Patch, always, before_fixed_mmengine,
+                    mmengine_version, start_hook, wrap_once, wrapped)
 
 __all__ = ['Patch', 'PATCHES', 'AT_START', 'AT_IMPORT', 'BY_ENGINE', 'switched_off',
            'before_fixed_mmengine', 'always', 'mmengine_version', 'engine_rows', 'table', 'find',
            'wrap_once', 'wrapped']
 
-AT_START = 'interpreter start'
-AT_IMPORT = 'import inline_mm'
-BY_ENGINE = 'inline_mm.engine.install()'
-
-#: mmengine versions with the faults some rows fix: every release so far (upstream 0.10.7,
-#: the last; onedl-mmengine 0.10.12). A release from 0.11 on is assumed fixed until measured.
-MMENGINE_FIXED_IN = (0, 11)
-
-
-@dataclass(frozen=True)
-class Patch:
-    """One change to another package.
-
-    Attributes:
-        name (str): Short name (``python -m inline_mm.env`` prints it).
-        replaces (str): What of which package it replaces or extends.
-        reason (str): What goes wrong without it.
-        versions (str): The versions it applies to.
-        switched_on_by (str): :data:`AT_START`, :data:`AT_IMPORT` or :data:`BY_ENGINE`.
-        needed (callable): ``() -> (bool, why)``, the feature check of the installed stack.
-        active (callable): ``() -> bool``, whether it is on in this process.
-        install (callable, optional): Switches it on (idempotent).
-        switch_off (str): ``VAR=0``, the environment setting that keeps an interpreter-start
-            row off.
-    """
-    name: str
-    replaces: str
-    reason: str
-    versions: str
-    switched_on_by: str
-    needed: Callable[[], Tuple[bool, str]]
-    active: Callable[[], bool]
-    install: Optional[Callable[[], None]] = None
-    switch_off: str = ''
-
-
-def _version(text: str) -> tuple:
-    return tuple(int(n) for n in re.findall(r'\d+', text)[:3])
-
-
-def mmengine_version() -> str:
-    import mmengine
-    return mmengine.__version__
-
-
-def before_fixed_mmengine(fault: str) -> Callable[[], Tuple[bool, str]]:
-    def needed():
-        v = mmengine_version()
-        if _version(v) < MMENGINE_FIXED_IN:
-            return True, f'mmengine {v}: {fault}'
-        return False, f'mmengine {v} is past the releases with this fault'
-    return needed
-
-
-def always(why: str) -> Callable[[], Tuple[bool, str]]:
-    return lambda: (True, why)
-
-
-def wrap_once(owner, name: str, marker: str, make: Callable, static: bool = False) -> None:
-    """Replace ``owner.name`` by ``make(original)`` unless it is already marked ``marker``:
-    the wrapper takes the original's name, docstring and markers and adds its own, so that
-    several rows can wrap one function, each once (``static``: set as a ``staticmethod``)."""
-    original = getattr(owner, name)
-    if getattr(original, marker, False):
-        return
-    wrapper = functools.wraps(original)(make(original))
-    setattr(wrapper, marker, True)
-    setattr(owner, name, staticmethod(wrapper) if static else wrapper)
-
-
-def wrapped(owner, name: str, marker: str) -> bool:
-    """Whether :func:`wrap_once` has wrapped ``owner.name`` with ``marker``."""
-    return getattr(getattr(owner, name), marker, False)
-
-
-def _hook():
-    """The interpreter-start hook module, or None when it is not importable."""
-    try:
-        import _inline_mm_mmcv_hook as hook
-    except ImportError:
-        return None
-    return hook
-
 
 # ------------------------------------------------------------ interpreter start
 def _mmcv_ext_needed():
-    hook = _hook()
+    hook = start_hook()
     if importlib.util.find_spec('mmcv') is None:
         return False, 'mmcv is not installed'
     if hook is not None and hook.compiled_ext_present():
@@ -146,22 +62,22 @@ def _mmcv_ext_needed():
 
 
 def _mmcv_ext_active():
-    hook = _hook()
+    hook = start_hook()
     return hook is not None and hook.fallback_active()
 
 
 def _ops_guard_active():
-    hook = _hook()
+    hook = start_hook()
     return hook is not None and hook.ops_guard_active()
 
 
 def _bases_active():
-    hook = _hook()
+    hook = start_hook()
     return hook is not None and hook.config_bases_active()
 
 
 def _scope_needed():
-    hook = _hook()
+    hook = start_hook()
     if hook is None:
         return False, 'the interpreter-start hook is not importable'
     if importlib.util.find_spec('mmengine') is None:
@@ -175,7 +91,7 @@ def _scope_needed():
 
 
 def _scope_active():
-    hook = _hook()
+    hook = start_hook()
     return bool(hook is not None and hook.REPOINTED_SCOPES)
 
 
@@ -245,15 +161,14 @@ def switched_off(patch: Patch) -> bool:
     return os.environ.get(var) == value
 
 
-#: the modules of the rows ``inline_mm.engine.install()`` switches on, in the order it does
-ENGINE_MODULES = ('distributed', 'checkpointing', 'random_state', 'loading', 'empty_datasets',
-                  'workers', 'compiling', 'predictions', 'mmcv_bf16', 'nms_scores')
-
-
 def engine_rows() -> tuple:
-    """The rows ``inline_mm.engine.install()`` switches on (imports mmengine)."""
-    import importlib
-    return sum((importlib.import_module(f'{__name__}.{m}').PATCHES for m in ENGINE_MODULES), ())
+    """The rows ``inline_mm.engine.install()`` switches on, in the order it does. Their modules
+    import mmengine, so they are imported here, when asked, not with this package."""
+    from . import (checkpointing, compiling, distributed, empty_datasets, loading, mmcv_bf16,
+                   nms_scores, predictions, random_state, workers)
+    modules = (distributed, checkpointing, random_state, loading, empty_datasets, workers,
+               compiling, predictions, mmcv_bf16, nms_scores)
+    return sum((m.PATCHES for m in modules), ())
 
 
 def table() -> tuple:

@@ -36,7 +36,7 @@ import re
 import zipfile
 from typing import List, Optional
 
-from . import BY_ENGINE, Patch, always, before_fixed_mmengine
+from .patch import BY_ENGINE, Patch, always, before_fixed_mmengine
 
 __all__ = ['PATCHES', 'install_prune', 'installed_prune', 'install_fallback', 'installed_fallback',
            'is_complete_checkpoint', 'complete_checkpoints', 'find_resumable']

@@ -14,7 +14,7 @@ constructor writes dicts is left as it is.
 """
 import functools
 
-from . import BY_ENGINE, Patch, before_fixed_mmengine, mmengine_version
+from .patch import BY_ENGINE, Patch, before_fixed_mmengine, mmengine_version
 
 __all__ = ['PATCHES', 'install', 'installed', 'plain_param_groups']
 

@@ -34,7 +34,7 @@ import os
 
 import torch.nn as nn
 
-from . import BY_ENGINE, Patch, before_fixed_mmengine
+from .patch import BY_ENGINE, Patch, before_fixed_mmengine
 
 __all__ = ['PATCHES', 'install', 'installed', 'sync_bn_layers', 'wrap_cpu_distributed']
 

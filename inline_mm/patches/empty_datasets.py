@@ -15,7 +15,7 @@ from typing import List, Optional
 from mmengine.logging import print_log
 
 from ..datasets.checks import base_datasets, check_coco
-from . import BY_ENGINE, Patch, always, wrap_once, wrapped
+from .patch import BY_ENGINE, Patch, always, wrap_once, wrapped
 
 __all__ = ['PATCHES', 'install', 'installed']
 

@@ -23,7 +23,7 @@ and inline_mm's allowlist of mmengine's own types (:mod:`inline_mm.patches.mmeng
 import functools
 import os.path as osp
 
-from . import BY_ENGINE, Patch, always, mmengine_version
+from .patch import BY_ENGINE, Patch, always, mmengine_version
 
 __all__ = ['PATCHES', 'install', 'installed', 'install_strict', 'installed_strict']
 

@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from . import BY_ENGINE, Patch, _hook
+from .patch import BY_ENGINE, Patch, start_hook
 
 __all__ = ['PATCHES', 'OPS', 'Bf16InFp32', 'install', 'installed']
 
@@ -87,7 +87,7 @@ class Bf16InFp32:
 
 def _needed():
     import importlib.util
-    hook = _hook()
+    hook = start_hook()
     if importlib.util.find_spec('mmcv') is None:
         return False, 'mmcv is not installed'
     if hook is None or not hook.compiled_ext_present():

@@ -15,7 +15,7 @@ import importlib
 
 import torch
 
-from . import BY_ENGINE, Patch, always, wrap_once, wrapped
+from .patch import BY_ENGINE, Patch, always, wrap_once, wrapped
 
 __all__ = ['PATCHES', 'install', 'installed']
 

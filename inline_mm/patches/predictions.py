@@ -15,7 +15,7 @@ boolean fields, fp32 and fp64 tensors are left as they are, so fp32 runs see no 
 """
 import torch
 
-from . import BY_ENGINE, Patch, always, wrap_once, wrapped
+from .patch import BY_ENGINE, Patch, always, wrap_once, wrapped
 
 __all__ = ['PATCHES', 'LOW_PRECISION', 'to_fp32', 'install', 'installed']
 

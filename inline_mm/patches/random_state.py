@@ -38,7 +38,7 @@ from typing import List
 import numpy as np
 import torch
 
-from . import BY_ENGINE, Patch, always
+from .patch import BY_ENGINE, Patch, always
 
 __all__ = ['PATCHES', 'KEY', 'capture', 'restore', 'gather', 'install', 'installed']
 

@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 
-from . import BY_ENGINE, Patch, wrap_once, wrapped
+from .patch import BY_ENGINE, Patch, wrap_once, wrapped
 
 __all__ = ['PATCHES', 'DieWithParent', 'install', 'installed']
 
