@@ -39,10 +39,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .impl import autocast_dtype, check_impl, choose_path, no_autocast
+from .impl import check_impl, choose_path
 from .inline_function import KERNELS, apply_kernel, inline_kernel, plain_qkv
 from .layers import crop, round_up, symbolic, window_merge, window_partition
 from .padding import NO_PADDING, ValidMap
+from .precision import autocast_dtype, no_autocast
 
 __all__ = ['INLINE', 'SOFTMAX', 'InLineAttention', 'AttentionCall', 'CallRecord',
            'record_calls', 'INLINE_OPTIONS', 'check_inline_options']

@@ -22,34 +22,16 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
-try:
-    from mmengine.model import BaseModule
-except ModuleNotFoundError as e:  # timm-only installs (inline_mm.timm) have no mmengine
-    if e.name is None or e.name.split('.')[0] != 'mmengine':
-        raise
-
-    class BaseModule(nn.Module):
-        """Stand-in for mmengine's ``BaseModule`` without mmengine: keeps ``init_cfg``;
-        only ``Pretrained`` (handled by :class:`InLineBackbone`) or no ``init_cfg``
-        can be applied."""
-
-        def __init__(self, init_cfg=None):
-            super().__init__()
-            self.init_cfg = init_cfg
-            self._is_init = False
-
-        def init_weights(self):
-            raise RuntimeError(f'init_cfg={self.init_cfg!r} needs mmengine; without it only '
-                               "dict(type='Pretrained', checkpoint=...) or None is supported")
 from timm.layers import trunc_normal_
 
 from .attention import INLINE, INLINE_OPTIONS, SOFTMAX, InLineAttention, check_inline_options
 from .checkpoint import check_layout, identify_family, load_pretrained
 from .families import FAMILIES
 from .impl import check_impl, choose_path, is_exporting
+from .init_cfg_module import InitCfgModule
 from .layers import to_nchw
 from .norm_act import norm_layer
-from .padding import NO_PADDING, ValidMap, detect_valid_sizes
+from .padding import NO_PADDING, ValidMap, build_valid_map, zero_padding
 from .tracing import is_fx_proxy, refuse_script, size_guard
 
 __all__ = ['InLineBackbone', 'parse_stage_types', 'parse_inline_cfg', 'check_out_indices',
@@ -237,7 +219,7 @@ torch.fx.wrap('check_input')
 torch.fx.wrap('padding_unaware')
 
 
-class InLineBackbone(BaseModule):
+class InLineBackbone(InitCfgModule):
     """Base of the InLine backbones: the arguments every family takes, presets, output
     norms, frozen stages, ``with_cp``, ``impl``, input checks and pretrained loading.
 
@@ -478,66 +460,22 @@ class InLineBackbone(BaseModule):
                            self.min_input_size)
 
     def valid_map(self, x: torch.Tensor, valid_sizes=None) -> ValidMap:
-        """Each image's region of the padded batch ``x``, its sizes held as the path this
-        forward takes needs them (:func:`.impl.choose_path`; :mod:`.padding`).
-
-        ``valid_sizes`` (one ``(h, w)`` per image, in input pixels) is taken as given;
-        otherwise, when ``pad_aware``, the regions are read from the input: trailing
-        rows and columns exactly zero in every channel are padding (what mmdet's and
-        mmseg's data preprocessors write after normalisation). A region is widened to
-        ``min_input_size`` per side (the smallest input the backbone runs) where the
-        image allows. On the plain path (and under ``torch.compile``) the sizes stay a
-        tensor on the device; on the kernel path they are read to the host once, and
-        a batch every image of which fills the map is :data:`.padding.NO_PADDING`.
-        Tracing and ONNX export read nothing from the input (that reading is
-        data-dependent): a graph is padding-unaware unless ``valid_sizes`` is given as a
-        ``(B, 2)`` tensor, an input of the graph, which takes the batched path.
-        """
-        b, _, h, w = x.shape
-        batched = choose_path(self._impl, x, type(self).__name__) == 'plain'
-        floor_h, floor_w = min(self.min_input_size, h), min(self.min_input_size, w)
-        if valid_sizes is not None:
-            if is_exporting() and not isinstance(valid_sizes, torch.Tensor):
-                raise ValueError('valid_sizes in a graph being traced or exported must be a '
-                                 '(B, 2) tensor (an input of the graph): Python sizes would be '
-                                 'recorded as constants of the graph')
-            if isinstance(valid_sizes, torch.Tensor) and batched:      # (exporting: plain)
-                if valid_sizes.shape != (b, 2):
-                    raise ValueError(f'valid_sizes must give one (h, w) per image of the batch '
-                                     f'({b}): a ({b}, 2) tensor, got {tuple(valid_sizes.shape)}')
-                sizes = valid_sizes.to(x.device, torch.long)
-                sizes = torch.stack([sizes[:, 0].clamp(floor_h, h),
-                                     sizes[:, 1].clamp(floor_w, w)], 1)
-                return ValidMap((h, w), sizes, x.device)
-            sizes = [tuple(int(v) for v in s) for s in valid_sizes]
-            if len(sizes) != b or any(len(s) != 2 for s in sizes):
-                raise ValueError(f'valid_sizes must give one (h, w) per image of the batch '
-                                 f'({b}), got {valid_sizes!r}')
-            bad = [s for s in sizes if not (1 <= s[0] <= h and 1 <= s[1] <= w)]
-            if bad:
-                raise ValueError(f'valid_sizes {bad} do not fit the {h}x{w} input: each (h, w) '
-                                 f'must be within 1..{h} x 1..{w}')
-        elif not self.pad_aware or is_exporting():
-            return NO_PADDING
-        elif batched:
-            sizes = detect_valid_sizes(x)
-            sizes = torch.stack([sizes[:, 0].clamp_min(floor_h), sizes[:, 1].clamp_min(floor_w)], 1)
-            return ValidMap((h, w), sizes, x.device)
-        else:
-            sizes = detect_valid_sizes(x).tolist()       # the kernel path's one host read
-        sizes = [(max(vh, floor_h), max(vw, floor_w)) for vh, vw in sizes]
-        if batched:
-            return ValidMap((h, w), torch.tensor(sizes, device=x.device), x.device)
-        return ValidMap.for_map((h, w), sizes, x.device)
+        """Each image's region of the padded batch ``x``: :func:`.padding.build_valid_map`
+        with the path this forward takes (:func:`.impl.choose_path`), ``pad_aware`` and
+        ``min_input_size``. ``valid_sizes`` (one ``(h, w)`` per image) overrides reading the
+        padding from ``x``."""
+        return build_valid_map(x, valid_sizes,
+                               path=choose_path(self._impl, x, type(self).__name__),
+                               pad_aware=self.pad_aware, min_size=self.min_input_size,
+                               exporting=is_exporting())
 
     def prepare_input(self, x: torch.Tensor,
                       valid_sizes=None) -> Tuple[torch.Tensor, ValidMap]:
         """:meth:`check_input`, then :meth:`valid_map` (:data:`.padding.NO_PADDING`
-        for None, the plain path); the input outside the images is set to zero (given
-        ``valid_sizes``, it is padding whatever it holds; read from the input it is zero
-        already, and the ``where`` keeps gradients off it). In a graph being traced or
-        exported, the input's height and width are checked in the graph
-        (:func:`.tracing.size_guard`); under FX the map is ``NO_PADDING``."""
+        for None, the plain path), and the input outside the images zero
+        (:func:`.padding.zero_padding`). In a graph being traced or exported, the input's
+        height and width are checked in the graph (:func:`.tracing.size_guard`); under FX
+        the map is ``NO_PADDING``."""
         x = self.check_input(x)
         if is_fx_proxy(x):
             # An FX graph has no input to read the padding from (as exported graphs).
@@ -546,11 +484,7 @@ class InLineBackbone(BaseModule):
             # The graph records this size's windows and padding: it must refuse others.
             x = size_guard(x)
         valid = self.valid_map(x, valid_sizes)
-        if not valid.is_padded:
-            return x, valid
-        if valid_sizes is None and not (torch.is_grad_enabled() and x.requires_grad):
-            return x, valid          # read from the input: zero outside already
-        return valid.zero_image(x), valid
+        return zero_padding(x, valid, sizes_given=valid_sizes is not None), valid
 
     def __prepare_scriptable__(self):
         refuse_script(self)

@@ -4,7 +4,6 @@ it into a path at a forward. A backbone asks it once per forward (its padding ma
 sizes as that path needs them) and each InLine attention for its call: the same answer, as
 a backbone sets its ``impl`` on every attention it holds.
 """
-import contextlib
 import os
 from typing import Optional, Union
 
@@ -13,8 +12,7 @@ import torch.fx
 
 from .checkpoint import print_log
 
-__all__ = ['IMPLS', 'IMPL_ENV', 'check_impl', 'is_exporting', 'is_capturing', 'choose_path',
-           'autocast_dtype', 'no_autocast']
+__all__ = ['IMPLS', 'IMPL_ENV', 'check_impl', 'is_exporting', 'is_capturing', 'choose_path']
 
 #: what the ``impl`` option of the attention and the backbones takes
 IMPLS = ('auto', 'plain', 'kernel')
@@ -78,17 +76,3 @@ def choose_path(impl: str, x: Union[torch.Tensor, torch.device, str],
                   "impl= or INLINE_MM_IMPL to 'auto', 'plain' or 'kernel')", logger='current')
     return path
 
-
-def autocast_dtype(device: str) -> Optional[torch.dtype]:
-    """The dtype autocast runs products in on ``device`` (a device type), None where it is
-    off: the low dtype the kernel runs in under autocast."""
-    if not torch.amp.is_autocast_available(device) or not torch.is_autocast_enabled(device):
-        return None
-    return torch.get_autocast_dtype(device)
-
-
-def no_autocast(device: str):
-    """A context with autocast off on ``device`` (a device type), for code that chooses
-    its own dtypes (fp32 statistics, a kernel run in one dtype)."""
-    return (torch.autocast(device, enabled=False) if torch.amp.is_autocast_available(device)
-            else contextlib.nullcontext())

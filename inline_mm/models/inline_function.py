@@ -45,8 +45,9 @@ from typing import List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from .impl import is_capturing, no_autocast
+from .impl import is_capturing
 from .padding import NO_PADDING, ValidMap, zero_outside_
+from .precision import no_autocast
 
 __all__ = ['inline_kernel', 'plain_qkv', 'plain_attention', 'inline_attention',
            'local_residual', 'depthwise3x3', 'KERNELS', 'LINEAR_EPS',

@@ -36,13 +36,15 @@ from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple, Un
 import torch
 import torch.nn.functional as F
 
-from .impl import no_autocast
+from .precision import no_autocast
 
-__all__ = ['ValidMap', 'NoPadding', 'NO_PADDING', 'detect_valid_sizes', 'zero_outside_']
+__all__ = ['ValidMap', 'NoPadding', 'NO_PADDING', 'detect_valid_sizes', 'build_valid_map',
+           'zero_padding', 'zero_outside_']
 
 Size = Tuple[int, int]
 #: each image's ``(h, w)`` region at the top left of a padded batch's map
 Regions = Tuple[Size, ...]
+
 
 def zero_outside_(t: torch.Tensor, regions: Sequence[Size]) -> torch.Tensor:
     """Zero, in place, what lies outside each image of a ``(B, H, W, ...)`` tensor (any
@@ -341,3 +343,70 @@ class NoPadding(ValidMap):
 
 #: what a map without padding is
 NO_PADDING = NoPadding()
+
+
+def build_valid_map(x: torch.Tensor, valid_sizes=None, *, path: str, pad_aware: bool = True,
+                    min_size: int = 1, exporting: bool = False) -> ValidMap:
+    """Each image's region of the padded batch ``x``, its sizes held as ``path`` needs them
+    (``'plain'`` or ``'kernel'``, what :func:`.impl.choose_path` chose for this forward).
+
+    ``valid_sizes`` (one ``(h, w)`` per image, in input pixels) is taken as given;
+    otherwise, when ``pad_aware``, the regions are read from the input: trailing rows and
+    columns exactly zero in every channel are padding (what mmdet's and mmseg's data
+    preprocessors write after normalisation). A region is widened to ``min_size`` per side
+    (the smallest input the backbone runs) where the image allows. On the plain path (and
+    under ``torch.compile``) the sizes stay a tensor on the device; on the kernel path they
+    are read to the host once, and a batch every image of which fills the map is
+    :data:`NO_PADDING`. While a graph with its sizes as constants is recorded
+    (``exporting``: tracing, ONNX export) nothing is read from the input (that reading is
+    data-dependent): the graph is padding-unaware unless ``valid_sizes`` is given as a
+    ``(B, 2)`` tensor, an input of the graph, which takes the plain path.
+    """
+    b, _, h, w = x.shape
+    batched = path == 'plain'
+    floor_h, floor_w = min(min_size, h), min(min_size, w)
+    if valid_sizes is not None:
+        if exporting and not isinstance(valid_sizes, torch.Tensor):
+            raise ValueError('valid_sizes in a graph being traced or exported must be a '
+                             '(B, 2) tensor (an input of the graph): Python sizes would be '
+                             'recorded as constants of the graph')
+        if isinstance(valid_sizes, torch.Tensor) and batched:      # (exporting: plain)
+            if valid_sizes.shape != (b, 2):
+                raise ValueError(f'valid_sizes must give one (h, w) per image of the batch '
+                                 f'({b}): a ({b}, 2) tensor, got {tuple(valid_sizes.shape)}')
+            sizes = valid_sizes.to(x.device, torch.long)
+            sizes = torch.stack([sizes[:, 0].clamp(floor_h, h),
+                                 sizes[:, 1].clamp(floor_w, w)], 1)
+            return ValidMap((h, w), sizes, x.device)
+        sizes = [tuple(int(v) for v in s) for s in valid_sizes]
+        if len(sizes) != b or any(len(s) != 2 for s in sizes):
+            raise ValueError(f'valid_sizes must give one (h, w) per image of the batch '
+                             f'({b}), got {valid_sizes!r}')
+        bad = [s for s in sizes if not (1 <= s[0] <= h and 1 <= s[1] <= w)]
+        if bad:
+            raise ValueError(f'valid_sizes {bad} do not fit the {h}x{w} input: each (h, w) '
+                             f'must be within 1..{h} x 1..{w}')
+    elif not pad_aware or exporting:
+        return NO_PADDING
+    elif batched:
+        sizes = detect_valid_sizes(x)
+        sizes = torch.stack([sizes[:, 0].clamp_min(floor_h), sizes[:, 1].clamp_min(floor_w)], 1)
+        return ValidMap((h, w), sizes, x.device)
+    else:
+        sizes = detect_valid_sizes(x).tolist()       # the kernel path's one host read
+    sizes = [(max(vh, floor_h), max(vw, floor_w)) for vh, vw in sizes]
+    if batched:
+        return ValidMap((h, w), torch.tensor(sizes, device=x.device), x.device)
+    return ValidMap.for_map((h, w), sizes, x.device)
+
+
+def zero_padding(x: torch.Tensor, valid: ValidMap, sizes_given: bool) -> torch.Tensor:
+    """The ``(B, C, H, W)`` input ``x`` zero outside each image of ``valid``. Given sizes
+    (``sizes_given``) make the rest padding whatever it holds; read from the input it is
+    zero already, and is zeroed again only where autograd records ``x`` (the ``where``
+    keeps gradients off it)."""
+    if not valid.is_padded:
+        return x
+    if not sizes_given and not (torch.is_grad_enabled() and x.requires_grad):
+        return x
+    return valid.zero_image(x)
