@@ -83,6 +83,15 @@ def test_models_import_nothing_of_the_package_around_them():
     assert not {k: v for k, v in outside.items() if v}
 
 
+def test_the_padding_map_needs_no_path_decision():
+    """``padding.py`` builds the map from the path the backbone chose: it imports nothing of
+    ``impl.py`` (which decides it), and ``base.py`` builds no map itself."""
+    graph = import_graph()
+    assert 'inline_mm.models.impl' not in graph['inline_mm.models.padding']
+    base = (PACKAGE / 'models' / 'base.py').read_text()
+    assert 'ValidMap(' not in base and 'detect_valid_sizes' not in base
+
+
 #: the job map of the package (docs/dev/layout.md): one row per top-level entry
 LAYOUT = ROOT / 'docs' / 'dev' / 'layout.md'
 
