@@ -19,7 +19,7 @@ from PIL import Image, ImageFile
 
 import inline_mm  # noqa: F401
 from inline_mm.cli import check_dataset
-from inline_mm.datasets import checks
+from inline_mm.datasets import dataset_files, folder_checks, image_reading
 from inline_mm.engine import DatasetCheckHook
 from inline_mm.datasets.toy import segmentation as toy
 from reliability_support import SHIPPED, hook_checked_runner, toy_ade, toy_coco
@@ -135,14 +135,14 @@ def test_a_lenient_loader_or_setting_does_not_let_a_truncated_file_pass(folders,
     a library may have set Pillow's LOAD_TRUNCATED_IMAGES: the file is refused anyway,
     and the setting is as it was afterwards."""
     path = str(folders[1] / 'images/train/train_0000.jpg')
-    h, w = checks.image_size(path)
-    monkeypatch.setattr(checks, '_cv2_decode', lambda data: np.zeros((h, w, 3), np.uint8))
+    h, w = image_reading.image_size(path)
+    monkeypatch.setattr(image_reading, '_cv2_decode', lambda data: np.zeros((h, w, 3), np.uint8))
     monkeypatch.setattr(ImageFile, 'LOAD_TRUNCATED_IMAGES', True)
-    assert [p.code for p in checks.decode_problems(path)] == ['truncated']
-    assert [p.code for p in checks.parallel_map(checks.decode_problems, [path] * 3, jobs=2)[2]] \
-        == ['truncated']
+    assert [p.code for p in image_reading.decode_problems(path)] == ['truncated']
+    assert [p.code for p in dataset_files.parallel_map(image_reading.decode_problems, [path] * 3,
+                                                       jobs=2)[2]] == ['truncated']
     assert ImageFile.LOAD_TRUNCATED_IMAGES is True
-    assert checks.read_file(path, decode=False).problems == []     # the header is fine
+    assert image_reading.read_file(path, decode=False).problems == []     # the header is fine
 
 
 def test_jpeg_cut_at_any_point_is_refused(tmp_path):
@@ -153,7 +153,7 @@ def test_jpeg_cut_at_any_point_is_refused(tmp_path):
     data = (tmp_path / 'a.jpg').read_bytes()
     for keep in (300, len(data) // 2, len(data) - 100):
         (tmp_path / 'cut.jpg').write_bytes(data[:keep])
-        assert [p.code for p in checks.decode_problems(str(tmp_path / 'cut.jpg'))] in (
+        assert [p.code for p in image_reading.decode_problems(str(tmp_path / 'cut.jpg'))] in (
             ['truncated'], ['unreadable']), keep
         assert cv2.imread(str(tmp_path / 'cut.jpg')) is None or keep > 300
 
@@ -199,17 +199,17 @@ def test_files_written_other_ways_are_not_refused(tmp_path):
     files = _well_formed_files(tmp_path)
     for kind, paths in files.items():
         for path in paths:
-            assert checks.decode_problems(path, kind) == [], path
-    found = checks.check_pair(files['image'][0], str(tmp_path / 'mask' / 'deep.png'))
+            assert image_reading.decode_problems(path, kind) == [], path
+    found = folder_checks.check_pair(files['image'][0], str(tmp_path / 'mask' / 'deep.png'))
     assert found.problems == [] and set(found.histogram) <= {0, 1, 2, 3}
     bits = tmp_path / 'mask' / 'bits.png'          # 1-bit: the labels the loader gets
-    assert checks.check_pair(files['image'][0], str(bits)).histogram.keys() \
+    assert folder_checks.check_pair(files['image'][0], str(bits)).histogram.keys() \
         == set(np.unique(np.array(Image.open(bits))).tolist())
 
 
 def test_read_file_rejects_an_unknown_kind():
     with pytest.raises(ValueError, match="'image' or 'mask'"):
-        checks.read_file('x.png', 'label')
+        image_reading.read_file('x.png', 'label')
 
 
 # ------------------------------------------------------------------ DatasetCheckHook
@@ -273,7 +273,7 @@ def test_hook_checks_its_shard_and_fails_with_every_ranks_problems(coco_dataset,
     """World size 2: rank 0 checks samples 0, 2, 4, ..., gathers rank 1's problems and
     raises the complete, sorted list (as rank 1 does)."""
     infos = [coco_dataset.get_data_info(i) for i in range(len(coco_dataset))]
-    shards = [checks.check_dataset_files([coco_dataset], shard=(r, 2), decode=False)
+    shards = [dataset_files.check_dataset_files([coco_dataset], shard=(r, 2), decode=False)
               for r in range(2)]
     assert [s.tally.images for s in shards] == [(len(infos) + 1) // 2, len(infos) // 2]
 
@@ -289,7 +289,7 @@ def test_hook_checks_its_shard_and_fails_with_every_ranks_problems(coco_dataset,
         broken[i] = tmp_path / Path(infos[i]['img_path']).name
         broken[i].write_bytes(Path(infos[i]['img_path']).read_bytes()[:200])
     dataset = Dataset()
-    rank1 = checks.check_dataset_files([dataset], shard=(1, 2))
+    rank1 = dataset_files.check_dataset_files([dataset], shard=(1, 2))
     assert [p.path for p in rank1.problems] == [str(broken[1])]
     gathered = []
 

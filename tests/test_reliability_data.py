@@ -1,7 +1,7 @@
 """Bad training data through the real loading pipelines of the shipped configs: what
 mmdet/mmseg do on their own, and the clear errors inline_mm adds where they fail late,
-unclearly or silently (inline_mm/engine/data_checks.py, with the rules of
-inline_mm/datasets/checks.py: problems are (code, path, message), printed 'path: message')."""
+unclearly or silently (inline_mm/engine/data_checks.py, with the rules of inline_mm/datasets/:
+problems.py's records (code, path, message), printed 'path: message')."""
 import copy
 import json
 

@@ -19,7 +19,7 @@ Layout checked (names pair up by file stem; see docs/own_data.md)::
     ROOT/masks/{train,val}/NAME.png   one class index per pixel
 
 Problems (exit status 1; each line names the file): the codes at the end of --help
-(``inline_mm.datasets.checks.PROBLEM_CODES``). Warnings (exit status 0): files in image
+(``inline_mm.datasets.problems.PROBLEM_CODES``). Warnings (exit status 0): files in image
 folders that are not images, classes that never occur in a split.
 
 A COCO json (instance segmentation or boxes): its images are looked up under the json's
@@ -31,8 +31,8 @@ or unused categories, degenerate polygons, RLE of the wrong size, empty boxes or
 outside the image, images without annotations), then a table per class. Each line names
 the file and the annotation or image id; --task detection accepts box-only annotations.
 
-The rules are those of ``inline_mm.datasets.checks``, which SegFolderDataset and the
-training hooks apply too (``--config`` also needs mmengine and mmseg).
+The rules are those of ``inline_mm.datasets.folder_checks`` and ``.image_reading``, which
+SegFolderDataset and the training hooks apply too (``--config`` also needs mmengine and mmseg).
 """
 import os.path as osp
 import sys
@@ -41,11 +41,12 @@ from collections import Counter
 from typing import List, Optional, Sequence
 
 from inline_mm.cli import doc_parser
-from inline_mm.datasets.checks import (IMAGE_SUFFIXES, PROBLEM_CODES, FileTally, Problem,
-                                       binary_problems, check_pair, default_jobs, label_problems,
-                                       parallel_map, read_meta, scan_split)
 from inline_mm.datasets.coco_checks import (FIXER, check_coco_instances, class_table,
                                             fixer_flags)
+from inline_mm.datasets.dataset_files import FileTally, default_jobs, parallel_map
+from inline_mm.datasets.folder_checks import (IMAGE_SUFFIXES, binary_problems, check_pair,
+                                              label_problems, read_meta, scan_split)
+from inline_mm.datasets.problems import PROBLEM_CODES, Problem
 
 
 class Report:

@@ -71,9 +71,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     from inline_mm.cli.check_dataset import Report, check_coco_files
-    from inline_mm.datasets.checks import default_jobs
     from inline_mm.datasets.coco_checks import check_coco_instances, default_img_dir
     from inline_mm.datasets.coco_fixes import FixRequest, fix_coco
+    from inline_mm.datasets.dataset_files import default_jobs
     args = parse_args(argv)
     check_output_path(args.src, args.out)
     categories = None

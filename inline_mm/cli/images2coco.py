@@ -16,8 +16,9 @@ import os.path as osp
 import sys
 
 from inline_mm.cli import doc_parser
-from inline_mm.datasets.checks import EXIF_SWAPPING, IMAGE_SUFFIXES, read_file
 from inline_mm.datasets.coco_checks import default_img_dir
+from inline_mm.datasets.folder_checks import IMAGE_SUFFIXES
+from inline_mm.datasets.image_reading import EXIF_SWAPPING, read_file
 
 
 def images_json(img_dir: str, categories_from: str, img_root: str) -> dict:

@@ -1,7 +1,9 @@
 """Your own segmentation data: ``SegFolderDataset``, ``PaletteIoUMetric`` and the data
-checks (:mod:`.checks`) that ``tools/misc/check_dataset.py`` and the training hooks share;
-the checks of COCO instance files and the class names the own-instance templates read from
-them (:mod:`.coco_checks`).
+checks that ``tools/misc/check_dataset.py`` and the training hooks share, each finding a
+:class:`~.problems.Problem`: of segmentation folders (:mod:`.folder_checks`), of one file
+decoded as training will (:mod:`.image_reading`), of the files of built datasets
+(:mod:`.dataset_files`); the checks of COCO instance files and the class names the
+own-instance templates read from them (:mod:`.coco_checks`).
 
 ``import inline_mm`` registers ``SegFolderDataset`` and ``PaletteIoUMetric`` in mmseg's
 ``DATASETS`` / ``METRICS`` when mmseg is installed, so configs can say
@@ -20,7 +22,7 @@ from ..models.registry import framework_registry
 __all__ = ['SegFolderDataset', 'PaletteIoUMetric', 'load_meta', 'IMAGE_SUFFIXES']
 
 _LAZY = {'SegFolderDataset': '.folder', 'load_meta': '.folder',
-         'IMAGE_SUFFIXES': '.checks', 'PaletteIoUMetric': '.metrics'}
+         'IMAGE_SUFFIXES': '.folder_checks', 'PaletteIoUMetric': '.metrics'}
 
 
 def __getattr__(name):

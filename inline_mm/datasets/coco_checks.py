@@ -1,5 +1,7 @@
 """The checks of a COCO instance file (``annotations/train.json``) and its images, each
-finding a :class:`~.checks.Problem` that names the file and the image or annotation id.
+finding a :class:`~.problems.Problem` that names the file and the image or annotation id;
+and :func:`check_coco`, the short summary of a COCO file (counts and what would break
+training) that ``inline_mm.engine`` prints when a dataset comes out empty.
 
 Used by ``tools/misc/check_dataset.py DATA/annotations/train.json`` (prints them, and a
 table per class) and by ``DatasetCheckHook`` (the same rules before iteration 1). What
@@ -13,7 +15,7 @@ Problems (training would crash, or silently learn from something else than the f
   duplicate-name       two categories with one name, two images with one file_name
   orphan-annotation    an annotation of an image id that "images" lacks
   undeclared-category  a category_id that "categories" lacks
-  missing-file, unreadable, truncated, corrupt   as for segmentation (:mod:`.checks`)
+  missing-file, unreadable, truncated, corrupt   as for segmentation (:mod:`.image_reading`)
   image-size           json width/height differ from the image training decodes
   exif-rotation        ... because OpenCV turns the photo by its EXIF tag; the message
                        says which frame the annotations fit (the turned photo or its
@@ -40,10 +42,12 @@ from dataclasses import dataclass, field
 from numbers import Real
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .checks import EXIF_ROTATING, EXIF_SWAPPING, FileTally, Problem, parallel_map, read_file
+from .dataset_files import FileTally, parallel_map
+from .image_reading import EXIF_ROTATING, EXIF_SWAPPING, read_file
+from .problems import Problem
 
 __all__ = ['EXIF_TURNS', 'FASTER_RCNN_TEMPLATE', 'FIXER', 'coco_classes', 'default_img_dir',
-           'Fix', 'CocoCheck', 'check_coco_instances', 'json_rules', 'class_table',
+           'check_coco', 'Fix', 'CocoCheck', 'check_coco_instances', 'json_rules', 'class_table',
            'fixer_flags']
 
 #: what a viewer (and OpenCV, which training decodes with) does to show each EXIF orientation
@@ -96,6 +100,61 @@ def coco_classes(ann_file: str) -> Tuple[str, ...]:
                          f'non-empty names (got {names[:10]}); check it with: '
                          f'python tools/misc/check_dataset.py {ann_file}')
     return tuple(names)
+
+
+def check_coco(ann_file: str, img_dir: Optional[str] = None) -> Dict:
+    """Summarise a COCO annotation file and list what would break training.
+
+    Args:
+        ann_file (str): The ``instances_*.json`` file.
+        img_dir (str, optional): Folder the ``file_name`` entries are relative to;
+            when given, missing image files are listed. Default: None.
+
+    Returns:
+        dict: ``images``, ``annotations``, ``annotated_images`` (counts) and
+        ``problems`` (list of :class:`Problem`, empty when the file is usable).
+    """
+    with open(ann_file) as f:
+        try:
+            coco = json.load(f)
+        except json.JSONDecodeError as e:
+            return dict(images=0, annotations=0, annotated_images=0,
+                        problems=[Problem('coco', ann_file, f'is not valid JSON ({e})')])
+    problems = []
+    missing_keys = [k for k in ('images', 'annotations', 'categories') if k not in coco]
+    if missing_keys:
+        problems.append(Problem('coco', ann_file,
+                                f'has no {", ".join(repr(k) for k in missing_keys)} list (a '
+                                'COCO file needs "images", "annotations", "categories")'))
+    images = coco.get('images') or []
+    anns = coco.get('annotations') or []
+    image_ids = {im.get('id') for im in images}
+    cat_ids = {c.get('id') for c in coco.get('categories') or []}
+    annotated = {a.get('image_id') for a in anns} & image_ids
+    if not images:
+        problems.append(Problem('coco', ann_file, 'lists no images'))
+    elif not anns:
+        problems.append(Problem('coco', ann_file,
+                                f'has {len(images)} images but no annotations: training skips '
+                                'images without annotations (filter_empty_gt), so nothing '
+                                'would be left to train on'))
+    elif not annotated:
+        problems.append(Problem('coco', ann_file, 'no annotation refers to a listed image id'))
+    orphans = sum(a.get('image_id') not in image_ids for a in anns)
+    if orphans:
+        problems.append(Problem('coco', ann_file, f'{orphans} annotation(s) refer to image ids '
+                                                  'that are not in "images"'))
+    bad_cats = sum(a.get('category_id') not in cat_ids for a in anns)
+    if bad_cats and cat_ids:
+        problems.append(Problem('coco', ann_file, f'{bad_cats} annotation(s) have a category_id '
+                                                  'that is not in "categories"'))
+    if img_dir is not None:
+        for im in images:
+            path = osp.join(img_dir, im.get('file_name', '?'))
+            if not osp.isfile(osp.join(img_dir, im.get('file_name', ''))):
+                problems.append(Problem('missing-file', path, 'image file not found'))
+    return dict(images=len(images), annotations=len(anns),
+                annotated_images=len(annotated), problems=problems)
 
 
 class Fix(NamedTuple):

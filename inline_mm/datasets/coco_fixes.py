@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .checks import EXIF_ROTATING, EXIF_SWAPPING
+from .image_reading import EXIF_ROTATING, EXIF_SWAPPING
 from .coco_checks import EXIF_TURNS, CocoCheck, json_rules
 
 __all__ = ['FixRequest', 'fix_coco', 'orient_point', 'orient_mask', 'turn_annotation']

@@ -4,7 +4,7 @@ from typing import List, Optional, Sequence, Union
 
 from mmseg.datasets import BaseSegDataset
 
-from .checks import IMAGE_SUFFIXES, read_meta, scan_split
+from .folder_checks import IMAGE_SUFFIXES, read_meta, scan_split
 
 __all__ = ['SegFolderDataset', 'IMAGE_SUFFIXES', 'load_meta']
 
@@ -14,7 +14,7 @@ def load_meta(path: str) -> dict:
 
     The file is JSON: ``{"classes": [names...], "palette": [[r, g, b], ...]}``; the
     palette is optional (one colour per class, used for predicted masks and plots).
-    The rules are those of :func:`.checks.meta_problems` (as in tools/misc/check_dataset.py).
+    The rules are those of :func:`.folder_checks.meta_problems` (as in tools/misc/check_dataset.py).
 
     Raises:
         FileNotFoundError: when ``path`` does not exist.

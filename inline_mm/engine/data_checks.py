@@ -31,9 +31,10 @@ from mmengine import dist
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ..datasets.checks import (FileTally, Problem, base_datasets, check_coco,
-                               check_dataset_files, dataset_file_problems, default_jobs)
-from ..datasets.coco_checks import check_coco_instances
+from ..datasets.coco_checks import check_coco, check_coco_instances
+from ..datasets.dataset_files import (FileTally, base_datasets, check_dataset_files,
+                                      dataset_file_problems, default_jobs)
+from ..datasets.problems import Problem
 
 __all__ = ['DatasetCheckHook', 'check_coco', 'dataset_file_problems']
 
@@ -111,7 +112,7 @@ class DatasetCheckHook(Hook):
 
     Raises one ``FileNotFoundError`` / ``ValueError`` listing all missing images or
     masks, all files that do not decode in full (``truncated``, ``corrupt``,
-    ``unreadable``: the rules of ``inline_mm.datasets.checks.read_file``) and all
+    ``unreadable``: the rules of ``inline_mm.datasets.image_reading.read_file``) and all
     masks whose size differs from their image, instead of a crash when a data worker
     reaches the first of them (or silent training on a mis-sized mask). Every rank
     raises the same error. On in the own-data template; elsewhere switch it on with::

@@ -14,7 +14,8 @@ from typing import List, Optional
 
 from mmengine.logging import print_log
 
-from ..datasets.checks import base_datasets, check_coco
+from ..datasets.coco_checks import check_coco
+from ..datasets.dataset_files import base_datasets
 from .patch import BY_ENGINE, Patch, always, wrap_once, wrapped
 
 __all__ = ['PATCHES', 'install', 'installed']
