@@ -54,6 +54,11 @@ MOVED_MODULES: Dict[str, Tuple[str, ...]] = {
     'inline_mm.toydata.exports': ('inline_mm.datasets.toy.exports',),
     'inline_mm.toydata.segmentation': ('inline_mm.datasets.toy.segmentation',),
     'inline_mm.weights': ('inline_mm.models.weights',),
+    # 0.2.0: the data checks split by job
+    'inline_mm.datasets.checks': ('inline_mm.datasets.problems', 'inline_mm.datasets.image_reading',
+                                  'inline_mm.datasets.folder_checks',
+                                  'inline_mm.datasets.dataset_files',
+                                  'inline_mm.datasets.coco_checks'),
 }
 
 #: module that stays -> {name moved out of it: its new module}

@@ -55,6 +55,21 @@ OLD_NAMES = {
                            'measure': 'inline_mm.analysis.complexity'},
 }
 
+#: a 0.1.x module that 0.2.0 split -> {each name of its __all__: its module now}
+OLD_SPLIT = {
+    'inline_mm.datasets.checks': {
+        **dict.fromkeys(['PROBLEM_CODES', 'Problem'], 'inline_mm.datasets.problems'),
+        **dict.fromkeys(['IMAGE_SUFFIXES', 'meta_problems', 'read_meta', 'SplitFiles',
+                         'scan_split', 'PairCheck', 'check_pair', 'label_problems',
+                         'binary_problems'], 'inline_mm.datasets.folder_checks'),
+        **dict.fromkeys(['image_size', 'FileRead', 'read_file', 'decode_problems'],
+                        'inline_mm.datasets.image_reading'),
+        **dict.fromkeys(['default_jobs', 'parallel_map', 'FileTally', 'FileCheck',
+                         'check_sample', 'check_dataset_files', 'dataset_file_problems',
+                         'base_datasets'], 'inline_mm.datasets.dataset_files'),
+        'check_coco': 'inline_mm.datasets.coco_checks'},
+}
+
 
 def _script(body: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """``body`` run as a user's script (``python script.py``: Python's default warning
@@ -83,11 +98,18 @@ def test_every_old_path_imports_the_new_module_with_a_warning_the_user_sees(tmp_
         for name, new in names.items():
             lines += [f'from {module} import {name}',
                       f'assert {name} is getattr(importlib.import_module({new!r}), {name!r})']
+    for old, names in OLD_SPLIT.items():
+        lines += [f'import {old}', f'split = sys.modules[{old!r}]']
+        lines += [f'assert split.{name} is getattr(importlib.import_module({new!r}), {name!r})'
+                  for name, new in names.items()]
+        lines += [f'assert set(split.__all__) >= {set(names)!r}']
     proc = _script('\n'.join(lines) + '\nprint("OK")\n', tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip().endswith('OK'), proc.stderr[-3000:]
     missing = [old for old, new in OLD_MODULES.items() if not _warned(proc.stderr, old, new)]
     missing += [f'{m}.{n}' for m, names in OLD_NAMES.items() for n, new in names.items()
                 if not _warned(proc.stderr, f'{m}.{n}', f'{new}.{n}')]
+    missing += [old for old in OLD_SPLIT
+                if not _warned(proc.stderr, old, ' and '.join(version.MOVED_MODULES[old]))]
     assert not missing, proc.stderr[-3000:]
 
 
