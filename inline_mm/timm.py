@@ -69,8 +69,15 @@ from timm.models import register_model, resolve_pretrained_cfg
 
 from .models import classifier, load_pretrained
 from .models.families import model_name, on_variant
+from .version import moved_attribute
 
 __all__ = ['MODEL_NAMES', 'create_backbone', 'create_classifier', 'model_name']
+
+
+def __getattr__(name: str):
+    # 0.1.x's `from inline_mm.timm import InLineClassifier` (inline_mm.version.MOVED_NAMES);
+    # the classes are not bound here, so that reading them from here warns.
+    return moved_attribute(__name__, name)
 
 
 def _entry(name: str):
