@@ -66,6 +66,9 @@ MOVED_NAMES: Dict[str, Dict[str, str]] = {
     # 0.2.0: inline_mm.analysis became a package (one module per measurement)
     'inline_mm.analysis': {name: 'inline_mm.analysis.complexity' for name in
                            ('Complexity', 'count_macs', 'count_params', 'measure')},
+    # 0.2.0: the timm models' networks are in inline_mm.models; inline_mm.timm registers them
+    'inline_mm.timm': {name: 'inline_mm.models' for name in
+                       ('InLineClassifier', 'InLineFeatures', 'InLineIntermediates')},
 }
 
 #: old ``python -m`` command -> (the module that is the command now, its console script)

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 from mmengine.optim import DefaultOptimWrapperConstructor
 
-from inline_mm.models import FAMILIES
+from inline_mm.models import FAMILIES, InLineClassifier
 
 FAMILY_NAMES = list(FAMILIES)
 
@@ -75,9 +75,8 @@ def test_no_weight_decay_keys_select_exactly_no_weight_decay(name):
 
 
 def test_timm_classifier_takes_the_backbones_no_weight_decay():
-    from inline_mm import timm as inline_timm
     family = FAMILIES['InLineDeiT']
-    model = inline_timm.InLineClassifier(
+    model = InLineClassifier(
         family.cls(**dict(family.smoke, out_indices=(11,))), family, num_classes=3)
     assert model.no_weight_decay() == {f'backbone.{n}' for n in
                                        model.backbone.no_weight_decay()}

@@ -53,6 +53,9 @@ OLD_NAMES = {
                            'count_macs': 'inline_mm.analysis.complexity',
                            'count_params': 'inline_mm.analysis.complexity',
                            'measure': 'inline_mm.analysis.complexity'},
+    'inline_mm.timm': {'InLineClassifier': 'inline_mm.models',
+                       'InLineFeatures': 'inline_mm.models',
+                       'InLineIntermediates': 'inline_mm.models'},
 }
 
 #: a 0.1.x module that 0.2.0 split -> {each name of its __all__: its module now}

@@ -16,6 +16,7 @@ import torch
 timm = pytest.importorskip('timm')
 import inline_mm.timm as inline_timm  # noqa: E402
 from inline_mm.models import FAMILIES, CheckpointError  # noqa: E402
+from inline_mm.models import classifier  # noqa: E402
 from support import load_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,9 +29,10 @@ def test_every_family_and_preset_is_registered():
     assert expected <= set(timm.list_models('inline_*'))
 
 
-def test_only_public_timm_modules_are_imported():
+@pytest.mark.parametrize('module', [inline_timm, classifier])
+def test_only_public_timm_modules_are_imported(module):
     """timm's underscore modules (``timm.models._builder``) change between releases."""
-    tree = ast.parse(Path(inline_timm.__file__).read_text())
+    tree = ast.parse(Path(module.__file__).read_text())
     modules = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     modules += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     timm_modules = [m for m in modules if m and m.split('.')[0] == 'timm']

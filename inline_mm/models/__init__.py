@@ -11,6 +11,7 @@ from .inline_deit import InLineDeiT  # isort: skip
 from .attention import InLineAttention
 from .base import InLineBackbone, using_impl
 from .checkpoint import CheckpointError, load_pretrained, read_checkpoint, save_converted
+from .classifier import InLineClassifier, InLineFeatures, InLineIntermediates
 from .families import FAMILIES, Family, convert_official, detect_family, get_family
 from .inline_function import inline_attention, local_residual
 from .registry import FRAMEWORKS, framework_registry
@@ -22,4 +23,5 @@ __all__ = ['InLineSwin', 'InLinePVT', 'InLineCSwin', 'InLineDeiT', 'InLineBackbo
            'Family',
            'get_family', 'detect_family', 'convert_official', 'CheckpointError',
            'read_checkpoint', 'load_pretrained', 'save_converted', 'InLineAttention',
-           'WindowAttention', 'inline_attention', 'local_residual', 'using_impl', 'REGISTERED_IN']
+           'WindowAttention', 'inline_attention', 'local_residual', 'using_impl', 'REGISTERED_IN',
+           'InLineClassifier', 'InLineFeatures', 'InLineIntermediates']
