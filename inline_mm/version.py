@@ -130,12 +130,15 @@ class MovedPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         homes = MOVED_MODULES[module.__name__]
         # Frames up to the importer: this one, then importlib's (the warnings module skips
         # those when it counts).
-        _warn(module.__name__, ' and '.join(homes), stacklevel=2)
         if isinstance(module, _SplitModule):
+            warnings.warn(f'{module.__name__} was split into {", ".join(homes)} in inline_mm '
+                          f'0.2.0; the old path is removed in {REMOVED_IN}: import each name '
+                          'from its new module', FutureWarning, stacklevel=2)
             module.__all__ = sorted({n for new in homes
                                      for n in getattr(importlib.import_module(new), '__all__',
                                                       ())})
             return
+        _warn(module.__name__, homes[0], stacklevel=2)
         # The import system hands out what sys.modules holds after this: the new module.
         sys.modules[module.__name__] = importlib.import_module(homes[0])
 

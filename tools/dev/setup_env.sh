@@ -69,12 +69,13 @@ if [[ "$STACK" == onedl && "$MMCV_CHOICE" == full ]]; then
         "ops by hand as docs/get_started.md ('The onedl stack', compiled mmcv) shows"
 fi
 
-# The stamp records the inputs of the last *verified* set-up and its mmcv ("lite" or "full");
+# The stamp records the inputs of the last *verified* set-up (the version among them: its
+# metadata is written by the install) and its mmcv ("lite" or "full");
 # same inputs -> nothing to do.  A full build also satisfies a later plain (lite) request: an
 # environment with a compiled mmcv keeps it.
 fingerprint() {
     cat "$ROOT/setup.cfg" "$ROOT/setup.py" "$ROOT/tools/dev/setup_env.sh" "$ROOT/tools/dev/setup_check.py" \
-        "$ROOT/tools/dev/uv_index_args.py" 2>/dev/null \
+        "$ROOT/tools/dev/uv_index_args.py" "$ROOT/inline_mm/version.py" 2>/dev/null \
         | sha256sum | cut -d' ' -f1
 }
 if [[ -f "$STAMP" ]]; then
