@@ -154,9 +154,6 @@ class MovedPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                   f'runpy.run_module({new!r}, run_name="__main__", alter_sys=True)\n')
         return compile(source, f'<moved: {fullname}>', 'exec')
 
-    def is_package(self, fullname: str) -> bool:
-        return False
-
 
 def install_finder():
     """Put :class:`MovedPathFinder` first on :data:`sys.meta_path` (once): before Python's
